@@ -1,0 +1,113 @@
+"""The captured program: a functional core-ATen FX graph plus how to feed it and unpack it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from .locations import SourceLoc, node_source_loc
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """One placeholder of the graph, in order. `kind` says where its value comes from at call time."""
+
+    kind: str  # "parameter" | "buffer" | "constant" | "user"
+    name: str  # placeholder name
+    target: Any = None  # fqn for parameter/buffer/constant; flat user-argument index for "user"
+
+
+@dataclass(frozen=True)
+class GraphOutput:
+    kind: str  # "user" | "buffer_mutation" | "user_input_mutation"
+    target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index
+
+
+@dataclass(frozen=True)
+class CapturedOp:
+    node: str
+    target: str  # "aten.mm.default"
+    loc: SourceLoc
+
+
+@dataclass
+class CapturedGraph:
+    """A model as uniorch sees it after capture.
+
+    `graph_module` is functional (no in-place or view-mutating ops) and holds only core ATen ops.
+    Parameters, buffers and lifted tensor constants are graph inputs, read from the module at every
+    call, so a weight updated after capture is used, never a stale copy. Non-tensor arguments are
+    constants of the capture (recorded in `constant_args`, a guard for later runs).
+    """
+
+    graph_module: torch.fx.GraphModule
+    inputs: list[GraphInput]
+    outputs: list[GraphOutput]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    constant_args: dict[int, Any]  # flat user-argument index -> value baked into the graph
+    module: torch.nn.Module
+    constants: dict[str, Any] = field(default_factory=dict)  # lifted tensor constants by fqn
+    name: str = "main"
+
+    # -- what was captured --------------------------------------------------------------------
+    @property
+    def ops(self) -> list[CapturedOp]:
+        return [
+            CapturedOp(n.name, _target_name(n.target), node_source_loc(n))
+            for n in self.graph_module.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+        ]
+
+    @property
+    def num_user_outputs(self) -> int:
+        return sum(o.kind == "user" for o in self.outputs)
+
+    # -- feeding and unpacking ------------------------------------------------------------------
+    def flat_inputs(self, args: tuple, kwargs: Optional[dict] = None) -> list[Any]:
+        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+        if spec != self.in_spec:
+            raise TypeError(f"inputs have structure {spec}, but the capture expects {self.in_spec}")
+        params = dict(self.module.named_parameters(remove_duplicate=False))
+        buffers = dict(self.module.named_buffers(remove_duplicate=False))
+        values = []
+        for inp in self.inputs:
+            if inp.kind == "parameter":
+                values.append(params[inp.target])
+            elif inp.kind == "buffer":
+                values.append(buffers[inp.target])
+            elif inp.kind == "constant":
+                values.append(self.constants[inp.target])
+            else:
+                values.append(flat[inp.target])
+        return values
+
+    def finish(self, args: tuple, kwargs: Optional[dict], flat_outputs: list[Any]) -> Any:
+        """Apply state updates (buffer and input mutations) and rebuild the user's output structure."""
+        user_flat = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
+        buffers = dict(self.module.named_buffers(remove_duplicate=False))
+        user_out = []
+        with torch.no_grad():
+            for spec, value in zip(self.outputs, flat_outputs):
+                if spec.kind == "buffer_mutation":
+                    buffers[spec.target].copy_(value)
+                elif spec.kind == "user_input_mutation":
+                    user_flat[spec.target].copy_(value)
+                else:
+                    user_out.append(value)
+        return pytree.tree_unflatten(user_out, self.out_spec)
+
+    def run_eager(self, *args, **kwargs) -> Any:
+        """Runs the captured graph op by op in PyTorch: the reference every compiled form must match."""
+        flat_out = self.graph_module(*self.flat_inputs(args, kwargs))
+        return self.finish(args, kwargs, list(flat_out))
+
+    def __call__(self, *args, **kwargs):
+        return self.run_eager(*args, **kwargs)
+
+
+def _target_name(target: Callable) -> str:
+    name = str(target)
+    return name if name.startswith("aten.") else getattr(target, "__name__", name)

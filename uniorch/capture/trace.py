@@ -1,0 +1,129 @@
+"""Capture: run the model once under PyTorch's proxy-tensor tracing and keep a functional ATen graph.
+
+We use non-strict `torch.export`, which runs the user's Python as is under three TorchDispatchModes
+(FakeTensorMode, FunctionalTensorMode, ProxyTorchDispatchMode) and records every ATen op that
+reaches the dispatcher. It already does what a hand-written mode would have to: functionalization
+(in-place and view mutations become pure ops plus explicit state updates), lifting parameters and
+buffers to graph inputs, pytree input/output specs, `nn_module_stack` and stack traces per node.
+Decomposition then runs as a second, re-functionalizing trace (`run_decompositions`), which is why
+ops that only turn in-place during decomposition (train-mode batch norm, GRU cells) come out pure;
+decomposing inside the first trace would run decompositions above functionalization and leak them.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Optional
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+
+from ..errors import CaptureError
+from .decompositions import decomposition_table
+from .graph import CapturedGraph, GraphInput, GraphOutput
+
+
+class _FunctionModule(torch.nn.Module):
+    """Lets a plain function be captured like a module; tensors it closes over become constants."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def as_module(model_or_fn: Any) -> torch.nn.Module:
+    if isinstance(model_or_fn, torch.nn.Module):
+        return model_or_fn
+    if callable(model_or_fn):
+        return _FunctionModule(model_or_fn)
+    raise CaptureError(f"expected an nn.Module or a callable, got {type(model_or_fn).__name__}")
+
+
+def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -> CapturedGraph:
+    """Traces `model_or_fn(*args, **kwargs)` into a CapturedGraph of core ATen ops."""
+    module = as_module(model_or_fn)
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    kwargs = dict(kwargs or {})
+    try:
+        ep = torch.export.export(module, args, kwargs, strict=False)
+        ep = ep.run_decompositions(decomposition_table())
+    except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
+        raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
+    return _from_exported(ep, module, args, kwargs)
+
+
+def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kwargs: dict) -> CapturedGraph:
+    gm = ep.graph_module
+    sig = ep.graph_signature
+    in_spec = ep.call_spec.in_spec
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+    user_index = {}  # placeholder name -> flat user-argument index
+    flat_user, _ = pytree.tree_flatten(_reordered(args, kwargs, in_spec))
+    inputs: list[GraphInput] = []
+    constant_args: dict[int, Any] = {}
+    dead_placeholders = []
+    user_pos = 0
+    for spec, node in zip(sig.input_specs, placeholders):
+        if spec.kind == InputKind.USER_INPUT:
+            if isinstance(spec.arg, TensorArgument):
+                user_index[spec.arg.name] = user_pos
+                inputs.append(GraphInput("user", node.name, user_pos))
+            else:  # ints, floats, bools, strings: specialized into the graph
+                constant_args[user_pos] = flat_user[user_pos]
+                dead_placeholders.append(node)
+            user_pos += 1
+        elif spec.kind == InputKind.PARAMETER:
+            inputs.append(GraphInput("parameter", node.name, spec.target))
+        elif spec.kind == InputKind.BUFFER:
+            inputs.append(GraphInput("buffer", node.name, spec.target))
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            inputs.append(GraphInput("constant", node.name, spec.target))
+        else:
+            raise CaptureError(f"unsupported graph input kind {spec.kind.name} ({spec.target})")
+    for node in dead_placeholders:
+        if node.users:
+            raise CaptureError(f"non-tensor input {node.name} is used as a value in the graph")
+        gm.graph.erase_node(node)
+
+    outputs: list[GraphOutput] = []
+    for spec in sig.output_specs:
+        if spec.kind == OutputKind.USER_OUTPUT:
+            outputs.append(GraphOutput("user"))
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            outputs.append(GraphOutput("buffer_mutation", spec.target))
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            outputs.append(GraphOutput("user_input_mutation", user_index[spec.target]))
+        else:
+            raise CaptureError(f"unsupported graph output kind {spec.kind.name} ({spec.target})")
+
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return CapturedGraph(
+        graph_module=gm,
+        inputs=inputs,
+        outputs=outputs,
+        in_spec=in_spec,
+        out_spec=ep.call_spec.out_spec,
+        constant_args=constant_args,
+        module=module,
+        constants=dict(ep.constants),
+        name=_describe(module),
+    )
+
+
+def _reordered(args: tuple, kwargs: dict, in_spec) -> tuple:
+    from torch.export._tree_utils import reorder_kwargs
+
+    return (args, reorder_kwargs(kwargs, in_spec)) if kwargs else (args, {})
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, _FunctionModule):
+        obj = obj.fn
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return name if inspect.isfunction(obj) or inspect.isclass(obj) else type(obj).__name__

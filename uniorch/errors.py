@@ -1,0 +1,30 @@
+"""Exceptions uniorch raises at its public edges.
+
+Each carries enough context (stage, op, source location) for the CLI to print an MLIR-style
+diagnostic and for `explain` to report a fallback reason; none of them is a bare internal error.
+"""
+from __future__ import annotations
+
+
+class UniorchError(Exception):
+    """Base for every error uniorch raises on purpose."""
+
+
+class CaptureError(UniorchError):
+    """The model could not be captured (tracing raised, or produced something we cannot import)."""
+
+
+class MLIRImportError(UniorchError):
+    """The captured FX graph could not become MLIR (torch-mlir's importer or lowering failed)."""
+
+
+class LoweringError(UniorchError):
+    """A pass pipeline failed; `diagnostics` holds MLIR's diagnostics when there are any."""
+
+    def __init__(self, message: str, diagnostics=()):
+        super().__init__(message)
+        self.diagnostics = list(diagnostics)
+
+
+class PipelineError(UniorchError):
+    """A pass pipeline's text is malformed, or names an unknown pass or option."""

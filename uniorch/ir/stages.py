@@ -1,0 +1,61 @@
+"""The IR stages a graph goes through before fusion, and torch-mlir's pipelines between them.
+
+    torch   torch dialect at torch-mlir's backend contract: value semantics, decomposed, shapes known
+    linalg  linalg-on-tensors (+ tensor, arith, math, tm_tensor): the hardware-independent graph
+            every uniorch pass works on
+"""
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.passmanager import PassManager
+
+from ..errors import LoweringError
+from .diagnostics import from_error
+
+STAGES = ("torch", "linalg")
+
+PIPELINES = {
+    "torch": "builtin.module(func.func(torch-match-quantized-custom-ops),"
+    " torchdynamo-export-to-torch-backend-pipeline)",
+    "linalg": "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline)",
+}
+
+
+def stage_of(module: ir.Module) -> str:
+    """`torch` while any torch-dialect op is left, else `linalg`."""
+    found = []
+
+    def visit(op):
+        if op.name.startswith(("torch.", "torch_c.")):
+            found.append(op.name)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return "torch" if found else "linalg"
+
+
+def run_pipeline_text(module: ir.Module, pipeline: str, what: str, ir_printing: dict | None = None) -> None:
+    with module.context:
+        pm = PassManager.parse(pipeline)
+        if ir_printing:
+            pm.enable_ir_printing(**ir_printing)
+        try:
+            pm.run(module.operation)
+        except ir.MLIRError as err:
+            raise LoweringError(f"{what} failed", from_error(err)) from None
+
+
+def lower(module: ir.Module, to: str) -> ir.Module:
+    """Lowers in place from the module's current stage up to `to` (a no-op when already there)."""
+    if to not in STAGES:
+        raise ValueError(f"unknown stage {to!r}; known: {', '.join(STAGES)}")
+    start = STAGES.index(stage_of(module))
+    if start == 0:
+        # Raw torch from the importer and torch at the backend contract look alike; the
+        # contract pipeline is idempotent, so always run it before linalg.
+        run_pipeline_text(module, PIPELINES["torch"], "lowering to torch backend contract")
+    for stage in STAGES[1 : STAGES.index(to) + 1]:
+        if STAGES.index(stage) > start or start == 0:
+            run_pipeline_text(module, PIPELINES[stage], f"lowering torch to {stage}")
+    return module
