@@ -11,7 +11,10 @@ decomposing inside the first trace would run decompositions above functionalizat
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -49,8 +52,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     try:
-        ep = torch.export.export(module, args, kwargs, strict=False)
-        ep = ep.run_decompositions(decomposition_table())
+        with _quiet_tracing():
+            ep = torch.export.export(module, args, kwargs, strict=False)
+            ep = ep.run_decompositions(decomposition_table())
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     return _from_exported(ep, module, args, kwargs)
@@ -114,6 +118,21 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
         constants=dict(ep.constants),
         name=_describe(module),
     )
+
+
+@contextlib.contextmanager
+def _quiet_tracing():
+    """Tracing failures reach the user once, as our error; torch would also log each one with a
+    traceback, and warn about its own pytree internals on every capture."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _reordered(args: tuple, kwargs: dict, in_spec) -> tuple:

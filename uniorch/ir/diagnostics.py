@@ -33,11 +33,9 @@ def from_location(loc_text: str) -> tuple[Optional[str], Optional[int], Optional
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
-def from_mlir(diag, source_name: Optional[str] = None, line_offset: int = 0) -> Diagnostic:
-    """Converts an ir.DiagnosticInfo. Buffers parsed from text are named "-" by MLIR; rename them."""
+def from_mlir(diag) -> Diagnostic:
+    """Converts an ir.DiagnosticInfo (a text buffer's locations say "-"; see `rebase`)."""
     file, line, col = from_location(str(diag.location))
-    if file == "-" and source_name is not None:
-        file, line = source_name, (line or 0) + line_offset
     sev = str(diag.severity).rsplit(".", 1)[-1].lower()
     return Diagnostic(
         message=diag.message,
@@ -45,10 +43,19 @@ def from_mlir(diag, source_name: Optional[str] = None, line_offset: int = 0) -> 
         file=file,
         line=line,
         col=col,
-        notes=[from_mlir(n, source_name, line_offset) for n in diag.notes],
+        notes=[from_mlir(n) for n in diag.notes],
     )
 
 
-def from_error(err: ir.MLIRError, source_name: Optional[str] = None, line_offset: int = 0) -> list[Diagnostic]:
-    diags = [from_mlir(d, source_name, line_offset) for d in err.error_diagnostics]
+def from_error(err: ir.MLIRError) -> list[Diagnostic]:
+    diags = [from_mlir(d) for d in err.error_diagnostics]
     return diags or [Diagnostic(message=str(err.message or err).strip())]
+
+
+def rebase(diags: list[Diagnostic], source_name: str, line_offset: int = 0) -> list[Diagnostic]:
+    """Names MLIR's anonymous text buffer ("-") after the real input, shifting split-file lines."""
+    for d in diags:
+        if d.file == "-":
+            d.file, d.line = source_name, (d.line or 0) + line_offset
+        rebase(d.notes, source_name, line_offset)
+    return diags

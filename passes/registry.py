@@ -1,0 +1,27 @@
+"""Names of uniorch's passes → lazy factories, so `uniorch-opt --help` starts without importing them."""
+from __future__ import annotations
+
+import importlib
+
+# name -> "module:Class" under uniorch.passes; tests assert each name matches its class's `name`.
+_PASSES = {
+    "uniorch-torch-backend": "stage_lowering:TorchBackend",
+    "uniorch-torch-to-linalg": "stage_lowering:TorchToLinalg",
+    "uniorch-verify-linalg": "verify_linalg:VerifyLinalg",
+    "uniorch-op-stats": "op_stats:OpStats",
+}
+
+
+def names() -> list[str]:
+    return sorted(_PASSES)
+
+
+def is_registered(name: str) -> bool:
+    return name in _PASSES
+
+
+def get(name: str):
+    """The Pass subclass registered as `name` (KeyError if none)."""
+    module_name, cls_name = _PASSES[name].split(":")
+    module = importlib.import_module(f"uniorch.passes.{module_name}")
+    return getattr(module, cls_name)

@@ -1,0 +1,1 @@
+"""Command-line tools: `uniorch-opt` (tools/opt.py); benchmarks arrive under tools/bench."""

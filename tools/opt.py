@@ -1,0 +1,296 @@
+"""uniorch-opt: mlir-opt's conventions over uniorch's graph.
+
+    uniorch-opt INPUT [-p PIPELINE] [--emit STAGE] [-o OUT] [--split-input-file]
+                [--print-ir-after-all] [--print-ir-before=P] [--print-ir-after=P] [--timing]
+                [--mlir-print-debuginfo] [--list-passes]
+
+INPUT is a .mlir file, `-` for stdin, or `model.py:factory` where factory() returns
+(model, example_args[, example_kwargs]). The input is brought to `--emit`'s stage (a Python model
+defaults to linalg, MLIR text stays as it is), then the pipeline runs, then the module is printed.
+Errors are diagnostics `file:line:col: error: ...` on stderr with exit code 1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Optional, TextIO
+
+from uniorch import config
+from uniorch.errors import LoweringError, PipelineError, UniorchError
+from uniorch.ir.diagnostics import Diagnostic, from_error, rebase
+
+from .model_source import ModelSource, SourceError, user_exception
+
+EMIT_STAGES = ("torch", "linalg")
+LATER_STAGES = ("fused", "scheduled", "triton", "ttir", "ttgir", "llir", "ptx", "cubin", "amdgcn", "hsaco")
+SPLIT_MARKER = "// -----"
+
+
+class CliError(Exception):
+    def __init__(self, diags):
+        self.diags = diags if isinstance(diags, list) else [diags]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit 2 with usage; mlir-opt style is one line, exit 1
+        raise CliError(Diagnostic(f"{message} (see `uniorch-opt --help`)"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="uniorch-opt", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", nargs="?", help=".mlir file, '-' for stdin, or model.py:factory")
+    p.add_argument("-p", "--pass-pipeline", default=None,
+                   help="pipeline text; upstream MLIR and uniorch passes by name, e.g. "
+                        "'uniorch-torch-to-linalg,func.func(canonicalize,cse)'")
+    p.add_argument("--emit", default=None, metavar="STAGE",
+                   help=f"bring the input to this stage before the pipeline: {', '.join(EMIT_STAGES)}")
+    p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+    p.add_argument("--split-input-file", action="store_true",
+                   help=f"process each '{SPLIT_MARKER}'-separated chunk of a .mlir input on its own")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    p.add_argument("--print-ir-before", action="append", default=[], metavar="PASS",
+                   help="print the IR before PASS (repeatable; comma-separated names allowed)")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
+                   help="print the IR after PASS (repeatable; comma-separated names allowed)")
+    p.add_argument("--timing", "--mlir-timing", dest="timing", action="store_true",
+                   help="report wall time per stage and pass (stderr)")
+    p.add_argument("--mlir-print-debuginfo", "--debuginfo", dest="debuginfo", action="store_true",
+                   help="print locations: module path and the model's file:line for every op")
+    p.add_argument("--list-passes", action="store_true", help="list uniorch and upstream passes, then exit")
+    return p
+
+
+def main(argv: Optional[list[str]] = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        return _run(build_parser().parse_args(argv), stdout, stderr)
+    except CliError as err:
+        _report(err.diags, stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("uniorch-opt: interrupted", file=stderr)
+        return 130
+    except Exception as exc:  # a bug of ours: say so plainly, traceback only on request
+        if config.flag("UNIORCH_TRACEBACK"):
+            raise
+        print(f"uniorch-opt: internal error: {type(exc).__name__}: {exc}\n"
+              f"note: this is a uniorch bug; rerun with UNIORCH_TRACEBACK=1 for the traceback", file=stderr)
+        return 1
+
+
+def _report(diags: list[Diagnostic], stderr: TextIO) -> None:
+    for d in diags:
+        print(d.render() if d.file or d.severity != "error" else f"uniorch-opt: {d.render()}", file=stderr)
+
+
+def _run(args, stdout: TextIO, stderr: TextIO) -> int:
+    if args.list_passes:
+        print(list_passes(), file=stdout)
+        return 0
+    if not args.input:
+        raise CliError(Diagnostic("no input given: pass a .mlir file, '-' or model.py:factory (see --help)"))
+    if args.emit in LATER_STAGES:
+        raise CliError(Diagnostic(f"--emit {args.emit}: that stage is not built yet; available: {', '.join(EMIT_STAGES)}"))
+    if args.emit is not None and args.emit not in EMIT_STAGES:
+        raise CliError(Diagnostic(f"unknown stage '{args.emit}' for --emit; known: {', '.join(EMIT_STAGES + LATER_STAGES)}"))
+
+    from uniorch.ir.context import make_context
+    from uniorch.passes import Instrumentation, Timing, parse_pipeline
+
+    ctx = make_context()
+    timing = Timing() if args.timing else None
+    inst = Instrumentation(
+        print_after_all=args.print_ir_after_all,
+        print_before=_names(args.print_ir_before),
+        print_after=_names(args.print_ir_after),
+        debuginfo=args.debuginfo,
+        timing=timing,
+        out=stderr,
+    )
+    try:
+        elements = parse_pipeline(args.pass_pipeline, ctx) if args.pass_pipeline else []
+    except PipelineError as err:
+        raise CliError(Diagnostic(f"--pass-pipeline: {err}")) from None
+
+    outputs, diags = [], []
+    for chunk in _chunks(args, ctx, timing):
+        try:
+            module = chunk.build()
+            _run_pipeline(module, elements, inst, args, chunk)
+            outputs.append(module.operation.get_asm(enable_debug_info=args.debuginfo))
+        except CliError as err:
+            diags.extend(err.diags)
+    _report(diags, stderr)
+    if timing is not None:
+        print(timing.report(), file=stderr)
+    if diags:
+        return 1
+    _write(args.output, ("\n" + SPLIT_MARKER + "\n").join(outputs), stdout)
+    return 0
+
+
+def _names(values: list[str]) -> set[str]:
+    return {n.strip() for v in values for n in v.split(",") if n.strip()}
+
+
+def _run_pipeline(module, elements, inst, args, chunk) -> None:
+    from uniorch.passes import PassContext, run_pipeline
+
+    try:
+        run_pipeline(module, elements, PassContext(out=inst.out), inst)
+    except LoweringError as err:
+        raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name, chunk.line_offset)) from None
+    except UniorchError as err:
+        raise CliError(Diagnostic(str(err))) from None
+
+
+class _Chunk:
+    """One unit of work: a text chunk of a .mlir input, or a Python model to capture."""
+
+    def __init__(self, name: str, build, line_offset: int = 0):
+        self.name, self._build, self.line_offset = name, build, line_offset
+
+    def build(self):
+        return self._build(self)
+
+
+def _chunks(args, ctx, timing) -> list[_Chunk]:
+    src = ModelSource.parse(args.input)
+    if src is not None:
+        if args.split_input_file:
+            raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not Python models"))
+        return [_Chunk(src.path, lambda c: _from_python(src, args.emit or "linalg", ctx, timing))]
+    if args.input.endswith(".onnx"):
+        raise CliError(Diagnostic(f"'{args.input}': ONNX input is not supported yet (planned: torch-mlir's ONNX importer)"))
+    name = "<stdin>" if args.input == "-" else args.input
+    text = _read(args.input)
+    if not args.split_input_file:
+        return [_Chunk(name, lambda c: _from_text(text, c, args.emit, ctx, timing))]
+    chunks, offset = [], 0
+    for part in _split(text):
+        chunks.append(_Chunk(name, lambda c, part=part: _from_text(part, c, args.emit, ctx, timing), offset))
+        offset += part.count("\n") + 1
+    return chunks
+
+
+def _split(text: str) -> list[str]:
+    parts, cur = [], []
+    for line in text.split("\n"):
+        if line.startswith(SPLIT_MARKER) and line[len(SPLIT_MARKER):].strip() == "":
+            parts.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    parts.append("\n".join(cur))
+    return parts
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as err:
+        raise CliError(Diagnostic(f"could not open input file '{path}': {err.strerror}")) from None
+    except UnicodeDecodeError:
+        raise CliError(Diagnostic(f"'{path}' is not UTF-8 text; expected MLIR assembly")) from None
+
+
+def _timed(timing, name):
+    class _T:
+        def __enter__(self):
+            self.t = time.perf_counter()
+
+        def __exit__(self, *exc):
+            if timing is not None:
+                timing.record(name, time.perf_counter() - self.t)
+
+    return _T()
+
+
+def _from_text(text: str, chunk: _Chunk, emit: Optional[str], ctx, timing):
+    from torch_mlir import ir
+
+    from uniorch.ir.context import parse_module
+    from uniorch.ir.stages import STAGES, lower, stage_of
+
+    with _timed(timing, "parse"):
+        try:
+            module = parse_module(text, ctx)
+        except ir.MLIRError as err:
+            raise CliError(rebase(from_error(err), chunk.name, chunk.line_offset)) from None
+    if emit is not None:
+        have = stage_of(module)
+        if STAGES.index(have) > STAGES.index(emit):
+            raise CliError(Diagnostic(f"--emit {emit}: the input is already at stage '{have}', past '{emit}'",
+                                      file=chunk.name, line=chunk.line_offset + 1, col=1))
+        with _timed(timing, f"lower to {emit}"):
+            try:
+                lower(module, emit)
+            except LoweringError as err:
+                raise CliError(rebase(err.diagnostics, chunk.name, chunk.line_offset)) from None
+    return module
+
+
+def _from_python(src: ModelSource, emit: str, ctx, timing):
+    from uniorch.capture import capture
+    from uniorch.errors import CaptureError
+    from uniorch.ir import import_captured, lower
+
+    try:
+        with _timed(timing, "load model"):
+            model, margs, mkwargs = src.load()
+        with _timed(timing, "capture"):
+            captured = capture(model, margs, mkwargs)
+    except SourceError as err:
+        raise CliError(err.diags) from None
+    except CaptureError as err:
+        cause = err.__cause__ or err
+        raise CliError([user_exception(cause, src.path, f"capturing the model from '{src.path}:{src.factory}' failed")]) from None
+    try:
+        with _timed(timing, "import"):
+            module = import_captured(captured, ctx)
+        with _timed(timing, f"lower to {emit}"):
+            lower(module, emit)
+    except LoweringError as err:
+        raise CliError(err.diagnostics or [Diagnostic(str(err))]) from None
+    except UniorchError as err:
+        raise CliError(Diagnostic(str(err), file=src.path, line=1, col=1)) from None
+    return module
+
+
+def _write(path: str, text: str, stdout: TextIO) -> None:
+    if path == "-":
+        stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    except OSError as err:
+        raise CliError(Diagnostic(f"could not write output file '{path}': {err.strerror}")) from None
+
+
+def list_passes() -> str:
+    from uniorch.passes import registry
+    from uniorch.passes.pipeline import upstream_passes
+
+    lines = ["uniorch passes (options in {key=value}):"]
+    for name in registry.names():
+        cls = registry.get(name)
+        opts = ", ".join(f"{k}={f.default!r}" for k, f in cls.options().items())
+        lines.append(f"  {name:<34} {cls.summary}" + (f"  [{opts}]" if opts else ""))
+    upstream = upstream_passes()
+    lines.append("")
+    lines.append("upstream MLIR / torch-mlir passes and pipelines (any pass registered in MLIR's Python bindings"
+                 " also works, e.g. linalg-fuse-elementwise-ops):")
+    for name, summary in upstream:
+        lines.append(f"  {name:<34} {summary.strip()}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
