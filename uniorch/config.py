@@ -5,6 +5,8 @@ import os
 
 KNOBS = {
     "UNIORCH_TRACEBACK": "1: tools print Python tracebacks for internal errors (for bug reports)",
+    # read by scripts/setup.sh, listed here so every knob is in one place
+    "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",
 }
 
 
