@@ -13,6 +13,8 @@ def make():
         n_embd=32,
         n_layer=2,
         n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
         use_cache=False,
         attn_implementation="eager",
     )

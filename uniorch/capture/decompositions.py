@@ -2,15 +2,63 @@
 
 torch-mlir's own table is the starting point: core ATen decompositions plus the overloads its
 lowering needs (eval-mode batch norm's `_native_batch_norm_legit_no_training`, whose saved
-statistics are zero-sized and break the direct lowering, among them).
+statistics are zero-sized and break the direct lowering, among them). On top of it, uniorch adds
+decompositions for ops torch-mlir imports but cannot lower in every mode (see each below).
 """
 from __future__ import annotations
 
 import functools
 
+import torch
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+aten = torch.ops.aten
+
+
+def _embedding_bag(
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
+    """`_embedding_bag` in modes "mean" (nn.EmbeddingBag's default) and "sum" with a padding index,
+    as a gather plus segment sums (index_add).
+
+    Why: torch-mlir lowers `embedding_bag` to linalg only in mode "sum" without padding_idx. Mean
+    fails with "failed to legalize torch.aten.embedding_bag.padding_idx", sum with a padding index
+    with "'tensor.cast' op operand type 'tensor<0xi64>' and result type 'tensor<Nxi64>' are cast
+    incompatible". Plain sum stays torch-mlir's (it lowers); max mode is not handled here.
+    Outputs follow ATen's CPU kernel: (bags, offset2bag, bag_size, max_indices).
+    """
+    if mode not in (0, 1) or (mode == 0 and padding_idx < 0):
+        return NotImplemented
+    n = indices.shape[0]
+    num_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    starts = offsets[:num_bags]
+    # offset2bag as ATen builds it: mark every bag start, running count - 1 is each index's bag.
+    marks = torch.zeros(n + 1, dtype=indices.dtype).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
+    offset2bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
+    keep = (indices != padding_idx).to(weight.dtype)  # padding_idx == -1: no padding index
+    rows = weight.index_select(0, indices) * keep[:, None]
+    if per_sample_weights is not None:  # ATen allows them in sum mode only
+        rows = rows * per_sample_weights[:, None]
+    bags = weight.new_zeros(num_bags, weight.shape[1]).index_add(0, offset2bag, rows)
+    if mode == 0:
+        zeros = offsets.new_zeros(num_bags)
+        return bags, offset2bag, zeros, zeros.clone()
+    counts = weight.new_zeros(num_bags).index_add(0, offset2bag, keep)
+    bags = bags / counts.clamp(min=1)[:, None]  # empty bags stay zero, as in ATen
+    bag_size = counts.to(offsets.dtype)  # non-padding indices per bag
+    return bags, offset2bag, bag_size, bag_size.clone()
 
 
 @functools.cache
 def decomposition_table() -> dict:
-    return dict(get_decomposition_table())
+    table = dict(get_decomposition_table())
+    table[aten._embedding_bag.default] = _embedding_bag
+    return table
