@@ -24,9 +24,12 @@ class OpStats(Pass):
     summary = "print op counts (group-by=op|module|dialect) to stderr; IR unchanged"
     group_by: str = "op"
 
-    def run(self, module, pctx: PassContext) -> None:
+    def __post_init__(self):
+        # checked when the pipeline text is parsed, so a typo fails before any input is read or lowered
         if self.group_by not in ("op", "module", "dialect"):
-            raise PipelineError(f"uniorch-op-stats: group-by must be op, module or dialect, not '{self.group_by}'")
+            raise PipelineError(f"pass '{self.name}' option 'group-by' must be op, module or dialect, not '{self.group_by}'")
+
+    def run(self, module, pctx: PassContext) -> None:
         counts: collections.Counter = collections.Counter()
         top = module.operation
 

@@ -10,11 +10,14 @@ torch-mlir pass or pipeline registered in the bindings works.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import os
 import re
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Optional, TextIO
@@ -106,14 +109,49 @@ def parse_pipeline(text: str, ctx: ir.Context) -> list[Element]:
 
 
 def _upstream(text: str, ctx: ir.Context) -> Element:
-    try:
-        PassManager.parse(f"builtin.module({text})", ctx)
-    except ValueError as err:
-        raise PipelineError(_explain_upstream_error(text, str(err))) from None
+    with _llvm_stderr() as llvm:
+        try:
+            PassManager.parse(f"builtin.module({text})", ctx)
+            failed = None
+        except ValueError as err:
+            failed = str(err)
+    if failed is not None:
+        raise PipelineError(_explain_upstream_error(text, failed, llvm.text)) from None
     return Element(text)
 
 
-def _explain_upstream_error(text: str, mlir_message: str) -> str:
+class _Captured:
+    text = ""
+
+
+@contextlib.contextmanager
+def _llvm_stderr():
+    """Collects what LLVM writes straight to the process's stderr (fd 2) meanwhile.
+
+    LLVM's option parser reports a bad option value (`canonicalize{max-iterations=abc}`) there, as
+    ": for the --max-iterations option: 'abc' value invalid for long argument!", and the ValueError
+    then only says "failed to add `canonicalize`". Caught, that reason becomes part of our one
+    diagnostic instead of a stray line without the `uniorch-opt: error:` prefix.
+    """
+    got = _Captured()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect: let LLVM write where it writes
+        yield got
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield got
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            got.text = tmp.read().decode("utf-8", "replace")
+
+
+def _explain_upstream_error(text: str, mlir_message: str, llvm_text: str = "") -> str:
     m = re.search(r"'([^']+)' does not refer to a registered pass", mlir_message)
     if m:
         unknown = m.group(1)
@@ -122,7 +160,8 @@ def _explain_upstream_error(text: str, mlir_message: str) -> str:
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         return (f"unknown pass or pipeline '{unknown}'{hint} uniorch passes: {', '.join(registry.names())}; "
                 f"`uniorch-opt --list-passes` lists the upstream ones too")
-    detail = " ".join(line.strip() for line in mlir_message.splitlines() if line.strip() and line.strip() != "^")
+    lines = [line.strip().removeprefix(": ") for line in (llvm_text + "\n" + mlir_message).splitlines()]
+    detail = " ".join(line for line in lines if line and line != "^")
     return f"invalid pass pipeline element '{text}': {detail}"
 
 

@@ -87,6 +87,9 @@ def user_exception(exc: BaseException, user_file: str, context: str) -> Diagnost
     at = mine[-1] if mine else None
     diag = Diagnostic(f"{context}: {type(exc).__name__}: {exc}", file=at.filename if at else user_file,
                       line=at.lineno if at else 1, col=(at.colno or 0) + 1 if at else 1)
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        # the file does not parse: no frame of it ran, the place is in the exception itself
+        diag.file, diag.line, diag.col = exc.filename, exc.lineno, exc.offset or 1
     for f in frames[-8:]:
         diag.notes.append(Diagnostic(f"called from {f.name}: {(f.line or '').strip()}", "note",
                                      f.filename, f.lineno, (f.colno or 0) + 1))

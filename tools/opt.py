@@ -12,7 +12,9 @@ Errors are diagnostics `file:line:col: error: ...` on stderr with exit code 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
 import time
 from typing import Optional, TextIO
@@ -66,13 +68,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     try:
-        return _run(build_parser().parse_args(argv), stdout, stderr)
+        try:
+            # --help: argparse prints to sys.stdout and exits; main() writes to its own stdout
+            # and returns, so in-process callers get the text and a status, not SystemExit.
+            with contextlib.redirect_stdout(stdout):
+                args = build_parser().parse_args(argv)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 0
+        return _run(args, stdout, stderr)
     except CliError as err:
         _report(err.diags, stderr)
         return 1
     except KeyboardInterrupt:
         print("uniorch-opt: interrupted", file=stderr)
         return 130
+    except BrokenPipeError:  # `uniorch-opt ... | head`: the reader is gone, which is no bug of ours
+        if stdout is sys.stdout:
+            # Python would flush stdout again at exit and complain a second time
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except Exception as exc:  # a bug of ours: say so plainly, traceback only on request
         if config.flag("UNIORCH_TRACEBACK"):
             raise
@@ -142,7 +157,7 @@ def _run_pipeline(module, elements, inst, args, chunk) -> None:
     try:
         run_pipeline(module, elements, PassContext(out=inst.out), inst)
     except LoweringError as err:
-        raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name, chunk.line_offset)) from None
+        raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
     except UniorchError as err:
         raise CliError(Diagnostic(str(err))) from None
 
@@ -172,7 +187,9 @@ def _chunks(args, ctx, timing) -> list[_Chunk]:
     chunks, offset = [], 0
     for part in _split(text):
         chunks.append(_Chunk(name, lambda c, part=part: _from_text(part, c, args.emit, ctx, timing), offset))
-        offset += part.count("\n") + 1
+        # the chunk's own lines plus the `// -----` line after it, so diagnostics in later chunks
+        # carry the line numbers of the original file (as mlir-opt's do)
+        offset += part.count("\n") + 2
     return chunks
 
 
@@ -220,9 +237,12 @@ def _from_text(text: str, chunk: _Chunk, emit: Optional[str], ctx, timing):
 
     with _timed(timing, "parse"):
         try:
-            module = parse_module(text, ctx)
+            # A later chunk of a split file is parsed after as many empty lines as precede it, so
+            # its diagnostics and locations carry the line numbers of the original file.
+            module = parse_module("\n" * chunk.line_offset + text, ctx)
         except ir.MLIRError as err:
-            raise CliError(rebase(from_error(err), chunk.name, chunk.line_offset)) from None
+            raise CliError(rebase(from_error(err), chunk.name)) from None
+        _name_locations(module, chunk.name)
     if emit is not None:
         have = stage_of(module)
         if STAGES.index(have) > STAGES.index(emit):
@@ -232,18 +252,57 @@ def _from_text(text: str, chunk: _Chunk, emit: Optional[str], ctx, timing):
             try:
                 lower(module, emit)
             except LoweringError as err:
-                raise CliError(rebase(err.diagnostics, chunk.name, chunk.line_offset)) from None
+                raise CliError(rebase(err.diagnostics, chunk.name)) from None
     return module
 
 
+_ANON_LOC = re.compile(r'^loc\("-":(\d+):(\d+)\)$')
+
+
+def _name_locations(module, name: str) -> None:
+    """Names MLIR's anonymous text buffer ("-") after the input in the module's locations.
+
+    mlir-opt's `--mlir-print-debuginfo` shows `loc("x.mlir":3:8)`; a module parsed from a string
+    says `loc("-":3:8)`, and every diagnostic a later pass reports at such an op would too.
+    """
+    from torch_mlir import ir
+
+    renamed: dict[str, Optional[ir.Location]] = {}
+
+    def new_location(loc):
+        text = str(loc)
+        if text not in renamed:
+            m = _ANON_LOC.match(text)
+            renamed[text] = (ir.Location.file(name, int(m.group(1)), int(m.group(2)), context=module.context)
+                             if m else None)
+        return renamed[text]
+
+    def visit(op):
+        loc = new_location(op.location)
+        if loc is not None:
+            op.location = loc
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    loc = new_location(arg.location)
+                    if loc is not None:
+                        arg.set_location(loc)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+
+
 def _from_python(src: ModelSource, emit: str, ctx, timing):
-    from uniorch.capture import capture
     from uniorch.errors import CaptureError
-    from uniorch.ir import import_captured, lower
 
     try:
         with _timed(timing, "load model"):
             model, margs, mkwargs = src.load()
+        # imported after the load, so a missing file or factory is reported without first
+        # spending seconds importing torch
+        from uniorch.capture import capture
+        from uniorch.ir import import_captured, lower
+
         with _timed(timing, "capture"):
             captured = capture(model, margs, mkwargs)
     except SourceError as err:

@@ -5,6 +5,7 @@ import os
 
 KNOBS = {
     "UNIORCH_TRACEBACK": "1: tools print Python tracebacks for internal errors (for bug reports)",
+    "UNIORCH_CACHE_DIR": "where compiled kernels are cached (default: ~/.cache/uniorch)",
     # read by scripts/setup.sh, listed here so every knob is in one place
     "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",
 }
@@ -13,3 +14,7 @@ KNOBS = {
 def flag(name: str) -> bool:
     assert name in KNOBS, f"undeclared knob {name}"
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> str:
+    return os.environ.get("UNIORCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "uniorch")

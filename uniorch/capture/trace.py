@@ -130,6 +130,9 @@ def _quiet_tracing():
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            # nn.RNN/LSTM/GRU re-assign their own parameter list while tracing; the parameters are
+            # still lifted as inputs, so the advice to register buffers does not apply.
+            warnings.filterwarnings("ignore", message=r".*_flat_weights.*assigned during export.*")
             yield
     finally:
         logger.setLevel(level)

@@ -18,6 +18,7 @@ class Diagnostic:
     line: Optional[int] = None
     col: Optional[int] = None
     notes: list["Diagnostic"] = field(default_factory=list)
+    raw_location: str = ""  # MLIR's location text, e.g. to find the FX nodes it names
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}:{self.col}: " if self.file else ""
@@ -44,6 +45,7 @@ def from_mlir(diag) -> Diagnostic:
         line=line,
         col=col,
         notes=[from_mlir(n) for n in diag.notes],
+        raw_location=str(diag.location),
     )
 
 

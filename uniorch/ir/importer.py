@@ -6,6 +6,8 @@ model source. Parameters, buffers and lifted constants stay function arguments, 
 """
 from __future__ import annotations
 
+import re
+
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import ContextCache, FxImporter
 
@@ -15,7 +17,12 @@ from ..errors import MLIRImportError
 from .context import make_context
 
 
+NODE_TAG = re.compile(r'"@([A-Za-z_]\w*)"')
+
+
 class _LocatingCache(ContextCache):
+    tag_nodes = False
+
     def get_node_location(self, node):
         src = node_source_loc(node)
         loc = (
@@ -25,20 +32,36 @@ class _LocatingCache(ContextCache):
         )
         if src.module_path:
             loc = ir.Location.name(src.module_path, childLoc=loc, context=self._c)
+        if self.tag_nodes:
+            # `"@addmm_3"` names the FX node: lowering keeps locations, so every linalg op (and the
+            # kernel it lands in) maps back to the ATen ops it came from, for explain and fallback.
+            loc = ir.Location.name(f"@{node.name}", childLoc=loc, context=self._c)
         return loc
 
 
-def import_captured(captured: CapturedGraph, ctx: ir.Context | None = None, func_name: str = "main") -> ir.Module:
-    """Returns a module holding `func.func @main` in the torch dialect (value semantics)."""
+def node_names(location) -> list[str]:
+    """FX node names tagged in an MLIR location (several after ops were fused or CSE'd)."""
+    return list(dict.fromkeys(NODE_TAG.findall(str(location))))
+
+
+def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", tag_nodes: bool = False) -> ir.Module:
+    """A functional core-ATen FX graph (placeholders carry meta["val"]) → torch-dialect module."""
     ctx = ctx or make_context()
     importer = FxImporter(context=ctx)
     importer._cc = _LocatingCache(ctx, py_attr_tracker=importer._py_attr_tracker)
+    importer._cc.tag_nodes = tag_nodes
     try:
-        importer.import_stateless_graph(captured.graph_module.graph, func_name=func_name)
+        importer.import_stateless_graph(graph, func_name=func_name)
     except Exception as exc:
         raise MLIRImportError(f"torch-mlir could not import the captured graph: {type(exc).__name__}: {exc}") from exc
-    module = importer.module
-    with ctx:
+    return importer.module
+
+
+def import_captured(captured: CapturedGraph, ctx: ir.Context | None = None, func_name: str = "main",
+                    tag_nodes: bool = False) -> ir.Module:
+    """Returns a module holding `func.func @main` in the torch dialect (value semantics)."""
+    module = import_graph(captured.graph_module.graph, ctx, func_name, tag_nodes)
+    with module.context:
         names = ir.ArrayAttr.get([ir.StringAttr.get(f"{i.kind}:{i.target}") for i in captured.inputs])
         module.operation.attributes["uniorch.inputs"] = names
         if captured.name:

@@ -1,0 +1,84 @@
+"""Small helpers over MLIR's Python bindings shared by uniorch's passes."""
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from uniorch.errors import LoweringError
+
+
+def main_func(module: ir.Module):
+    for op in module.body.operations:
+        op = op.operation  # block iteration yields OpViews, and FuncOp's `.name` is its symbol
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op
+    raise LoweringError("the module has no func.func @main")
+
+
+def topological_sort(block: ir.Block) -> None:
+    """Reorders a block's ops so every value is defined before use, keeping the order otherwise.
+
+    Outlining places each kernel call where its group's last op was; an op that used an earlier
+    member's result may now sit before the call, and moves after it.
+    """
+    ops = [o.operation for o in block.operations]
+    terminator = ops.pop()
+    index = {op: i for i, op in enumerate(ops)}
+    deps = {op: set() for op in ops}
+    for op in ops:
+        for inner in _nested(op):
+            for v in inner.operands:
+                owner = v.owner
+                if isinstance(owner, ir.Block):
+                    continue
+                top = owner
+                while top.parent is not None and top not in index and top.parent.name != "func.func":
+                    top = top.parent
+                if top in index and top != op:
+                    deps[op].add(top)
+    placed, order, visiting = set(), [], set()
+    for root in ops:  # depth-first, iterative: graphs of thousands of ops exceed Python's recursion
+        stack = [(root, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if op in placed:
+                continue
+            if expanded:
+                visiting.discard(op)
+                placed.add(op)
+                order.append(op)
+                continue
+            if op in visiting:
+                raise LoweringError("outlining created a dependency cycle between kernels")
+            visiting.add(op)
+            stack.append((op, True))
+            for d in sorted(deps[op], key=index.__getitem__, reverse=True):
+                if d not in placed:
+                    stack.append((d, False))
+    for op in order:
+        op.move_before(terminator)
+
+
+def _nested(op: ir.Operation):
+    out = []
+
+    def visit(o):
+        out.append(o.operation)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return out
+
+
+PURE_GLUE = ("arith.constant", "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice")
+
+
+def erase_dead_pure_ops(block: ir.Block) -> None:
+    """Drops constants, shapes and views nothing uses any more (outlining leaves them behind)."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.operations)):
+            op = op.operation
+            if op.name in PURE_GLUE and all(len(list(r.uses)) == 0 for r in op.results):
+                op.erase()
+                changed = True

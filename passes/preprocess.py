@@ -1,0 +1,25 @@
+"""Normalises the linalg graph for fusion (docs/kernels.md §1), with upstream passes only.
+
+Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
+*into* a contraction (it would be recomputed for every output element); only afterwards is every
+named op generalised, so fusion and codegen see one op kind, `linalg.generic`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uniorch.ir.stages import run_pipeline_text
+
+from .base import Pass, PassContext
+
+PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"
+            " canonicalize, cse)")
+
+
+@dataclass(frozen=True)
+class Preprocess(Pass):
+    name = "uniorch-preprocess"
+    summary = "upstream elementwise fusion, then generalise named ops: fusion-ready linalg"
+
+    def run(self, module, pctx: PassContext) -> None:
+        run_pipeline_text(module, PIPELINE, self.name)

@@ -1,0 +1,160 @@
+"""uniorch-schedule: outline each fused group into its own kernel function, with its schedule.
+
+Input: `@main` whose ops carry `uniorch.group = N` (uniorch-fuse). Output (docs/kernels.md §3):
+`func.func private @kN_<kind>(inputs) -> results {uniorch.kernel, uniorch.kind, uniorch.domain,
+uniorch.schedule}` per group, and `@main` calling them in a valid order. Scalar constants and
+`tensor.empty` (a shape, not data) are cloned into the kernel instead of becoming arguments.
+The schedule (block sizes, warps, stages, grid) comes from the code generator for the kernel's
+kind and the target, because only it knows what its template can use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+from torch_mlir.dialects import func
+
+from .base import Pass, PassContext
+from .ir_utils import erase_dead_pure_ops, main_func, topological_sort
+
+GROUP = "uniorch.group"
+
+
+@dataclass(frozen=True)
+class Schedule(Pass):
+    name = "uniorch-schedule"
+    summary = "outline each fused group as a kernel function carrying its schedule (per target)"
+    target: str = ""
+
+    def run(self, module, pctx: PassContext) -> None:
+        target = self.target or pctx.target or "interpret"
+        main = main_func(module)
+        block = main.regions[0].blocks[0]
+        groups: dict[int, list[ir.Operation]] = {}
+        for op in block.operations:
+            if GROUP in op.attributes:
+                groups.setdefault(ir.IntegerAttr(op.attributes[GROUP]).value, []).append(op.operation)
+        for n in sorted(groups):
+            kernel = _outline(module, main, groups[n], n)
+            _attach_schedule(kernel, target)
+        topological_sort(block)
+        erase_dead_pure_ops(block)
+
+
+def _clonable(op: ir.Operation) -> bool:
+    """Defined outside but cheaper to recreate inside than to pass: scalar constants, shapes."""
+    if op.name == "tensor.empty":
+        return True
+    return op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType)
+
+
+def _top_level(op: ir.Operation, main) -> ir.Operation:
+    while op.parent is not None and op.parent != main.operation:
+        op = op.parent
+    return op
+
+
+def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
+    members = set(ops)
+    entry = main.regions[0].blocks[0]
+
+    def outside(value) -> bool:
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return owner == entry
+        return _top_level(owner, main) not in members
+
+    # Values the group reads from outside, in first-use order; and nested uses to rewire.
+    inputs, clones, uses = [], [], []
+    for op in ops:
+        for inner in _walk(op):
+            for i, v in enumerate(inner.operands):
+                if not outside(v):
+                    continue
+                uses.append((inner, i, v))
+                producer = v.owner if not isinstance(v.owner, ir.Block) else None
+                if producer is not None and _clonable(producer):
+                    if v not in clones:
+                        clones.append(v)
+                elif v not in inputs:
+                    inputs.append(v)
+    results = []
+    for op in ops:
+        for r in op.results:
+            if any(_top_level(u.owner, main) not in members for u in r.uses):
+                results.append(r)
+
+    kind = next((ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes), "pointwise")
+    name = f"k{n}_{kind}"
+    with module.context, ops[-1].location:
+        anchor_after = _next_op(ops[-1])
+        ftype = ir.FunctionType.get([v.type for v in inputs], [r.type for r in results])
+        with ir.InsertionPoint(main.operation):
+            kernel = func.FuncOp(name, ftype, visibility="private")
+        body = kernel.add_entry_block()
+        mapping = dict(zip(inputs, body.arguments))
+        with ir.InsertionPoint(body):
+            for v in clones:
+                mapping[v] = v.owner.clone().results[0]
+            ret = func.ReturnOp(results)
+        for op in ops:
+            op.move_before(ret)
+        for inner, i, v in uses:
+            inner.operands[i] = mapping[v]
+        with ir.InsertionPoint(anchor_after):
+            call = func.CallOp([r.type for r in results], ir.FlatSymbolRefAttr.get(name), inputs)
+        for r, new in zip(results, call.results):
+            for use in list(r.uses):
+                if _top_level(use.owner, main) != kernel.operation and use.owner != ret.operation:
+                    use.owner.operands[use.operand_number] = new
+        kernel.attributes["uniorch.kernel"] = ir.UnitAttr.get()
+        kernel.attributes["uniorch.kind"] = ir.StringAttr.get(kind)
+        for o in ops:
+            if "uniorch.domain" in o.attributes:
+                kernel.attributes["uniorch.domain"] = o.attributes["uniorch.domain"]
+                break
+        call.attributes["uniorch.group"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n)
+    return kernel.operation
+
+
+def _walk(op: ir.Operation):
+    out = []
+
+    def visit(o):
+        out.append(o.operation)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return out
+
+
+def _next_op(op: ir.Operation) -> ir.Operation:
+    found = False
+    for o in op.block.operations:
+        if found:
+            return o.operation
+        if o.operation == op:
+            found = True
+    raise AssertionError("an op of @main is always followed by its terminator")
+
+
+def _attach_schedule(kernel: ir.Operation, target: str) -> None:
+    from uniorch.codegen import CodegenError, choose_schedule
+
+    with kernel.context:
+        try:
+            sched = choose_schedule(kernel, target)
+        except (CodegenError, ImportError) as err:  # the runtime runs this region eagerly instead
+            kernel.attributes["uniorch.unsupported"] = ir.StringAttr.get(str(err))
+            return
+        kernel.attributes["uniorch.schedule"] = ir.DictAttr.get({k: _attr(v) for k, v in sched.items()})
+
+
+def _attr(v):
+    if isinstance(v, bool):
+        return ir.BoolAttr.get(v)
+    if isinstance(v, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
+    if isinstance(v, (list, tuple)):
+        return ir.ArrayAttr.get([_attr(x) for x in v])
+    return ir.StringAttr.get(str(v))

@@ -1,0 +1,223 @@
+"""The public entry points: `compile`, `explain`, and the `torch.compile` backend (DESIGN.md)."""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from .capture import CapturedGraph, capture
+
+from .runtime.partition import Program, compile_program
+from .targets import Target, parse_target, require_runnable
+
+DEFAULT_CACHE_LIMIT = 8
+
+
+def _spec(args: tuple, kwargs: dict):
+    """The guard key of one call: structure, and per leaf its tensor metadata or constant value."""
+    leaves, tree = pytree.tree_flatten((args, kwargs))
+    key = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            key.append(("T", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad))
+        elif isinstance(leaf, (int, float, bool, str, type(None))):
+            key.append(("C", type(leaf).__name__, leaf))
+        else:
+            key.append(("O", type(leaf).__name__, id(leaf)))
+    return (str(tree), tuple(key))
+
+
+@dataclass
+class _Entry:
+    captured: CapturedGraph
+    program: Program
+    timings: dict[str, float]
+
+
+class CompiledModule:
+    """What `uniorch.compile` returns: called like the model, compiled once per input spec."""
+
+    def __init__(self, model_or_fn: Any, target: Target, fallback: str, cache_size_limit: int):
+        self._model = model_or_fn
+        self._target = target
+        self._fallback = fallback
+        self._limit = cache_size_limit
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+        self._warned = False
+        functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
+                                 else type(model_or_fn).forward, updated=())
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
+        key = _spec(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry
+        with self._lock:  # one compile per spec even when threads call at once
+            entry = self._cache.get(key)
+            if entry is not None:
+                return entry
+            if len(self._cache) >= self._limit:
+                if not self._warned:
+                    warnings.warn(f"uniorch: {len(self._cache)} input specs compiled for this model "
+                                  f"(cache_size_limit={self._limit}); further new specs run eagerly. "
+                                  f"Raise cache_size_limit or keep input shapes fixed.", stacklevel=3)
+                    self._warned = True
+                return None
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
+            self._cache[key] = entry
+            return entry
+
+    def __call__(self, *args, **kwargs):
+        entry = self.entry(args, kwargs)
+        if entry is None:
+            return self._model(*args, **kwargs)
+        flat = entry.captured.flat_inputs(args, kwargs)
+        outs = entry.program(*flat)
+        return entry.captured.finish(args, kwargs, list(outs))
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+
+def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry:
+    timings = {}
+    t = time.perf_counter()
+    captured = capture(model, args, kwargs)
+    timings["capture"] = time.perf_counter() - t
+    t = time.perf_counter()
+    program = compile_program(captured.graph_module, target, fallback)
+    timings["compile"] = time.perf_counter() - t
+    timings.update({f"  {k}": v for k, v in program.timings.items()})
+    return _Entry(captured, program, timings)
+
+
+def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
+            cache_size_limit: int = DEFAULT_CACHE_LIMIT) -> CompiledModule:
+    """Returns a callable with the model's signature and outputs, running uniorch's kernels.
+
+    target: "auto" | "interpret" | "cuda[:sm_XX]" | "rocm[:gfxNNN]" | "cann[:…]" (DESIGN.md).
+    fallback: "eager" runs what cannot be compiled in PyTorch (reported by `explain`);
+    "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
+    arguments) captures and compiles; later calls with that spec reuse it.
+    """
+    if fallback not in ("eager", "error"):
+        raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
+    tgt = parse_target(target)
+    require_runnable(tgt)
+    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit)
+
+
+# -- explain ---------------------------------------------------------------------------------------
+@dataclass
+class KernelReport:
+    name: str
+    kind: str
+    ops: list[tuple[str, str]]  # (ATen op, "module.path @ file:line")
+    schedule: dict
+    bytes_read: int
+    bytes_written: int
+    source: str = field(repr=False, default="")
+
+
+@dataclass
+class FallbackReport:
+    op: str
+    where: str
+    stage: str
+    why: str
+
+
+@dataclass
+class Report:
+    target: str
+    kernels: list[KernelReport]
+    fallbacks: list[FallbackReport]
+    timings: dict[str, float]
+    captured_ops: int
+    compiled_ops: int
+    bytes_moved: int
+    bytes_minimum: int
+
+    @property
+    def compiled_fraction(self) -> float:
+        return self.compiled_ops / max(1, self.captured_ops)
+
+    def __str__(self) -> str:
+        lines = [f"uniorch explain (target {self.target}): {len(self.kernels)} kernels, "
+                 f"{self.compiled_ops}/{self.captured_ops} ATen ops compiled ({100 * self.compiled_fraction:.0f}%), "
+                 f"{len(self.fallbacks)} eager fallbacks",
+                 f"bytes moved {_mb(self.bytes_moved)} vs minimum {_mb(self.bytes_minimum)} "
+                 f"({self.bytes_moved / max(1, self.bytes_minimum):.2f}x)", "",
+                 f"{'kernel':<28} {'kind':<12} {'ops':>4} {'read':>10} {'written':>10}  fused ATen ops"]
+        for k in self.kernels:
+            names = ", ".join(dict.fromkeys(o.removeprefix("aten.").split(".")[0] for o, _ in k.ops))
+            lines.append(f"{k.name:<28} {k.kind:<12} {len(k.ops):>4} {_mb(k.bytes_read):>10} {_mb(k.bytes_written):>10}  {names}")
+        if self.fallbacks:
+            lines += ["", "eager fallbacks (op, where, why):"]
+            lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {f.why}" for f in self.fallbacks]
+        lines += ["", "timings: " + ", ".join(f"{k.strip()} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
+        return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.3f} MB" if n >= 1e5 else f"{n} B"
+
+
+def explain(model_or_fn: Any, *args, target: str = "auto", **kwargs) -> Report:
+    """Compiles for `args`/`kwargs` and reports kernels, fallbacks, timings and bytes moved."""
+    tgt = parse_target(target)
+    require_runnable(tgt)
+    entry = _compile_entry(model_or_fn, args, kwargs, tgt, "eager")
+    return _report(entry, tgt, args, kwargs)
+
+
+def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
+    from .capture.locations import node_source_loc
+
+    cg, program = entry.captured, entry.program
+    nodes = {n.name: n for n in cg.graph_module.graph.nodes}
+    aten = [n for n in nodes.values() if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+
+    def where(name: str) -> str:
+        return str(node_source_loc(nodes[name])) if name in nodes else "?"
+
+    kernels = []
+    for region in program.regions:
+        for k in region.kernels:
+            ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
+            kernels.append(KernelReport(k.name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source))
+    fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in program.fallbacks for n, op in zip(f.nodes, f.ops)]
+    compiled = sum(1 for n in aten if n.name in program.compiled_nodes)
+    flat = cg.flat_inputs(args, kwargs)
+    minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+    outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
+    for o in pytree.tree_leaves(outs):
+        val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            minimum += val.numel() * val.element_size()
+    moved = sum(k.bytes_read + k.bytes_written for k in kernels)
+    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum)
+
+
+def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):
+    """torch.compile(model, backend="uniorch"): Dynamo's graph is compiled like any function.
+
+    Registered through the `torch_dynamo_backends` entry point; `options=` of torch.compile arrive
+    as keyword arguments (e.g. options={"target": "interpret"}).
+    """
+    return compile(gm, target=options.get("target", "auto"), fallback=options.get("fallback", "eager"))
+
+
+__all__ = ["compile", "explain", "CompiledModule", "Report", "torch_backend"]

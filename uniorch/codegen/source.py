@@ -1,0 +1,64 @@
+"""What codegen hands the runtime: one kernel's Triton source and how to launch it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from uniorch.errors import UniorchError
+
+
+class CodegenError(UniorchError):
+    """An op of a kernel cannot be turned into Triton; its region runs eagerly instead."""
+
+    def __init__(self, op: Any, reason: str):
+        self.op_name = getattr(op, "name", None) or str(op)
+        self.location = str(getattr(op, "location", "")) if op is not None else ""
+        super().__init__(f"cannot generate Triton for '{self.op_name}': {reason}")
+
+
+@dataclass
+class KernelSource:
+    """A generated kernel.
+
+    `source` is a Python module text defining `fn_name` with `@jit` (injected by the loader).
+    Arguments, in order: per input then per result, its pointer then one stride per dimension;
+    then `constexprs` by keyword. `grid` is the launch grid. `num_warps`/`num_stages` go to Triton.
+    """
+
+    name: str
+    fn_name: str
+    source: str
+    input_ranks: list[int]
+    output_ranks: list[int]
+    grid: tuple[int, ...]
+    constexprs: dict[str, int] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 1
+    # Triton signature types per pointer argument (e.g. "*fp32"), inputs then results; strides are "i64".
+    pointer_types: list[str] = field(default_factory=list)
+
+    def signature(self) -> dict[str, str]:
+        """Triton `ASTSource` signature: argument name -> type (strides i64, blocks constexpr)."""
+        if not self.pointer_types:
+            raise ValueError(f"kernel {self.name}: pointer_types not set")
+        sig = {}
+        ranks = self.input_ranks + self.output_ranks
+        names = list(self.arg_names())
+        i = 0
+        for ptype, rank in zip(self.pointer_types, ranks):
+            sig[names[i]] = ptype
+            i += 1
+            for _ in range(rank):
+                sig[names[i]] = "i64"
+                i += 1
+        for k in self.constexprs:
+            sig[k] = "constexpr"
+        return sig
+
+    def arg_names(self) -> list[str]:
+        names = []
+        for prefix, ranks in (("in", self.input_ranks), ("out", self.output_ranks)):
+            for i, rank in enumerate(ranks):
+                names.append(f"{prefix}{i}_ptr")
+                names.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+        return names

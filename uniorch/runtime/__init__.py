@@ -1,0 +1,1 @@
+"""Launch plans, kernel loading and caches."""

@@ -1,0 +1,150 @@
+"""Compiles one functional FX (sub)graph into a launch plan of Triton kernels.
+
+    FX graph → torch dialect (node-tagged locations) → linalg → uniorch-preprocess → uniorch-fuse
+    → uniorch-schedule{target} → uniorch-plan-memory → per kernel: Triton source → loaded function
+
+Any failure raises `RegionError` naming the FX nodes it concerns (from the `"@node"` location tags),
+so the caller can run exactly those eagerly and compile the rest.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch_mlir import ir
+
+from uniorch.codegen import CodegenError, generate
+from uniorch.errors import UniorchError
+from uniorch.ir import lower, make_context
+from uniorch.ir.importer import import_graph, node_names
+from uniorch.targets import Target
+
+from . import loader
+from .plan import Kernel, LaunchPlan, PlanError, build_plan
+
+PIPELINE = "uniorch-preprocess, uniorch-fuse, uniorch-schedule{{target={target}}}, uniorch-plan-memory"
+
+
+class RegionError(UniorchError):
+    def __init__(self, stage: str, reason: str, nodes: list[str]):
+        self.stage, self.reason, self.nodes = stage, reason, nodes
+        super().__init__(f"{stage}: {reason}")
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    kind: str
+    nodes: list[str]  # FX nodes fused into it
+    schedule: dict
+    source: str
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass
+class CompiledGraph:
+    plan: LaunchPlan
+    module: ir.Module
+    kernels: list[KernelInfo]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, *inputs):
+        return tuple(self.plan(list(inputs)))
+
+
+def _nodes_in(op) -> list[str]:
+    names: list[str] = []
+
+    def visit(o):
+        names.extend(node_names(o.location))
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return list(dict.fromkeys(names))
+
+
+def _nbytes(t) -> int:
+    from uniorch.passes.plan_memory import nbytes
+
+    return nbytes(t)
+
+
+def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
+    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
+    from uniorch.passes.ir_utils import main_func
+
+    timings: dict[str, float] = {}
+    all_nodes = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    t = time.perf_counter()
+    ctx = make_context()
+    try:
+        module = import_graph(gm.graph, ctx, tag_nodes=True)
+        lower(module, "linalg")
+    except UniorchError as err:
+        raise RegionError("import", str(err), _error_nodes(err) or all_nodes) from None
+    timings["import+lower"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    try:
+        run_pipeline(module, parse_pipeline(PIPELINE.format(target=target), ctx), PassContext(target=str(target)))
+    except UniorchError as err:
+        raise RegionError("passes", str(err), _error_nodes(err) or all_nodes) from None
+    timings["passes"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    main = main_func(module)
+    kernels: dict[str, Kernel] = {}
+    infos: list[KernelInfo] = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "func.func" or "uniorch.kernel" not in op.attributes:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if "uniorch.unsupported" in op.attributes:
+            raise RegionError("codegen", ir.StringAttr(op.attributes["uniorch.unsupported"]).value, _nodes_in(op) or all_nodes)
+        try:
+            ks = generate(op, str(target))
+            fn = loader.load(ks, interpret=target.interpret)
+        except CodegenError as err:
+            raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
+        except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
+            raise RegionError("codegen", f"{name}: {type(err).__name__}: {err}", _nodes_in(op) or all_nodes) from None
+        inplace = {}
+        if "uniorch.inplace" in op.attributes:
+            pairs = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.inplace"])]
+            inplace = {k: i for k, i in enumerate(pairs) if i >= 0}
+        kernels[name] = Kernel(name, ks, fn, inplace, op)
+        ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        sched = {}
+        if "uniorch.schedule" in op.attributes:
+            sched = {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
+        infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
+                                ks.source, sum(_nbytes(t) for t in ftype.inputs), sum(_nbytes(t) for t in ftype.results)))
+    try:
+        plan = build_plan(module, main, kernels, _launch)
+    except PlanError as err:
+        bad = [op for op in _main_ops(main) if str(op.location) == err.location]
+        nodes = _nodes_in(bad[0]) if bad else []
+        raise RegionError("plan", str(err), nodes or all_nodes) from None
+    timings["codegen"] = time.perf_counter() - t
+    return CompiledGraph(plan, module, infos, timings)
+
+
+def _main_ops(main):
+    return [o.operation for o in main.regions[0].blocks[0].operations]
+
+
+def _error_nodes(err: UniorchError) -> list[str]:
+    names: list[str] = []
+    for d in getattr(err, "diagnostics", []) or []:
+        names.extend(node_names(getattr(d, "raw_location", "") or ""))
+    return names
+
+
+def _launch(kernel: Kernel, inputs, outputs) -> None:
+    loader.launch(kernel.source, kernel.fn, inputs, outputs)
+
+
+__all__ = ["compile_graph", "CompiledGraph", "KernelInfo", "RegionError"]

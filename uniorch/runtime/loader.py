@@ -1,0 +1,71 @@
+"""Turns generated Triton source into a launchable function, for the interpreter or a GPU.
+
+Generated modules use the name `jit` without importing it; we bind it before executing the module:
+Triton's interpreter (`InterpretedFunction`) for the `interpret` target, `triton.jit` otherwise.
+Triton reads kernel source back from the file (inspect.getsource), so each module is written to
+the kernel cache directory under a name derived from its content.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from typing import Any
+
+from uniorch.codegen.source import KernelSource
+
+
+def cache_dir() -> str:
+    from uniorch import config
+
+    root = config.cache_dir()
+    path = os.path.join(root, "kernels")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def load(ks: KernelSource, interpret: bool) -> Any:
+    """The kernel's function object: an InterpretedFunction or a triton JITFunction."""
+    digest = hashlib.sha256(ks.source.encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"{ks.fn_name}_{digest}.py")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".py")
+        with os.fdopen(fd, "w") as f:
+            f.write(ks.source)
+        os.replace(tmp, path)  # atomic: concurrent compiles never see a half-written file
+    mod_name = f"uniorch_kernel_{ks.fn_name}_{digest}_{'i' if interpret else 'c'}"
+    mod = sys.modules.get(mod_name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        mod.jit = _interpreted if interpret else _compiled
+        sys.modules[mod_name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(mod_name, None)
+            raise
+    return getattr(mod, ks.fn_name)
+
+
+def _interpreted(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)
+
+
+def _compiled(fn):
+    import triton
+
+    return triton.jit(fn)
+
+
+def launch(ks: KernelSource, fn: Any, inputs: list, outputs: list) -> None:
+    """Calls the kernel on torch tensors: pointers and element strides, in the KernelSource order."""
+    args = []
+    for t in list(inputs) + list(outputs):
+        args.append(t)
+        args.extend(t.stride())
+    fn[ks.grid](*args, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)

@@ -1,0 +1,162 @@
+"""Region fallback: compile what compiles, run the rest eagerly, and say why.
+
+The captured graph is cut into runs of consecutive nodes (in topological order) that are either
+compiled or eager. Every compiled run becomes one `CompiledGraph`; when compiling a run fails, the
+FX nodes named by the failure (or, without names, the whole run) become eager and the graph is cut
+again. The result is an FX GraphModule calling compiled regions and plain ATen ops in order.
+"""
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from uniorch.targets import Target
+
+from .compiler import CompiledGraph, RegionError, compile_graph
+
+MAX_ATTEMPTS = 64
+
+
+@dataclass
+class Fallback:
+    nodes: list[str]
+    ops: list[str]  # ATen targets
+    stage: str
+    reason: str
+
+
+@dataclass
+class Program:
+    module: fx.GraphModule  # calls regions (submodules named region_i) and eager ATen ops
+    regions: list[CompiledGraph]
+    fallbacks: list[Fallback]
+    compiled_nodes: set[str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, *inputs):
+        return self.module(*inputs)
+
+
+class _Region(torch.nn.Module):
+    def __init__(self, compiled: CompiledGraph):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *inputs):
+        return self.compiled(*inputs)
+
+
+def _calls(gm) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager") -> Program:
+    eager: dict[str, Fallback] = {}
+    cache: dict[frozenset, CompiledGraph] = {}
+    timings: dict[str, float] = {}
+    for _ in range(MAX_ATTEMPTS):
+        runs = _runs(gm, {n for f in eager.values() for n in f.nodes})
+        failed = False
+        for compiled, nodes in runs:
+            key = frozenset(n.name for n in nodes)
+            if not compiled or key in cache:
+                continue
+            sub = _subgraph(gm, nodes)
+            t = time.perf_counter()
+            try:
+                cache[key] = compile_graph(sub, target)
+                for k, v in cache[key].timings.items():
+                    timings[k] = timings.get(k, 0.0) + v
+            except RegionError as err:
+                if fallback == "error":
+                    raise
+                named = [n for n in err.nodes if n in key] or sorted(key)
+                by_name = {n.name: n for n in nodes}
+                fb = Fallback(named, [str(by_name[n].target) for n in named], err.stage, err.reason)
+                for n in named:
+                    eager[n] = fb
+                failed = True
+                timings["failed compiles"] = timings.get("failed compiles", 0.0) + time.perf_counter() - t
+                break
+        if not failed:
+            break
+    else:
+        raise RegionError("partition", f"gave up after {MAX_ATTEMPTS} attempts", [])
+    top, regions, compiled_nodes = _assemble(gm, runs, cache)
+    fallbacks = list({id(f): f for f in eager.values()}.values())
+    return Program(top, regions, fallbacks, compiled_nodes, timings)
+
+
+def _runs(gm, eager_names: set[str]) -> list[tuple[bool, list[fx.Node]]]:
+    """Consecutive call nodes with the same status; a getitem follows its source's status."""
+    runs: list[tuple[bool, list[fx.Node]]] = []
+    status: dict[fx.Node, bool] = {}
+    for n in _calls(gm):
+        if n.target is operator.getitem and isinstance(n.args[0], fx.Node) and n.args[0] in status:
+            ok = status[n.args[0]]
+        else:
+            ok = n.name not in eager_names
+        status[n] = ok
+        if runs and runs[-1][0] == ok:
+            runs[-1][1].append(n)
+        else:
+            runs.append((ok, [n]))
+    return runs
+
+
+def _boundary(gm, nodes: list[fx.Node]):
+    inside = set(nodes)
+    inputs: list[fx.Node] = []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in inputs:
+                inputs.append(a)
+    outputs = [n for n in nodes if any(u not in inside for u in n.users)]
+    return inputs, outputs
+
+
+def _subgraph(gm, nodes: list[fx.Node]) -> fx.GraphModule:
+    inputs, outputs = _boundary(gm, nodes)
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for a in inputs:
+        p = g.placeholder(a.name)
+        p.meta = dict(a.meta)
+        env[a] = p
+    for n in nodes:
+        env[n] = g.node_copy(n, lambda x: env[x])
+    g.output(tuple(env[o] for o in outputs))
+    return fx.GraphModule(gm, g)
+
+
+def _assemble(gm, runs, cache):
+    root = torch.nn.Module()
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    regions: list[CompiledGraph] = []
+    compiled_nodes: set[str] = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = g.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+    for compiled, nodes in runs:
+        if not compiled:
+            for n in nodes:
+                env[n] = g.node_copy(n, lambda x: env[x])
+            continue
+        inputs, outputs = _boundary(gm, nodes)
+        region = cache[frozenset(n.name for n in nodes)]
+        name = f"region_{len(regions)}"
+        root.add_module(name, _Region(region))
+        regions.append(region)
+        compiled_nodes.update(n.name for n in nodes)
+        call = g.call_module(name, tuple(env[a] for a in inputs))
+        for i, o in enumerate(outputs):
+            env[o] = g.call_function(operator.getitem, (call, i))
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    g.output(fx.graph.map_arg(out.args[0], lambda x: env[x]))
+    return fx.GraphModule(root, g), regions, compiled_nodes

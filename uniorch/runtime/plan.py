@@ -1,0 +1,209 @@
+"""A launch plan: `@main` after scheduling and memory planning, as steps over torch tensors.
+
+Each op of `@main` becomes one step: a kernel launch (pointers + strides of its operands), a view
+(reshape / slice: no copy), or a constant. Buffers follow `uniorch-plan-memory`'s ids and are
+allocated per call, so returned tensors never alias each other or a later call's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch_mlir import ir
+
+from uniorch.codegen import CodegenError, KernelSource
+from uniorch.errors import UniorchError
+
+_DTYPES = {
+    "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
+    "i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
+    "ui8": torch.uint8,
+}
+
+
+class PlanError(UniorchError):
+    """`@main` holds an op the runtime cannot execute; the region runs eagerly instead."""
+
+    def __init__(self, op, reason: str):
+        self.op_name = op.name
+        self.location = str(op.location)
+        super().__init__(f"cannot run '{op.name}' in a launch plan: {reason}")
+
+
+def torch_dtype(t) -> torch.dtype:
+    et = str(ir.RankedTensorType(t).element_type)
+    if et not in _DTYPES:
+        raise KeyError(et)
+    return _DTYPES[et]
+
+
+def shape_of(t) -> list[int]:
+    return list(ir.RankedTensorType(t).shape)
+
+
+@dataclass
+class Kernel:
+    name: str
+    source: KernelSource
+    fn: Any
+    inplace: dict[int, int]  # result index -> input index written into
+    func_op: Any = None  # the kernel's MLIR function, for explain
+    launches: int = 0
+
+
+@dataclass
+class Step:
+    kind: str  # "launch" | "view" | "slice" | "const"
+    run: Callable[[list], None]
+    label: str = ""
+
+
+@dataclass
+class LaunchPlan:
+    num_inputs: int
+    steps: list[Step]
+    outputs: list[int]  # value slots returned
+    num_slots: int
+    kernels: dict[str, Kernel] = field(default_factory=dict)
+    buffer_bytes: list[int] = field(default_factory=list)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        slots: list[Any] = [None] * self.num_slots
+        slots[: self.num_inputs] = inputs
+        ctx = _RunContext(self.buffer_bytes, inputs[0].device if inputs else torch.device("cpu"))
+        for step in self.steps:
+            step.run(slots, ctx)
+        return [slots[i] for i in self.outputs]
+
+
+class _RunContext:
+    def __init__(self, buffer_bytes, device):
+        self.buffer_bytes = buffer_bytes
+        self.device = device
+        self.buffers: dict[int, torch.Tensor] = {}
+
+    def buffer(self, bid: int, shape, dtype) -> torch.Tensor:
+        raw = self.buffers.get(bid)
+        if raw is None:
+            raw = torch.empty(self.buffer_bytes[bid], dtype=torch.uint8, device=self.device)
+            self.buffers[bid] = raw
+        n = 1
+        for d in shape:
+            n *= d
+        return raw[: n * dtype.itemsize].view(dtype).view(shape)
+
+
+def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Callable) -> LaunchPlan:
+    block = main.regions[0].blocks[0]
+    slot: dict = {}
+    for i, a in enumerate(block.arguments):
+        slot[a] = i
+    steps: list[Step] = []
+    outputs: list[int] = []
+    buffer_bytes = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(module.operation.attributes["uniorch.buffer_bytes"])] \
+        if "uniorch.buffer_bytes" in module.operation.attributes else []
+
+    def new_slot(v):
+        slot[v] = len(slot)
+        return slot[v]
+
+    def src(op, v):
+        if v not in slot:
+            raise PlanError(op, "uses a value that no step produces")
+        return slot[v]
+
+    for op in block.operations:
+        op = op.operation
+        name = op.name
+        if name == "func.return":
+            outputs = [src(op, v) for v in op.operands]
+        elif name == "func.call":
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            if callee not in kernels:
+                raise PlanError(op, f"kernel @{callee} was not compiled")
+            k = kernels[callee]
+            ins = [src(op, v) for v in op.operands]
+            outs = [new_slot(r) for r in op.results]
+            bids = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.buffers"])]
+            specs = [(shape_of(r.type), torch_dtype(r.type)) for r in op.results]
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, launch), callee))
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            s, d, shape = src(op, op.operands[0]), new_slot(op.results[0]), shape_of(op.results[0].type)
+            steps.append(Step("view", _view_step(s, d, shape)))
+        elif name == "tensor.extract_slice":
+            steps.append(Step("slice", _slice_step(op, src(op, op.operands[0]), new_slot(op.results[0]))))
+        elif name == "arith.constant" and isinstance(op.results[0].type, ir.ShapedType):
+            steps.append(Step("const", _const_step(op, new_slot(op.results[0]))))
+        elif name in ("tensor.empty", "arith.constant"):
+            continue  # shapes and scalars only matter inside kernels
+        else:
+            raise PlanError(op, "no kernel covers it")
+    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes)
+
+
+def _launch_step(k: Kernel, ins, outs, bids, specs, launch):
+    def run(slots, ctx):
+        inputs = [slots[i] for i in ins]
+        results = []
+        for j, (bid, (shape, dtype)) in enumerate(zip(bids, specs)):
+            out = ctx.buffer(bid, shape, dtype)
+            if j in k.inplace:
+                dest = inputs[k.inplace[j]]
+                if dest.data_ptr() != out.data_ptr():
+                    out.copy_(dest)  # the destination is still read later: write into a copy
+            results.append(out)
+        launch(k, inputs, results)
+        k.launches += 1
+        for j, s in enumerate(outs):
+            slots[s] = results[j]
+
+    return run
+
+
+def _view_step(s, d, shape):
+    def run(slots, ctx):
+        t = slots[s]
+        slots[d] = t.view(shape) if t.is_contiguous() else t.reshape(shape)
+
+    return run
+
+
+def _slice_step(op, s, d):
+    offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+    if len(op.operands) != 1 or any(x < 0 for x in offsets + sizes + strides):
+        raise PlanError(op, "dynamic slice offsets or sizes")
+    shape = shape_of(op.results[0].type)
+    index = tuple(slice(o, o + (n - 1) * st + 1, st) for o, n, st in zip(offsets, sizes, strides))
+
+    def run(slots, ctx):
+        slots[d] = slots[s][index].reshape(shape)  # a view: rank-reducing slices only drop unit dims
+
+    return run
+
+
+def _const_step(op, d):
+    attr = op.attributes["value"]
+    t = op.results[0].type
+    dtype, shape = torch_dtype(t), shape_of(t)
+    if ir.DenseElementsAttr(attr).is_splat:
+        value = ir.DenseElementsAttr(attr).get_splat_value()
+        scalar = value.value if hasattr(value, "value") else float(str(value).split(":")[0])
+        host = torch.full(shape, scalar, dtype=dtype)
+    else:
+        host = torch.from_numpy(np.array(attr).copy()).to(dtype).reshape(shape)
+    cache: dict = {}
+
+    def run(slots, ctx):
+        dev = ctx.device
+        if dev not in cache:
+            cache[dev] = host.to(dev)
+        slots[d] = cache[dev]
+
+    return run
+
+
+__all__ = ["LaunchPlan", "Kernel", "PlanError", "build_plan", "CodegenError"]
