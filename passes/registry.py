@@ -9,6 +9,7 @@ _PASSES = {
     "uniorch-torch-to-linalg": "stage_lowering:TorchToLinalg",
     "uniorch-verify-linalg": "verify_linalg:VerifyLinalg",
     "uniorch-op-stats": "op_stats:OpStats",
+    "uniorch-fuse": "fuse:Fuse",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
     "uniorch-plan-memory": "plan_memory:PlanMemory",

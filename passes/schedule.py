@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch_mlir import ir
-from torch_mlir.dialects import func
+from torch_mlir.dialects import func, tensor
 
 from .base import Pass, PassContext
 from .ir_utils import erase_dead_pure_ops, main_func, topological_sort
@@ -41,11 +41,31 @@ class Schedule(Pass):
         erase_dead_pure_ops(block)
 
 
+RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
 def _clonable(op: ir.Operation) -> bool:
-    """Defined outside but cheaper to recreate inside than to pass: scalar constants, shapes."""
+    """Defined outside but cheaper to recreate inside than to pass: scalar constants and shapes
+    (`tensor.empty`, also reshaped: elementwise fusion leaves `expand_shape(tensor.empty)` inits)."""
     if op.name == "tensor.empty":
         return True
+    if op.name in RESHAPES:
+        src = op.operands[0].owner
+        return not isinstance(src, ir.Block) and _clonable(src)
     return op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType)
+
+
+def _clone_into(v, mapping: dict):
+    """Clones the op defining `v` (and, for reshapes, its clonable source) at the insertion point."""
+    if v in mapping:
+        return mapping[v]
+    op = v.owner
+    if op.name in RESHAPES:  # a reshaped empty tensor is an empty tensor of the new shape
+        t = ir.RankedTensorType(v.type)
+        mapping[v] = tensor.EmptyOp(list(t.shape), t.element_type).result
+        return mapping[v]
+    mapping[v] = op.clone().results[0]
+    return mapping[v]
 
 
 def _top_level(op: ir.Operation, main) -> ir.Operation:
@@ -95,7 +115,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
         mapping = dict(zip(inputs, body.arguments))
         with ir.InsertionPoint(body):
             for v in clones:
-                mapping[v] = v.owner.clone().results[0]
+                _clone_into(v, mapping)
             ret = func.ReturnOp(results)
         for op in ops:
             op.move_before(ret)
@@ -105,7 +125,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
             call = func.CallOp([r.type for r in results], ir.FlatSymbolRefAttr.get(name), inputs)
         for r, new in zip(results, call.results):
             for use in list(r.uses):
-                if _top_level(use.owner, main) != kernel.operation and use.owner != ret.operation:
+                if not _inside(use.owner, kernel.operation):
                     use.owner.operands[use.operand_number] = new
         kernel.attributes["uniorch.kernel"] = ir.UnitAttr.get()
         kernel.attributes["uniorch.kind"] = ir.StringAttr.get(kind)
@@ -115,6 +135,14 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
                 break
         call.attributes["uniorch.group"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n)
     return kernel.operation
+
+
+def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
 
 
 def _walk(op: ir.Operation):

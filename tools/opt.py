@@ -25,8 +25,10 @@ from uniorch.ir.diagnostics import Diagnostic, from_error, rebase
 
 from .model_source import ModelSource, SourceError, user_exception
 
-EMIT_STAGES = ("torch", "linalg")
-LATER_STAGES = ("fused", "scheduled", "triton", "ttir", "ttgir", "llir", "ptx", "cubin", "amdgcn", "hsaco")
+EMIT_STAGES = ("torch", "linalg", "fused", "scheduled", "triton", "ttir")
+MLIR_STAGES = ("torch", "linalg")  # torch-mlir's; then uniorch's kernel stages
+KERNEL_TEXT_STAGES = ("triton", "ttir")  # printed per kernel instead of as one module
+LATER_STAGES = ("ttgir", "llir", "ptx", "cubin", "amdgcn", "hsaco")
 SPLIT_MARKER = "// -----"
 
 
@@ -49,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'uniorch-torch-to-linalg,func.func(canonicalize,cse)'")
     p.add_argument("--emit", default=None, metavar="STAGE",
                    help=f"bring the input to this stage before the pipeline: {', '.join(EMIT_STAGES)}")
+    p.add_argument("--target", default="interpret",
+                   help="target the kernel stages are scheduled for (vendor[:arch], e.g. cuda:sm_90, rocm:gfx942)")
     p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each '{SPLIT_MARKER}'-separated chunk of a .mlir input on its own")
@@ -114,7 +118,12 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
 
     from uniorch.ir.context import make_context
     from uniorch.passes import Instrumentation, Timing, parse_pipeline
+    from uniorch.targets import TargetError, parse_target
 
+    try:
+        target = parse_target(args.target)
+    except TargetError as err:
+        raise CliError(Diagnostic(f"--target: {err}")) from None
     ctx = make_context()
     timing = Timing() if args.timing else None
     inst = Instrumentation(
@@ -134,8 +143,13 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
     for chunk in _chunks(args, ctx, timing):
         try:
             module = chunk.build()
+            if args.emit in ("fused", "scheduled", *KERNEL_TEXT_STAGES):
+                _kernel_stage(module, "fused" if args.emit == "fused" else "scheduled", target, chunk, timing)
             _run_pipeline(module, elements, inst, args, chunk)
-            outputs.append(module.operation.get_asm(enable_debug_info=args.debuginfo))
+            if args.emit in KERNEL_TEXT_STAGES:
+                outputs.append(_kernel_text(module, args.emit, target, chunk, timing))
+            else:
+                outputs.append(module.operation.get_asm(enable_debug_info=args.debuginfo))
         except CliError as err:
             diags.extend(err.diags)
     _report(diags, stderr)
@@ -145,6 +159,28 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
         return 1
     _write(args.output, ("\n" + SPLIT_MARKER + "\n").join(outputs), stdout)
     return 0
+
+
+def _kernel_stage(module, stage, target, chunk, timing) -> None:
+    from uniorch.runtime.compiler import to_kernel_stage
+
+    with _timed(timing, stage):
+        try:
+            to_kernel_stage(module, stage, target)
+        except LoweringError as err:
+            raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
+        except UniorchError as err:
+            raise CliError(Diagnostic(str(err))) from None
+
+
+def _kernel_text(module, stage, target, chunk, timing) -> str:
+    from uniorch.runtime.compiler import kernel_listing
+
+    with _timed(timing, stage):
+        try:
+            return kernel_listing(module, stage, target)
+        except UniorchError as err:
+            raise CliError(Diagnostic(str(err))) from None
 
 
 def _names(values: list[str]) -> set[str]:
@@ -230,6 +266,7 @@ def _timed(timing, name):
 
 
 def _from_text(text: str, chunk: _Chunk, emit: Optional[str], ctx, timing):
+    emit = emit if emit in MLIR_STAGES or emit is None else "linalg"
     from torch_mlir import ir
 
     from uniorch.ir.context import parse_module
@@ -293,6 +330,7 @@ def _name_locations(module, name: str) -> None:
 
 
 def _from_python(src: ModelSource, emit: str, ctx, timing):
+    emit = emit if emit in MLIR_STAGES else "linalg"
     from uniorch.errors import CaptureError
 
     try:

@@ -90,6 +90,13 @@ class CompiledModule:
     def cache_size(self) -> int:
         return len(self._cache)
 
+    def explain(self, *args, **kwargs) -> "Report":
+        """The report for this input spec (compiling it first if needed)."""
+        entry = self.entry(args, kwargs)
+        if entry is None:
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
+        return _report(entry, self._target, args, kwargs)
+
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry:
     timings = {}
@@ -177,10 +184,7 @@ def _mb(n: int) -> str:
 
 def explain(model_or_fn: Any, *args, target: str = "auto", **kwargs) -> Report:
     """Compiles for `args`/`kwargs` and reports kernels, fallbacks, timings and bytes moved."""
-    tgt = parse_target(target)
-    require_runnable(tgt)
-    entry = _compile_entry(model_or_fn, args, kwargs, tgt, "eager")
-    return _report(entry, tgt, args, kwargs)
+    return compile(model_or_fn, target=target).explain(*args, **kwargs)
 
 
 def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
@@ -194,10 +198,11 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
         return str(node_source_loc(nodes[name])) if name in nodes else "?"
 
     kernels = []
-    for region in program.regions:
+    for r, region in enumerate(program.regions):
         for k in region.kernels:
             ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
-            kernels.append(KernelReport(k.name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source))
+            name = k.name if len(program.regions) == 1 else f"r{r}.{k.name}"  # names repeat per region
+            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source))
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in program.fallbacks for n, op in zip(f.nodes, f.ops)]
     compiled = sum(1 for n in aten if n.name in program.compiled_nodes)
     flat = cg.flat_inputs(args, kwargs)

@@ -61,3 +61,14 @@ def require_runnable(target: Target) -> None:
     if target.vendor not in RUNNABLE:
         raise TargetError(f"target '{target}' cannot run kernels in this version: its backend is not built yet; "
                           f"use target='interpret' (runnable targets: {', '.join(RUNNABLE)})")
+
+
+def triton_target(target: Target):
+    """Triton's GPUTarget for compiling to this target (the interpreter borrows NVIDIA sm_90)."""
+    from triton.backends.compiler import GPUTarget
+
+    if target.vendor == "rocm":
+        return GPUTarget("hip", target.arch, 64)
+    if target.vendor == "cuda":
+        return GPUTarget("cuda", int(target.arch.removeprefix("sm_")), 32)
+    return GPUTarget("cuda", 90, 32)

@@ -12,10 +12,8 @@ _FRAME = re.compile(r'File "([^"]+)", line ([0-9]+), in (\S+)')
 
 # Frames inside these trees are plumbing, not the user's model: the op's location is the innermost
 # frame outside them (for nn.Linear that is the line calling the layer, not torch's linear.py).
-_PLUMBING = tuple(
-    os.path.dirname(p) + os.sep
-    for p in (torch.__file__, os.path.dirname(__file__))
-)
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_UNIORCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
@@ -33,7 +31,9 @@ class SourceLoc:
 
 def user_frames(stack_trace: Optional[str]) -> list[tuple[str, int, str]]:
     frames = [(f, int(l), fn) for f, l, fn in _FRAME.findall(stack_trace or "")]
-    user = [fr for fr in frames if not fr[0].startswith(_PLUMBING)]
+    frames = [fr for fr in frames if not fr[0].startswith(_UNIORCH)]  # our own wrappers: never
+    user = [fr for fr in frames if not fr[0].startswith(_TORCH)]
+    # nn.Sequential and friends have no forward of the user's: torch.nn's line is the best we have
     return user or frames
 
 

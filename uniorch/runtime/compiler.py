@@ -23,7 +23,11 @@ from uniorch.targets import Target
 from . import loader
 from .plan import Kernel, LaunchPlan, PlanError, build_plan
 
-PIPELINE = "uniorch-preprocess, uniorch-fuse, uniorch-schedule{{target={target}}}, uniorch-plan-memory"
+KERNEL_STAGES = ("fused", "scheduled")
+PIPELINES = {
+    "fused": "uniorch-preprocess, uniorch-fuse",
+    "scheduled": "uniorch-preprocess, uniorch-fuse, uniorch-schedule{{target={target}}}, uniorch-plan-memory",
+}
 
 
 class RegionError(UniorchError):
@@ -72,7 +76,6 @@ def _nbytes(t) -> int:
 
 
 def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
-    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
     from uniorch.passes.ir_utils import main_func
 
     timings: dict[str, float] = {}
@@ -88,7 +91,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
 
     t = time.perf_counter()
     try:
-        run_pipeline(module, parse_pipeline(PIPELINE.format(target=target), ctx), PassContext(target=str(target)))
+        to_kernel_stage(module, "scheduled", target)
     except UniorchError as err:
         raise RegionError("passes", str(err), _error_nodes(err) or all_nodes) from None
     timings["passes"] = time.perf_counter() - t
@@ -130,6 +133,51 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
         raise RegionError("plan", str(err), nodes or all_nodes) from None
     timings["codegen"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def to_kernel_stage(module: ir.Module, stage: str, target: Target) -> ir.Module:
+    """linalg → `fused` (groups marked) or `scheduled` (kernels outlined, buffers planned), in place."""
+    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
+
+    text = PIPELINES[stage].format(target=target)
+    run_pipeline(module, parse_pipeline(text, module.context), PassContext(target=str(target)))
+    return module
+
+
+def kernel_functions(module: ir.Module) -> list:
+    return [op.operation for op in module.body.operations
+            if op.operation.name == "func.func" and "uniorch.kernel" in op.operation.attributes]
+
+
+def kernel_listing(module: ir.Module, stage: str, target: Target) -> str:
+    """Every kernel of a scheduled module as Triton source (`triton`) or Triton-IR (`ttir`)."""
+    parts = []
+    for op in kernel_functions(module):
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if "uniorch.unsupported" in op.attributes:
+            parts.append(f"# ===== {name}: no kernel, runs eagerly: "
+                         f"{ir.StringAttr(op.attributes['uniorch.unsupported']).value}")
+            continue
+        ks = generate(op, str(target))
+        if stage == "triton":
+            parts.append(f"# ===== {name} (grid {ks.grid}, num_warps {ks.num_warps}) =====\n{ks.source}")
+        else:
+            parts.append(f"// ===== {name} =====\n{ttir(ks, target)}")
+    return "\n".join(parts)
+
+
+def ttir(ks, target: Target) -> str:
+    """Triton-IR of a generated kernel, from Triton's own front end (vendor-neutral; built for the
+    target's GPU kind, or for NVIDIA sm_90 when the target is the interpreter)."""
+    import triton
+    from triton.compiler import ASTSource
+
+    from uniorch.targets import triton_target
+
+    fn = loader.load(ks, interpret=False)
+    compiled = triton.compile(ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs),
+                              target=triton_target(target), options={"num_warps": ks.num_warps})
+    return compiled.asm["ttir"]
 
 
 def _main_ops(main):

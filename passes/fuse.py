@@ -1,0 +1,349 @@
+"""uniorch-fuse: decide which ops of `@main` run together in one kernel (docs/kernels.md §2).
+
+Marks each op of a kernel with `uniorch.group = N`, and the group's anchor op with
+`uniorch.domain = {parallel = [...], reduction = [...]}` and `uniorch.kind`. Groups are grown
+greedily from seeds, in this order:
+
+1. contractions (`patterns.is_contraction`): take transposed A/B operands (pure permutations),
+   a fill of the accumulator, and pointwise epilogues over the output (bias, activation, residual);
+2. reductions (incl. convolutions and pooling, computed directly): take pointwise producers and
+   consumers over the same rows and other reductions over the same rows (softmax, LayerNorm,
+   RMSNorm: one kernel each);
+3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
+4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each.
+
+An op joins a group only if `domain.Layout` places its loops on the group's domain with every
+tensor it exchanges with members at the same positions (so values stay in registers), and no
+path leaves the group and comes back (the kernel could not be launched as one unit). A producer
+that is also used outside the group is cloned into it when cheap (fills, transposes, broadcasts,
+a few arithmetic ops) and left out otherwise. Views, `tensor.empty`, constants and `tm_tensor` ops
+stay unannotated. Zero-result generics that only hold `cf.assert`s (shape checks torch-mlir emits
+for batch norm) are erased: kernels cannot raise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch_mlir import ir
+
+from uniorch.codegen import patterns as pat
+from uniorch.codegen.domain import Layout
+
+from .base import Pass, PassContext
+from .ir_utils import main_func
+
+GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
+
+
+@dataclass
+class _Group:
+    kind: str
+    anchor: ir.Operation
+    layout: Layout
+    ops: list = field(default_factory=list)
+
+
+def _i64(v: int):
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
+
+
+def _static(op: ir.Operation) -> bool:
+    for v in list(op.operands) + list(op.results):
+        if isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Fuse(Pass):
+    name = "uniorch-fuse"
+    summary = "group @main's ops into kernels (uniorch.group/domain/kind annotations)"
+    max_ops: int = 64
+
+    def run(self, module, pctx: PassContext) -> None:
+        main = main_func(module)
+        with module.context:
+            _Fusion(main, self.max_ops).run()
+
+
+class _Fusion:
+    def __init__(self, main, max_ops: int):
+        self.main = main
+        self.block = main.regions[0].blocks[0]
+        self.max_ops = max_ops
+
+    # -- the dependency graph between top-level ops ------------------------------------------------
+    def top(self, op) -> ir.Operation | None:
+        op = pat.op_of(op)
+        while op.parent is not None and op.parent != self.main:
+            op = op.parent
+        return op if op.parent == self.main else None
+
+    def _producers(self, op: ir.Operation) -> set:
+        out = set()
+
+        def visit(inner):
+            for v in inner.operation.operands:
+                if isinstance(v.owner, ir.Block):
+                    continue
+                t = self.top(v.owner)
+                if t is not None and t != op and t in self.preds:
+                    out.add(t)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(visit)
+        return out
+
+    def build_graph(self) -> None:
+        ops = [o.operation for o in self.block.operations]
+        self.ops = [o for o in ops if o.name not in ("tensor.empty", "arith.constant", "func.return")]
+        self.preds = {o: set() for o in self.ops}
+        self.succs = {o: set() for o in self.ops}
+        for o in self.ops:
+            ps = self._producers(o)
+            self.preds[o] = ps
+            for p in ps:
+                self.succs[p].add(o)
+        self.group_of: dict = {}
+
+    def creates_cycle(self, g: _Group, x: ir.Operation) -> bool:
+        """Would a path leave g ∪ {x} and come back once x joins g?"""
+        inside = set(g.ops) | {x}
+
+        def reaches(starts) -> bool:
+            seen, stack = set(), list(starts)
+            while stack:
+                o = stack.pop()
+                if o in seen:
+                    continue
+                seen.add(o)
+                if o in inside:
+                    return True
+                gid = self.group_of.get(o)
+                group_ops = self.groups[gid].ops if gid is not None and gid >= 0 else [o]
+                for m in group_ops:
+                    seen.add(m)
+                    stack.extend(s for s in self.succs[m] if s not in seen)
+            return False
+
+        starts = [s for m in inside for s in self.succs[m] if s not in inside]
+        return reaches(starts)
+
+    # -- growing groups -----------------------------------------------------------------------------
+    def run(self) -> None:
+        for op in [o.operation for o in self.block.operations]:
+            if pat.is_assert_only(op):
+                op.erase()
+        self.erase_dead()
+        self.build_graph()
+        self.groups: list[_Group] = []
+        self.dead: list = []
+
+        def seeds(pred):
+            # a fresh snapshot each time: clones were inserted meanwhile
+            for o in [o.operation for o in self.block.operations]:
+                if o not in self.group_of and pat.is_generic(o) and _static(o) and o.results and pred(o):
+                    yield o
+
+        for o in list(seeds(pat.is_contraction)):
+            if o not in self.group_of:
+                self.grow(self.new_group("contraction", o))
+        for o in list(seeds(lambda o: pat.is_reduction(o) and not pat.is_contraction(o))):
+            if o not in self.group_of:
+                self.grow(self.new_group("reduction", o))
+        for o in list(seeds(pat.is_pointwise)):
+            if o not in self.group_of:
+                self.grow(self.new_group("pointwise", o))
+        for o in [o.operation for o in self.block.operations]:
+            if o.name in pat.COPY_OPS and _static(o):
+                self.new_group("copy", o)
+        self.annotate()
+        for o in self.dead:
+            o.erase()
+
+    def erase_dead(self) -> None:
+        """Drops side-effect-free ops nothing uses (what the erased checks alone read)."""
+        pure = ("linalg.generic",) + pat.COPY_OPS + pat.GLUE_OPS
+        changed = True
+        while changed:
+            changed = False
+            for op in reversed([o.operation for o in self.block.operations]):
+                if op.name in pure and op.name != "func.return" and op.results \
+                        and all(len(list(r.uses)) == 0 for r in op.results):
+                    op.erase()
+                    changed = True
+
+    def new_group(self, kind: str, op: ir.Operation) -> _Group:
+        lay = Layout()
+        if kind != "copy":
+            lay.seed(op)
+        g = _Group(kind, op, lay, [op])
+        self.groups.append(g)
+        self.group_of[op] = len(self.groups) - 1
+        return g
+
+    def candidates(self, g: _Group):
+        members = set(g.ops)
+        cons, prods = [], []
+        for m in g.ops:
+            for s in sorted(self.succs.get(m, ()), key=self._pos):
+                if s not in members and s not in self.group_of and s not in cons and self._direct_user(m, s):
+                    cons.append(s)
+        for m in g.ops:
+            for p in sorted(self.preds.get(m, ()), key=self._pos):
+                if p not in members and p not in self.group_of and p not in prods and self._direct_producer(p, m):
+                    prods.append(p)
+        return [(c, "consumer") for c in cons] + [(p, "producer") for p in prods]
+
+    def _pos(self, op) -> int:
+        return self.ops.index(op) if op in self.ops else 0
+
+    @staticmethod
+    def _direct_user(m, s) -> bool:
+        """s reads a result of m as an operand (not inside its body)."""
+        return any(pat.op_of(u.owner) == s for r in m.results for u in r.uses)
+
+    @staticmethod
+    def _direct_producer(p, m) -> bool:
+        return any(not isinstance(v.owner, ir.Block) and pat.op_of(v.owner) == p for v in m.operands)
+
+    def grow(self, g: _Group) -> None:
+        changed = True
+        while changed and len(g.ops) < self.max_ops:
+            changed = False
+            for x, role in self.candidates(g):
+                if len(g.ops) >= self.max_ops:
+                    break
+                if self.try_join(g, x, role):
+                    changed = True
+                    break
+
+    def admissible(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        if not pat.is_generic(x) or not _static(x) or not x.results:
+            return False
+        if g.kind == "contraction":
+            if role == "consumer":
+                return pat.is_pointwise(x)
+            # producers: transposed A/B, the accumulator's fill; fills/broadcasts of epilogue inputs
+            for m in g.ops:
+                if not self._direct_producer(x, m):
+                    continue
+                if m == g.anchor:
+                    n_in = pat.num_inputs(m)
+                    for i, v in enumerate(m.operands):
+                        if isinstance(v.owner, ir.Block) or pat.op_of(v.owner) != x:
+                            continue
+                        ok = pat.is_permutation_movement(x) if i < n_in else pat.is_fill(x)
+                        if not ok:
+                            return False
+                elif not (pat.is_data_movement(x) or pat.is_fill(x)):
+                    return False
+            return True
+        if g.kind == "reduction":
+            return pat.is_pointwise(x) or (pat.is_reduction(x) and not pat.is_contraction(x))
+        return pat.is_pointwise(x)
+
+    def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        if not self.admissible(g, x, role):
+            return False
+        members = set(g.ops)
+        # gathers must read memory: never from a value computed in the same kernel
+        for v in pat.captured_values(x):
+            if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
+                return False
+        for m in g.ops:
+            if pat.is_generic(m) and any(not isinstance(v.owner, ir.Block) and self.top(v.owner) == x
+                                         for v in pat.captured_values(m)):
+                return False
+        outside_users = [u for r in x.results for u in r.uses if self.top(u.owner) not in members]
+        clone = False
+        if role == "producer" and outside_users:
+            if not pat.is_cheap(x):
+                return False  # several consumers and not cheap: cut
+            clone = True
+        trial = g.layout.copy()
+        grow = g.kind == "pointwise"
+        err = trial.try_add(x, allow_growth=grow)
+        if err:
+            return False
+        if g.kind == "contraction" and role == "consumer":
+            red = set(trial.domain.reduction)
+            if any(l.dims() & red for l in trial.loops[x]):
+                return False
+        if not clone:
+            for r, res in enumerate(x.results):
+                if any(self.top(u.owner) not in members for u in res.uses) and not trial.storable(x, r):
+                    return False
+            if self.creates_cycle(g, x):
+                return False
+            g.ops.append(x)
+            g.layout = trial
+            self.group_of[x] = self.groups.index(g)
+            return True
+        return self.join_clone(g, x, trial)
+
+    def join_clone(self, g: _Group, x: ir.Operation, trial: Layout) -> bool:
+        """Clones cheap producer x for g's members; the original keeps its other users."""
+        members = set(g.ops)
+        with ir.InsertionPoint(x):
+            y = pat.op_of(x.clone())
+        redirected = []
+        for r, res in enumerate(x.results):
+            for u in list(res.uses):
+                owner = pat.op_of(u.owner)
+                if self.top(owner) in members:
+                    owner.operands[u.operand_number] = y.results[r]
+                    redirected.append((owner, u.operand_number, r))
+        self.rebuild_graph()
+        lay = g.layout.copy()
+        err = lay.try_add(y, allow_growth=g.kind == "pointwise")
+        if err or self.creates_cycle(g, y):
+            for owner, i, r in redirected:
+                owner.operands[i] = x.results[r]
+            y.erase()
+            self.rebuild_graph()
+            return False
+        g.ops.append(y)
+        g.layout = lay
+        self.group_of[y] = self.groups.index(g)
+        if all(len(list(r.uses)) == 0 for r in x.results):
+            self.dead.append(x)  # erased after annotation: erasing now could recycle its address
+            self.group_of[x] = -1
+        return True
+
+    def rebuild_graph(self) -> None:
+        """After operands changed. `hash(ir.Operation)` depends on the op's operands, so every
+        dict and set keyed by ops is rebuilt, not just the edges."""
+        dead = [o for o, gid in self.group_of.items() if gid == -1]
+        self.build_graph()
+        self.group_of = {o: i for i, g in enumerate(self.groups) for o in g.ops}
+        self.group_of.update({o: -1 for o in dead})
+        for g in self.groups:
+            g.layout.rehash()
+
+    # -- annotations --------------------------------------------------------------------------------
+    def annotate(self) -> None:
+        order = {o.operation: i for i, o in enumerate(self.block.operations)}
+        groups = [g for g in self.groups if g.ops]
+        seen: dict = {}
+        for n, g in enumerate(groups):
+            for o in g.ops:
+                assert o not in seen, f"uniorch-fuse: {o.name} put in two groups"
+                seen[o] = n
+        groups.sort(key=lambda g: min(order[o] for o in g.ops))
+        for n, g in enumerate(groups):
+            for o in g.ops:
+                o.attributes[GROUP] = _i64(n)
+            anchor = g.anchor
+            if g.kind == "copy":
+                par = list(ir.RankedTensorType(anchor.results[0].type).shape)
+                red = []
+            else:
+                dom = g.layout.domain
+                par = [dom.sizes[d] for d in dom.parallel]
+                red = [dom.sizes[d] for d in dom.reduction]
+            anchor.attributes[DOMAIN] = ir.DictAttr.get({
+                "parallel": ir.ArrayAttr.get([_i64(s) for s in par]),
+                "reduction": ir.ArrayAttr.get([_i64(s) for s in red]),
+            })
+            anchor.attributes[KIND] = ir.StringAttr.get(g.kind)

@@ -1,0 +1,356 @@
+"""What a `linalg.generic` computes, read off its maps, iterators and body.
+
+Shared by fusion (passes/fuse.py) and the code generators: `is_contraction` decides which ops the
+tl.dot template (contraction.py) takes; the rest classify pointwise ops, data movement (transposes,
+broadcasts), fills, and reductions whose body folds with a known combiner.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+GENERIC = "linalg.generic"
+COPY_OPS = ("tensor.insert_slice", "tensor.pad", "tensor.concat")
+# Pure-dataflow glue that stays in @main (views, shapes, constants).
+GLUE_OPS = ("tensor.empty", "arith.constant", "tensor.expand_shape", "tensor.collapse_shape",
+            "tensor.extract_slice", "func.return")
+# Body ops that make a pointwise op too expensive to recompute in several kernels.
+_EXPENSIVE = ("math.", "tensor.extract", "arith.divf", "arith.remf", "arith.divsi", "arith.remsi",
+              "arith.divui", "arith.remui")
+_CHEAP_MATH = ("math.absf", "math.absi", "math.floor", "math.ceil")
+CHEAP_BODY_OPS = 4
+
+# combiner op -> identity (as a Python value understood by body.constant_expr), None: dtype-dependent
+COMBINERS = {
+    "arith.addf": 0.0, "arith.mulf": 1.0,
+    "arith.maximumf": float("-inf"), "arith.minimumf": float("inf"),
+    "arith.maxnumf": float("nan"), "arith.minnumf": float("nan"),
+    "arith.addi": 0, "arith.muli": 1, "arith.ori": 0, "arith.xori": 0,
+    "arith.andi": "ones", "arith.maxsi": "smin", "arith.minsi": "smax",
+    "arith.maxui": 0, "arith.minui": "ones",
+}
+
+
+# -- generic-op accessors ---------------------------------------------------------------------------
+def op_of(x) -> ir.Operation:
+    return x.operation if hasattr(x, "operation") else x
+
+
+def is_generic(op) -> bool:
+    return op_of(op).name == GENERIC
+
+
+def iterator_types(op) -> list[str]:
+    out = []
+    for a in ir.ArrayAttr(op_of(op).attributes["iterator_types"]):
+        s = str(a)  # #linalg.iterator_type<parallel>
+        out.append("reduction" if "reduction" in s else "parallel")
+    return out
+
+
+def indexing_maps(op) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op_of(op).attributes["indexing_maps"])]
+
+
+def num_inputs(op) -> int:
+    seg = op_of(op).attributes["operandSegmentSizes"]
+    return list(ir.DenseI32ArrayAttr(seg))[0]
+
+
+def inputs(op) -> list[ir.Value]:
+    o = op_of(op)
+    return list(o.operands)[: num_inputs(o)]
+
+
+def outputs(op) -> list[ir.Value]:
+    o = op_of(op)
+    return list(o.operands)[num_inputs(o):]
+
+
+def body(op) -> ir.Block:
+    return op_of(op).regions[0].blocks[0]
+
+
+def body_ops(op) -> list[ir.Operation]:
+    """The body's ops without the terminator."""
+    return [o.operation for o in body(op).operations][:-1]
+
+
+def yield_op(op) -> ir.Operation:
+    return [o.operation for o in body(op).operations][-1]
+
+
+def loop_sizes(op) -> list[int]:
+    """Static loop bounds of a generic, from the shapes its maps index (pure-dim results)."""
+    o = op_of(op)
+    maps = indexing_maps(o)
+    n = maps[0].n_dims if maps else 0
+    sizes: list[int | None] = [None] * n
+    for v, m in zip(o.operands, maps):
+        if not isinstance(v.type, ir.RankedTensorType):
+            continue
+        shape = ir.RankedTensorType(v.type).shape
+        for j, e in enumerate(m.results):
+            if isinstance(e, ir.AffineDimExpr) and sizes[e.position] is None:
+                sizes[e.position] = shape[j]
+    if any(s is None or s < 0 for s in sizes):
+        raise ValueError(f"{o.name}: loop bounds not static or not derivable from pure-dim map results")
+    return [int(s) for s in sizes]
+
+
+def block_arg_used(op, i: int) -> bool:
+    return len(list(body(op).arguments[i].uses)) > 0
+
+
+def _defined_in_body(v: ir.Value, op) -> bool:
+    owner = v.owner
+    blk = body(op)
+    if isinstance(owner, ir.Block):
+        return owner == blk
+    p = owner
+    while p is not None:
+        if p == op_of(op):
+            return True
+        p = p.parent
+    return False
+
+
+def captured_values(op) -> list[ir.Value]:
+    """Values defined outside `op` and used inside its region (e.g. the table of a gather)."""
+    o = op_of(op)
+    out: list[ir.Value] = []
+
+    def visit(inner):
+        inner = inner.operation
+        if inner == o:
+            return ir.WalkResult.ADVANCE
+        for v in inner.operands:
+            if not _defined_in_body(v, o) and v not in out:
+                out.append(v)
+        return ir.WalkResult.ADVANCE
+
+    o.walk(visit)
+    return out
+
+
+# -- classification ---------------------------------------------------------------------------------
+def is_pointwise(op) -> bool:
+    return is_generic(op) and all(t == "parallel" for t in iterator_types(op))
+
+
+def is_reduction(op) -> bool:
+    return is_generic(op) and any(t == "reduction" for t in iterator_types(op))
+
+
+def is_data_movement(op) -> bool:
+    """A transpose / broadcast / copy: all-parallel, one tensor input, body yields it unchanged."""
+    if not is_pointwise(op):
+        return False
+    ins, outs = inputs(op), outputs(op)
+    if len(ins) != 1 or len(outs) != 1 or not isinstance(ins[0].type, ir.RankedTensorType):
+        return False
+    if body_ops(op):
+        return False
+    y = yield_op(op)
+    return len(y.operands) == 1 and y.operands[0] == body(op).arguments[0]
+
+
+def is_permutation_movement(op) -> bool:
+    """Data movement whose input map is a permutation of the loops (a transpose, no broadcast)."""
+    if not is_data_movement(op):
+        return False
+    m_in, m_out = indexing_maps(op)
+    sizes = loop_sizes(op)
+    dims_in = [e.position for e in m_in.results if isinstance(e, ir.AffineDimExpr)]
+    nonunit = [d for d in range(len(sizes)) if sizes[d] != 1]
+    ok_in = all(isinstance(e, ir.AffineDimExpr) or (isinstance(e, ir.AffineConstantExpr) and e.value == 0)
+                for e in m_in.results)
+    return ok_in and sorted(d for d in dims_in if sizes[d] != 1) == nonunit and len(set(dims_in)) == len(dims_in)
+
+
+def is_fill(op) -> bool:
+    """All-parallel and reads no tensor: a constant fill or an iota (linalg.index)."""
+    if not is_pointwise(op):
+        return False
+    if any(isinstance(v.type, ir.ShapedType) for v in inputs(op)):
+        return False
+    return all(o.name != "tensor.extract" for o in body_ops(op))
+
+
+def is_cheap(op) -> bool:
+    """Cheap enough to recompute in every kernel that consumes it (instead of a separate kernel)."""
+    if not is_pointwise(op):
+        return False
+    ops = body_ops(op)
+    if len(ops) > CHEAP_BODY_OPS:
+        return False
+    for o in ops:
+        if o.name in _CHEAP_MATH:
+            continue
+        if any(o.name.startswith(p) for p in _EXPENSIVE):
+            return False
+        if o.regions and len(o.regions) > 0:
+            return False
+    return True
+
+
+def is_assert_only(op) -> bool:
+    """A generic with no results whose body only checks (`cf.assert`): a runtime shape check."""
+    o = op_of(op)
+    if not is_generic(o) or len(o.results) != 0:
+        return False
+    return all(x.name.startswith(("arith.", "math.", "cf.assert", "linalg.index")) for x in body_ops(o))
+
+
+# -- contractions -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContractionDims:
+    """Loop dims of a contraction by role (generic's loop positions)."""
+
+    batch: tuple[int, ...]
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    a: int  # which input is A (its dims are batch+m+k)
+    b: int  # which input is B (batch+k+n)
+
+
+def _strip_extf(v: ir.Value, blk: ir.Block) -> ir.Value | None:
+    """`v` if it is a block argument, or the operand of an `arith.extf` of one."""
+    if isinstance(v.owner, ir.Block):
+        return v
+    o = op_of(v.owner)
+    if o.name == "arith.extf" and isinstance(o.operands[0].owner, ir.Block):
+        return o.operands[0]
+    return None
+
+
+def contraction_dims(op) -> ContractionDims | None:
+    """Dims by role if `op` is a (batch-)matmul-like generic, else None.
+
+    Requires: two inputs and one output; body `out + a*b` (operands of add and mul in either order,
+    `a`/`b` optionally through `arith.extf`); float element types; every map a projected permutation
+    (pure dims only); reduction loops appear in both inputs and not in the output; parallel loops
+    appear in the output; every loop dim is batch (A, B, C), m (A, C), n (B, C) or k (A, B).
+    """
+    o = op_of(op)
+    if not is_generic(o) or num_inputs(o) != 2 or len(outputs(o)) != 1 or len(o.results) != 1:
+        return None
+    its = iterator_types(o)
+    if "reduction" not in its:
+        return None
+    maps = indexing_maps(o)
+    dims = []
+    for m in maps:
+        if m.n_symbols or not all(isinstance(e, ir.AffineDimExpr) for e in m.results):
+            return None
+        ds = [e.position for e in m.results]
+        if len(set(ds)) != len(ds):
+            return None
+        dims.append(set(ds))
+    blk = body(o)
+    ops = body_ops(o)
+    y = yield_op(o)
+    if len(y.operands) != 1 or len(ops) < 2 or len(ops) > 4:
+        return None
+    add = y.operands[0].owner
+    if isinstance(add, ir.Block) or op_of(add).name != "arith.addf":
+        return None
+    a0, a1 = add.operands
+    out_arg = blk.arguments[2]
+    if a0 == out_arg:
+        prod = a1
+    elif a1 == out_arg:
+        prod = a0
+    else:
+        return None
+    mul = prod.owner
+    if isinstance(mul, ir.Block) or op_of(mul).name != "arith.mulf":
+        return None
+    x, w = (_strip_extf(v, blk) for v in mul.operands)
+    if x is None or w is None or {x, w} != {blk.arguments[0], blk.arguments[1]} or x == w:
+        return None
+    allowed = {op_of(add), op_of(mul)} | {op_of(v.owner) for v in mul.operands if not isinstance(v.owner, ir.Block)}
+    if any(b not in allowed for b in ops):
+        return None
+    if not all(isinstance(ir.RankedTensorType(v.type).element_type, (ir.F32Type, ir.F16Type, ir.BF16Type, ir.F64Type))
+               for v in list(o.operands)):
+        return None
+    da, db, dc = dims
+    batch, m_, n_, k_ = [], [], [], []
+    for d, it in enumerate(its):
+        ina, inb, inc = d in da, d in db, d in dc
+        if it == "reduction":
+            if not (ina and inb and not inc):
+                return None
+            k_.append(d)
+        else:
+            if not inc:
+                return None
+            if ina and inb:
+                batch.append(d)
+            elif ina:
+                m_.append(d)
+            elif inb:
+                n_.append(d)
+            else:
+                return None  # broadcast into the output only: not a contraction
+    return ContractionDims(tuple(batch), tuple(m_), tuple(n_), tuple(k_), 0, 1)
+
+
+def is_contraction(op) -> bool:
+    """A (batch-)matmul `linalg.generic`, possibly with permuted operands (see `contraction_dims`)."""
+    try:
+        return contraction_dims(op) is not None
+    except (ValueError, KeyError):
+        return False
+
+
+# -- reductions -------------------------------------------------------------------------------------
+def _depends_on(v: ir.Value, args: list[ir.Value], blk: ir.Block) -> bool:
+    stack, seen = [v], []
+    while stack:
+        x = stack.pop()
+        if any(x == s for s in seen):
+            continue
+        seen.append(x)
+        if any(x == a for a in args):
+            return True
+        owner = x.owner
+        if isinstance(owner, ir.Block):
+            continue
+        stack.extend(owner.operands)
+    return False
+
+
+def reduction_combiners(op) -> list[tuple[str, ir.Value]] | None:
+    """Per output, `(combiner op name, combined value)` if the body is `out_k = comb(out_k, f(ins))`.
+
+    `f` must not read any output argument and each output argument is used exactly once, by its
+    combiner; then the result is comb(init, reduce_comb(f)) and the reduction can be tree-shaped.
+    None if any output does not have this form (the caller then evaluates the body serially).
+    """
+    o = op_of(op)
+    blk = body(o)
+    n_in = num_inputs(o)
+    out_args = list(blk.arguments)[n_in:]
+    y = yield_op(o)
+    result = []
+    for k, v in enumerate(y.operands):
+        comb = v.owner
+        if isinstance(comb, ir.Block) or op_of(comb).name not in COMBINERS:
+            return None
+        a, b = comb.operands
+        if a == out_args[k]:
+            other = b
+        elif b == out_args[k]:
+            other = a
+        else:
+            return None
+        if len(list(out_args[k].uses)) != 1:
+            return None
+        if _depends_on(other, out_args, blk):
+            return None
+        result.append((op_of(comb).name, other))
+    return result
