@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
-from uniorch.codegen.domain import Layout
+from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
@@ -59,18 +59,20 @@ class Fuse(Pass):
     name = "uniorch-fuse"
     summary = "group @main's ops into kernels (uniorch.group/domain/kind annotations)"
     max_ops: int = 64
+    views: bool = True  # fuse through reshapes that only add/drop size-1 dims
 
     def run(self, module, pctx: PassContext) -> None:
         main = main_func(module)
         with module.context:
-            _Fusion(main, self.max_ops).run()
+            _Fusion(main, self.max_ops, self.views).run()
 
 
 class _Fusion:
-    def __init__(self, main, max_ops: int):
+    def __init__(self, main, max_ops: int, views: bool = True):
         self.main = main
         self.block = main.regions[0].blocks[0]
         self.max_ops = max_ops
+        self.views = views
 
     # -- the dependency graph between top-level ops ------------------------------------------------
     def top(self, op) -> ir.Operation | None:
@@ -106,9 +108,9 @@ class _Fusion:
                 self.succs[p].add(o)
         self.group_of: dict = {}
 
-    def creates_cycle(self, g: _Group, x: ir.Operation) -> bool:
-        """Would a path leave g ∪ {x} and come back once x joins g?"""
-        inside = set(g.ops) | {x}
+    def creates_cycle(self, g: _Group, x: ir.Operation, extra=()) -> bool:
+        """Would a path leave g ∪ {x} (∪ extra) and come back once x joins g?"""
+        inside = set(g.ops) | {x} | set(extra)
 
         def reaches(starts) -> bool:
             seen, stack = set(), list(starts)
@@ -193,7 +195,56 @@ class _Fusion:
             for p in sorted(self.preds.get(m, ()), key=self._pos):
                 if p not in members and p not in self.group_of and p not in prods and self._direct_producer(p, m):
                     prods.append(p)
-        return [(c, "consumer") for c in cons] + [(p, "producer") for p in prods]
+        sibs = []
+        if g.kind in ("reduction", "pointwise"):
+            # siblings: ungrouped ops reading a tensor a member reads (LayerNorm's mean and
+            # variance of the same rows): one pass over the shared input instead of two
+            for m in g.ops:
+                for v in m.operands:
+                    if not isinstance(v.type, ir.ShapedType):
+                        continue
+                    if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
+                        continue
+                    for u in v.uses:
+                        t = self.top(u.owner)
+                        if (t is not None and t not in members and t not in self.group_of and t not in sibs
+                                and t not in cons and t not in prods and pat.op_of(u.owner) == t):
+                            sibs.append(t)
+        out = ([(c, "consumer", None) for c in cons] + [(p, "producer", None) for p in prods]
+               + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])
+        if self.views and g.kind != "contraction":
+            out += self.view_candidates(g)
+        return out
+
+    def view_candidates(self, g: _Group):
+        """Consumers and producers one unit view (expand/collapse of size-1 dims) away."""
+        members = set(g.ops)
+        out = []
+        for m in g.ops:
+            if m.name in VIEW_OPS:
+                continue
+            for res in m.results:
+                for u in res.uses:
+                    v = pat.op_of(u.owner)
+                    if v in members or self.top(v) != v or not is_unit_view(v):
+                        continue
+                    for u2 in v.results[0].uses:
+                        x = pat.op_of(u2.owner)
+                        if self.top(x) == x and x not in members and x not in self.group_of:
+                            out.append((x, "consumer", v))
+            for val in m.operands:
+                if isinstance(val.owner, ir.Block):
+                    continue
+                v = pat.op_of(val.owner)
+                if v in members or self.top(v) != v or not is_unit_view(v):
+                    continue
+                src = v.operands[0]
+                if isinstance(src.owner, ir.Block):
+                    continue
+                p = pat.op_of(src.owner)
+                if self.top(p) == p and p not in members and p not in self.group_of:
+                    out.append((p, "producer", v))
+        return out
 
     def _pos(self, op) -> int:
         return self.ops.index(op) if op in self.ops else 0
@@ -211,10 +262,10 @@ class _Fusion:
         changed = True
         while changed and len(g.ops) < self.max_ops:
             changed = False
-            for x, role in self.candidates(g):
+            for x, role, via in self.candidates(g):
                 if len(g.ops) >= self.max_ops:
                     break
-                if self.try_join(g, x, role):
+                if (self.try_join_view(g, x, role, via) if via is not None else self.try_join(g, x, role)):
                     changed = True
                     break
 
@@ -240,6 +291,8 @@ class _Fusion:
                     return False
             return True
         if g.kind == "reduction":
+            if role == "sibling":
+                return pat.is_reduction(x) and not pat.is_contraction(x)
             return pat.is_pointwise(x) or (pat.is_reduction(x) and not pat.is_contraction(x))
         return pat.is_pointwise(x)
 
@@ -262,7 +315,7 @@ class _Fusion:
                 return False  # several consumers and not cheap: cut
             clone = True
         trial = g.layout.copy()
-        grow = g.kind == "pointwise"
+        grow = g.kind == "pointwise" and role != "sibling"
         err = trial.try_add(x, allow_growth=grow)
         if err:
             return False
@@ -281,6 +334,89 @@ class _Fusion:
             self.group_of[x] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
+
+    def try_join_view(self, g: _Group, x: ir.Operation, role: str, view: ir.Operation) -> bool:
+        """x joins g together with the unit view between them (values stay in registers)."""
+        if not self.admissible(g, x, role):
+            return False
+        members = set(g.ops)
+        for v in pat.captured_values(x):
+            if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
+                return False
+        view_users = {self.top(u.owner) for u in view.results[0].uses}
+        if role == "producer":
+            sole = all(self.top(u.owner) == view for r in x.results for u in r.uses) and view_users <= members
+            if not sole:
+                return pat.is_cheap(x) and self.join_clone_through_view(g, x, view)
+        cloned, original = None, view
+        if role == "consumer" and not view_users <= members | {x}:
+            with ir.InsertionPoint(x):
+                cloned = pat.op_of(view.clone())
+            redirected = []
+            for i, v in enumerate(x.operands):
+                if v == view.results[0]:
+                    x.operands[i] = cloned.results[0]
+                    redirected.append(i)
+            self.rebuild_graph()
+            view = cloned
+        trial = g.layout.copy()
+        trial.views.add(view)
+        ok = trial.try_add(x, allow_growth=g.kind == "pointwise") is None
+        if ok and role == "consumer":
+            ok = all(trial.storable(x, r) for r, res in enumerate(x.results)
+                     if any(self.top(u.owner) not in members for u in res.uses))
+        ok = ok and not self.creates_cycle(g, x, [view])
+        if not ok:
+            if cloned is not None:  # point x back at the original view, drop the clone
+                for i in redirected:
+                    x.operands[i] = original.results[0]
+                cloned.erase()
+                self.rebuild_graph()
+            return False
+        gid = self.groups.index(g)
+        g.ops += [view, x]
+        g.layout = trial
+        self.group_of[view] = gid
+        self.group_of[x] = gid
+        return True
+
+    def join_clone_through_view(self, g: _Group, x: ir.Operation, view: ir.Operation) -> bool:
+        """Clones cheap producer x and the unit view after it for g's members reading the view."""
+        members = set(g.ops)
+        uses = [(pat.op_of(u.owner), u.operand_number) for u in view.results[0].uses
+                if self.top(u.owner) in members]
+        if not uses or len(x.results) != 1:
+            return False
+        first = min((self.top(o) for o, _ in uses), key=lambda o: [p.operation for p in self.block.operations].index(o))
+        with ir.InsertionPoint(first):
+            x2 = pat.op_of(x.clone())
+            v2 = pat.op_of(view.clone())
+        v2.operands[0] = x2.results[0]
+        for o, i in uses:
+            o.operands[i] = v2.results[0]
+        self.rebuild_graph()
+        trial = g.layout.copy()
+        trial.views.add(v2)
+        ok = trial.try_add(x2, allow_growth=g.kind == "pointwise") is None and not self.creates_cycle(g, x2, [v2])
+        if not ok:
+            for o, i in uses:
+                o.operands[i] = view.results[0]
+            v2.erase()
+            x2.erase()
+            self.rebuild_graph()
+            return False
+        gid = self.groups.index(g)
+        g.ops += [x2, v2]
+        g.layout = trial
+        self.group_of[x2] = gid
+        self.group_of[v2] = gid
+        for dead_view in ([view] if not list(view.results[0].uses) else []):
+            self.dead.append(dead_view)
+            self.group_of[dead_view] = -1
+            if all(self.top(u.owner) == dead_view for u in x.results[0].uses):
+                self.dead.append(x)
+                self.group_of[x] = -1
+        return True
 
     def join_clone(self, g: _Group, x: ir.Operation, trial: Layout) -> bool:
         """Clones cheap producer x for g's members; the original keeps its other users."""

@@ -47,17 +47,19 @@ def _top(op, main):
     return op
 
 
-def outline(module, ops, name: str = "k0_test", kind: str | None = None):
-    """Moves `ops` (top-level ops of @main) into `func.func private @name`; returns (kernel op,
-    input values of @main it takes, result values of @main it produces)."""
+def _plan(module, ops):
+    """What outlining `ops` needs: (inputs, scalar/empty values to clone, nested uses, results)."""
     main = main_of(module)
     members = set(o.operation for o in ops)
     entry = main.regions[0].blocks[0]
 
+    def top(x):
+        return _top(x.operation if hasattr(x, "operation") else x, main)
+
     def outside(v):
         if isinstance(v.owner, ir.Block):
             return v.owner == entry
-        return _top(v.owner.operation if hasattr(v.owner, "operation") else v.owner, main) not in members
+        return top(v.owner) not in members
 
     def clonable(v):
         if isinstance(v.owner, ir.Block):
@@ -82,9 +84,14 @@ def outline(module, ops, name: str = "k0_test", kind: str | None = None):
     results = []
     for op in ops:
         for r in op.results:
-            if any(_top(u.owner.operation if hasattr(u.owner, "operation") else u.owner, main) not in members
-                   for u in r.uses):
+            if any(top(u.owner) not in members for u in r.uses):
                 results.append(r)
+    return inputs, clones, uses, results
+
+
+def _move(module, ops, plan, name, kind):
+    main = main_of(module)
+    inputs, clones, uses, results = plan
     if kind is None:
         kind = next((ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes),
                     None)
@@ -97,7 +104,8 @@ def outline(module, ops, name: str = "k0_test", kind: str | None = None):
         with ir.InsertionPoint(blk):
             for v in clones:
                 mapping[v] = v.owner.operation.clone().results[0]
-            ret = func.ReturnOp(results)
+            func.ReturnOp(results)
+        ret = [o.operation for o in blk.operations][-1]
         for op in ops:
             op.move_before(ret)
         for inner, i, v in uses:
@@ -105,7 +113,27 @@ def outline(module, ops, name: str = "k0_test", kind: str | None = None):
         kernel.attributes["uniorch.kernel"] = ir.UnitAttr.get()
         if kind:
             kernel.attributes["uniorch.kind"] = ir.StringAttr.get(kind)
-    return kernel.operation, inputs, results
+    return kernel.operation
+
+
+def outline(module, ops, name: str = "k0_test", kind: str | None = None):
+    """Moves `ops` (top-level ops of @main) into `func.func private @name`; returns (kernel op,
+    input values of @main it takes, result values of @main it produces)."""
+    plan = _plan(module, ops)
+    return _move(module, ops, plan, name, kind), plan[0], plan[3]
+
+
+def outline_all(module):
+    """Outlines every group (planned first, so no group's uses are rewired before it is planned).
+    Returns [(group id, kernel op, inputs, results)]."""
+    gs = groups(module)
+    plans = {n: _plan(module, ops) for n, ops in gs.items()}
+    out = []
+    for n, ops in sorted(gs.items()):
+        kind = next((ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes), None)
+        kernel = _move(module, ops, plans[n], f"k{n}_{kind or 'test'}", kind)
+        out.append((n, kernel, plans[n][0], plans[n][3]))
+    return out
 
 
 def value_of(v, args: list[torch.Tensor], main) -> torch.Tensor:
@@ -180,11 +208,7 @@ def run_module(module, args, schedule=None):
     """Runs a fused @main: each group as a generated kernel (interpreter), views with torch.
     Returns (outputs, {kernel name: KernelSource})."""
     main = main_of(module)
-    gs = groups(module)
-    units = []
-    for n, ops in sorted(gs.items()):
-        kernel, inputs, results = outline(module, ops, name=f"k{n}_test")
-        units.append((kernel, inputs, results))
+    units = [(kernel, inputs, results) for _, kernel, inputs, results in outline_all(module)]
     env = {a: t for a, t in zip(main.regions[0].blocks[0].arguments, args)}
     rest = [o.operation for o in main.regions[0].blocks[0].operations]
     sources = {}

@@ -203,8 +203,10 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
             ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
             name = k.name if len(program.regions) == 1 else f"r{r}.{k.name}"  # names repeat per region
             kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source))
-    fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in program.fallbacks for n, op in zip(f.nodes, f.ops)]
-    compiled = sum(1 for n in aten if n.name in program.compiled_nodes)
+    failed = program.fallbacks + program.launch_failures
+    fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
+    eager_now = {n for f in program.launch_failures for n in f.nodes}
+    compiled = sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
     flat = cg.flat_inputs(args, kwargs)
     minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]

@@ -213,15 +213,28 @@ def _floormod(a, b):
 ''',
     "_tanh": '''@jit
 def _tanh(x):
-    # odd Taylor series near 0 (where 1 - exp(-2|x|) cancels), exp formula elsewhere
-    x2 = x * x
-    p = x2 * (-0.0014558343870513183 + x2 * 0.0005900274409456382)
-    p = x2 * (0.021869488536155203 + x2 * (-0.008863235529902197 + x2 * (0.003592128036572481 + p)))
-    small = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * (-0.05396825396825397 + p))))
-    t = tl.exp(-2.0 * tl.abs(x))
-    big = (1.0 - t) / (1.0 + t)
+    # Cephes tanhf: odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) cancels), exp formula above
+    z = x * x
+    small = ((((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z + 1.33314422036e-1) * z
+             - 3.33332819422e-1) * z * x + x
+    ax = tl.abs(x)
+    ax = tl.where(ax > 20.0, 20.0, ax)  # tanh(20) rounds to 1; keeps NaN
+    big = 1.0 - 2.0 / (tl.exp(2.0 * ax) + 1.0)
     big = tl.where(x < 0, -big, big)
-    return tl.where(tl.abs(x) < 0.1, small, big)
+    return tl.where(tl.abs(x) < 0.625, small, big)
+''',
+    "_tanh64": '''@jit
+def _tanh64(x):
+    # Cephes tanh (double): rational approximation below 0.625, exp formula above
+    z = x * x
+    p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3
+    q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3
+    small = x + x * z * p / q
+    ax = tl.abs(x)
+    ax = tl.where(ax > 40.0, 40.0, ax)
+    big = 1.0 - 2.0 / (tl.exp(2.0 * ax) + 1.0)
+    big = tl.where(x < 0, -big, big)
+    return tl.where(tl.abs(x) < 0.625, small, big)
 ''',
     "_sinh": '''@jit
 def _sinh(x):
@@ -336,7 +349,18 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
 
     # -- casts and ops whose meaning depends on i1 or on constant operands --
     if name == "arith.cmpf":
-        return fmt(CMPF[_predicate(op)], args)
+        pred = _predicate(op)
+        if pred in (6, 7, 8, 14):  # (un)ordered: NaN tests only for operands that can be NaN
+            nan_free = [const_of(i) is not None and const_of(i) == const_of(i) for i in range(2)]
+            ordered = [f"({a} == {a})" for a, c in zip(args, nan_free) if not c]
+            unordered = [f"({a} != {a})" for a, c in zip(args, nan_free) if not c]
+            base = {6: f"({args[0]} != {args[1]})", 8: f"({args[0]} == {args[1]})"}.get(pred)
+            if pred in (6, 7):
+                terms = ([base] if base else []) + ordered
+                return " & ".join(terms) if terms else f"{args[0]} == {args[0]}"
+            terms = ([base] if base else []) + unordered
+            return " | ".join(terms) if terms else f"{args[0]} != {args[0]}"
+        return fmt(CMPF[pred], args)
     if name == "arith.cmpi":
         pred = _predicate(op)
         if src == "i1" and pred >= 6:
@@ -355,6 +379,8 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
     template = TABLE.get(name)
     if template is None:
         raise CodegenError(op, "no Triton translation for this op")
+    if name == "math.tanh" and src == "f64":
+        template = "_tanh64({0})"
     if name in FLOAT_MATH and src in ("f16", "bf16"):
         up = [f"{a}.to(tl.float32)" if t in ("f16", "bf16") else a for a, t in zip(args, arg_types)]
         return f"({fmt(template, up)}).to({fill['T']})"

@@ -31,6 +31,11 @@ operands go to `tl.dot` as they are with an fp32 accumulator (the interpreter ca
 bf16, so the "interpret" target widens bf16 tiles to fp32 first: products of 16-bit floats are
 exact in fp32, so the result is the same).
 
+`choose_schedule` returns {block_m, block_n, block_k, group_m, num_warps, num_stages, looped,
+grid}; a `uniorch.schedule` with these keys recorded on the kernel is honoured by the generator.
+`supports(op)` tells fusion whether one generic fits the template. Scalar body ops are translated
+by body.py (shared with the generic code generator).
+
 Anything outside this shape raises CodegenError; a kernel is never emitted on a guess.
 """
 from __future__ import annotations
@@ -958,15 +963,18 @@ class _Emitter:
             self.frames.pop()
         shape = "(BLOCK_M, BLOCK_K)" if side == "a" else "(BLOCK_K, BLOCK_N)"
         full = {"m", "k"} if side == "a" else {"k", "n"}
-        text = val.text
+        text, ty = val.text, val.ty
         if val.const is not None:
-            text = self.line(side, {"k"}, f"tl.full({shape}, {text}, {_TL[val.ty]})", side)
+            text = self.line(side, {"k"}, f"tl.full({shape}, {text}, {_TL[ty]})", side)
         elif set(val.cls) != full:
             text = self.line(side, {"k"}, f"tl.broadcast_to({text}, {shape})", side)
+        if self.interpret and ty == "bf16":
+            # the interpreter keeps bf16 as raw bits (no bf16 dot or arithmetic): widen first
+            text, ty = self.line(side, {"k"}, f"{text}.to(tl.float32)", side), "f32"
         if self.mask_k and not val.zero_k:
             self.need.add(f"mask_k{side}")
             text = self.line(side, {"k"}, f"tl.where(mask_k{side}, {text}, 0.0)", side)
-        return _Val(text, val.ty, frozenset(full))
+        return _Val(text, ty, frozenset(full))
 
     def build(self) -> KernelSource:
         p, s = self.p, self.s
@@ -1091,9 +1099,9 @@ class _Emitter:
                  "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
         if p.order["b"]:
             body.append("pid_b = tl.program_id(1)")
-        body += self.index_defs("b", "pid_b", [])
-        body += self.index_defs("m", "offs_m[:, None]", [])
-        body += self.index_defs("n", "offs_n[None, :]", [])
+        body += self.index_defs("b", "pid_b")
+        body += self.index_defs("m", "offs_m[:, None]")
+        body += self.index_defs("n", "offs_n[None, :]")
         if "mask_m" in self.need:
             body.append(f"mask_m = offs_m[:, None] < {M}")
         if "mask_n" in self.need:
@@ -1101,8 +1109,8 @@ class _Emitter:
         body += self.pre
         body.append(f"for k0 in range(0, {K}, BLOCK_K):")
         inner = ["offs_k = k0 + tl.arange(0, BLOCK_K)"]
-        inner += self.index_defs("k", "offs_k[None, :]", [], ctx="a")
-        inner += self.index_defs("k", "offs_k[:, None]", [], ctx="b")
+        inner += self.index_defs("k", "offs_k[None, :]", ctx="a")
+        inner += self.index_defs("k", "offs_k[:, None]", ctx="b")
         if "mask_ka" in self.need:
             inner.append(f"mask_ka = offs_k[None, :] < {K}")
         if "mask_kb" in self.need:
@@ -1125,9 +1133,10 @@ class _Emitter:
             pointer_types=ptypes,
         )
 
-    def index_defs(self, c: str, flat: str, out: list, ctx: str = "") -> list[str]:
+    def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
         """Definitions of the needed per-dimension indices of class `c` from the flat offsets."""
         p = self.p
+        out = []
         dims = p.order[c]
         prefix = {"b": "bt", "m": "m", "n": "n", "k": f"k{ctx}"}[c]
         for i, d in enumerate(dims):
@@ -1160,6 +1169,8 @@ def _fold(name: str, d, ins: list[_Val], ty: str):
         if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.extsi", "arith.trunci",
                     "arith.index_cast", "arith.fptosi"):
             v = c[0]
+            if ins[0].ty == "i1" and name in ("arith.sitofp", "arith.extsi"):
+                v = -1 if v else 0  # signed i1: true is -1
             if name == "arith.fptosi":
                 if not math.isfinite(v):
                     return None

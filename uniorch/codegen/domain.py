@@ -237,8 +237,54 @@ class Domain:
         return [d for d, k in enumerate(self.kinds) if k == "reduction"]
 
 
-def _tensor_exprs_equal(a: list[Aff], b: list[Aff], shape: list[int]) -> bool:
-    return len(a) == len(b) and all(x == y for x, y, s in zip(a, b, shape) if s != 1)
+VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+def _shape_of(v: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape) if isinstance(v.type, ir.RankedTensorType) else []
+
+
+def is_unit_view(op) -> bool:
+    """An expand/collapse_shape that only adds or drops size-1 dims: the same elements in the same
+    order, so a value can flow through it in registers."""
+    op = pat.op_of(op)
+    if op.name not in VIEW_OPS:
+        return False
+    src, res = _shape_of(op.operands[0]), _shape_of(op.results[0])
+    if any(d < 0 for d in src + res):
+        return False
+    return [d for d in src if d != 1] == [d for d in res if d != 1]
+
+
+def nonunit(exprs: list[Aff], shape: list[int]) -> list[Aff]:
+    return [e for e, s in zip(exprs, shape) if s != 1]
+
+
+def realign(exprs: list[Aff], from_shape: list[int], to_shape: list[int]) -> list[Aff]:
+    """Expressions of a tensor's dims, moved across a unit view onto the other shape's dims."""
+    it = iter(nonunit(exprs, from_shape))
+    return [next(it) if s != 1 else Aff.constant(0) for s in to_shape]
+
+
+def _aliases(v: ir.Value) -> list[ir.Value]:
+    """`v` and the values holding its elements in the same order through unit views."""
+    root = v
+    while not isinstance(root.owner, ir.Block) and is_unit_view(root.owner):
+        root = pat.op_of(root.owner).operands[0]
+    out, stack = [], [root]
+    while stack:
+        x = stack.pop()
+        if x in out:
+            continue
+        out.append(x)
+        for use in x.uses:
+            if is_unit_view(use.owner):
+                stack.append(pat.op_of(use.owner).results[0])
+    return out
+
+
+def _tensor_exprs_equal(a: list[Aff], shape_a: list[int], b: list[Aff], shape_b: list[int]) -> bool:
+    return nonunit(a, shape_a) == nonunit(b, shape_b)
 
 
 class Layout:
@@ -248,16 +294,19 @@ class Layout:
         self.domain = domain or Domain()
         self.loops: dict[ir.Operation, list[Aff]] = {}
         self.infos: dict[ir.Operation, OpInfo] = {}
+        self.views: set = set()  # unit views inside the group: values pass through them
 
     def copy(self) -> "Layout":
         lay = Layout(self.domain.copy())
         lay.loops = dict(self.loops)
         lay.infos = self.infos
+        lay.views = set(self.views)
         return lay
 
     def rehash(self) -> None:
         """Re-keys the op dicts: an op's hash changes with its operands (fusion redirects them)."""
         self.loops = dict(list(self.loops.items()))
+        self.views = set(list(self.views))
         items = list(self.infos.items())
         self.infos.clear()
         self.infos.update(items)
@@ -280,8 +329,15 @@ class Layout:
         inf = self.info(op)
         return compose_map(inf.maps[i], self.loops[inf.op])
 
+    def through_views(self, v: ir.Value) -> ir.Value:
+        """The value `v` views, through the group's unit views."""
+        while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner) in self.views:
+            v = pat.op_of(v.owner).operands[0]
+        return v
+
     def producer_of(self, v: ir.Value):
-        """(op, result index) if `v` is a result of a laid-out op."""
+        """(op, result index) if `v` is a result of a laid-out op (or a group view of one)."""
+        v = self.through_views(v)
         owner = v.owner
         if isinstance(owner, ir.Block):
             return None
@@ -293,14 +349,25 @@ class Layout:
         return None
 
     def consumers_of(self, op) -> list[tuple[ir.Operation, int, int]]:
-        """(consumer op, operand index, result index) for laid-out ops reading `op`'s results directly."""
+        """(consumer op, operand index, result index) for laid-out ops reading `op`'s results,
+        directly or through the group's views."""
         out = []
         for r, res in enumerate(pat.op_of(op).results):
-            for use in res.uses:
-                user = pat.op_of(use.owner)
-                if user in self.loops:
-                    out.append((user, use.operand_number, r))
+            stack = [res]
+            while stack:
+                val = stack.pop()
+                for use in val.uses:
+                    user = pat.op_of(use.owner)
+                    if user in self.views:
+                        stack.append(user.results[0])
+                    elif user in self.loops:
+                        out.append((user, use.operand_number, r))
         return out
+
+    def produced_exprs(self, op, r: int, shape: list[int]) -> list[Aff]:
+        """Result r of a laid-out op as seen through views, on a tensor of `shape`."""
+        inf = self.info(op)
+        return realign(self.result_exprs(op, r), _shape_of(inf.op.results[r]), shape)
 
     # -- adding an op -------------------------------------------------------------------------------
     def seed(self, op) -> None:
@@ -332,7 +399,7 @@ class Layout:
             prod = self.producer_of(v)
             if prod is None:
                 continue
-            texprs = self.result_exprs(*prod)
+            texprs = self.produced_exprs(*prod, inf.shape(i))
             for j, e in enumerate(inf.maps[i].results):
                 if inf.shape(i)[j] == 1:
                     continue
@@ -345,8 +412,8 @@ class Layout:
             uinf = self.info(user)
             if not uinf.used[i]:
                 continue
-            texprs = self.operand_exprs(user, i)
-            shape = uinf.shape(i)
+            shape = _shape_of(inf.op.results[r])
+            texprs = realign(self.operand_exprs(user, i), uinf.shape(i), shape)
             for j, e in enumerate(inf.result_map(r).results):
                 if shape[j] == 1:
                     continue
@@ -391,16 +458,16 @@ class Layout:
 
     def _hint(self, inf: OpInfo, got: list) -> None:
         for i, v in enumerate(inf.operands):
-            if not inf.used[i] or self.producer_of(v) is not None:
+            if not inf.used[i] or self.producer_of(v) is not None or not isinstance(v.type, ir.RankedTensorType):
                 continue
-            for use in v.uses:
+            for a, use in [(a, u) for a in _aliases(v) for u in a.uses]:
                 user = pat.op_of(use.owner)
                 if user not in self.loops or user == inf.op:
                     continue
                 uinf = self.info(user)
                 if not uinf.used[use.operand_number]:
                     continue
-                texprs = self.operand_exprs(user, use.operand_number)
+                texprs = realign(self.operand_exprs(user, use.operand_number), _shape_of(a), inf.shape(i))
                 used = {g.pure_dim() for g in got if g is not None} - {None}
                 for j, e in enumerate(inf.maps[i].results):
                     if not isinstance(e, ir.AffineDimExpr) or got[e.position] is not None:
@@ -444,13 +511,16 @@ class Layout:
                 prod = self.producer_of(v)
                 if prod is None or prod[0] == inf.op:
                     continue
-                if not _tensor_exprs_equal(self.result_exprs(*prod), self.operand_exprs(inf.op, i), inf.shape(i)):
+                pinf = self.info(prod[0])
+                if not _tensor_exprs_equal(self.result_exprs(*prod), _shape_of(pinf.op.results[prod[1]]),
+                                           self.operand_exprs(inf.op, i), inf.shape(i)):
                     return f"operand {i} is read at other positions than its producer computes"
             for user, i, r in self.consumers_of(inf.op):
                 uinf = self.info(user)
                 if user == inf.op or not uinf.used[i]:
                     continue
-                if not _tensor_exprs_equal(self.result_exprs(inf.op, r), self.operand_exprs(user, i), uinf.shape(i)):
+                if not _tensor_exprs_equal(self.result_exprs(inf.op, r), _shape_of(inf.op.results[r]),
+                                           self.operand_exprs(user, i), uinf.shape(i)):
                     return f"result {r} is read by {user.name} at other positions than computed"
             return None
         finally:
@@ -491,13 +561,15 @@ class Layout:
         return len(dims) == len(set(dims))
 
 
-def solve(ops: list[ir.Operation], seed: ir.Operation | None = None, allow_growth: bool = True) -> Layout:
+def solve(ops: list[ir.Operation], seed: ir.Operation | None = None, allow_growth: bool = True,
+          views: list | None = None) -> Layout:
     """Lays out all `ops` (the generics of one kernel) over one domain, seeded by `seed`
     (default: the first reduction, else the op with the most non-unit loops). Ops are placed
     once they exchange a tensor with a placed op (then, failing that, by hints and sizes); raises
     ValueError naming an op that fits nowhere."""
     ops = [pat.op_of(o) for o in ops]
     lay = Layout()
+    lay.views = set(pat.op_of(v) for v in views or ())
     if not ops:
         return lay
     if seed is None:

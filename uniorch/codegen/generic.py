@@ -31,7 +31,7 @@ from .source import CodegenError, KernelSource
 
 PERSISTENT_MAX = 4096  # largest row (elements, 32-bit) reduced in registers
 LOOP_BLOCK_R = 1024  # chunk of a looped reduction
-ALLOWED = ("linalg.generic", "tensor.empty", "arith.constant")
+ALLOWED = ("linalg.generic", "tensor.empty", "arith.constant") + D.VIEW_OPS
 
 
 def _next_pow2(n: int) -> int:
@@ -111,6 +111,9 @@ class Kernel:
         for o in self.ops:
             if o.name not in ALLOWED:
                 raise CodegenError(o, f"op not allowed in a {self.kind} kernel")
+            if o.name in D.VIEW_OPS and not D.is_unit_view(o):
+                raise CodegenError(o, "only reshapes that add or drop size-1 dims can be inside a kernel")
+        self.views = [o for o in self.ops if o.name in D.VIEW_OPS]
         if not self.generics:
             raise CodegenError(self.func, "kernel has no linalg.generic")
         for g in self.generics:
@@ -124,7 +127,7 @@ class Kernel:
         if seed is not None and has_red and not pat.is_reduction(seed):
             seed = None
         try:
-            self.layout = D.solve(self.generics, seed=seed, allow_growth=not has_red)
+            self.layout = D.solve(self.generics, seed=seed, allow_growth=not has_red, views=self.views)
         except ValueError as err:
             raise CodegenError(self.func, f"ops do not share one iteration domain: {err}") from None
         dom = self.layout.domain
@@ -179,6 +182,7 @@ class Kernel:
             if not self.layout.storable(*prod):
                 raise CodegenError(prod[0], f"result {prod[1]} is not computed once per element")
             self.stores.append((k, prod[0], prod[1]))
+        self.store_shapes = [_shape(v.type) for v in self.ret.operands]
 
     def _order_dims(self) -> None:
         """Flattening order (outer → inner) of parallel and reduction dims: the largest stored
@@ -188,7 +192,7 @@ class Kernel:
         for v in self.ret.operands:
             prod = lay.producer_of(v)
             if prod is not None:
-                cands.append((_numel(_shape(v.type)), lay.result_exprs(*prod)))
+                cands.append((_numel(_shape(v.type)), lay.produced_exprs(*prod, _shape(v.type))))
         for g in self.generics:
             inf = lay.info(g)
             for i, v in enumerate(inf.operands):
@@ -419,7 +423,8 @@ class _Emitter:
         mask = self.mask_for(scope, lanes)
         name = self.fresh(f"in{arg}_")
         if mask:
-            scope.emit(f"{name} = tl.load({addr}, mask={mask}, other=0)  # {why}")
+            other = "1.0" if ty in B.FLOATS else "0"  # masked lanes: a value every math op takes
+            scope.emit(f"{name} = tl.load({addr}, mask={mask}, other={other})  # {why}")
         else:
             scope.emit(f"{name} = tl.load({addr})  # {why}")
         val = Val(name, ty, lanes)
@@ -433,6 +438,13 @@ class _Emitter:
         if not isinstance(v.type, ir.ShapedType):
             return self.scalar(v)
         ty = B.elem_name(v.type)
+        base = self.lay.through_views(v)
+        if base is not v and isinstance(base.type, ir.RankedTensorType):
+            if isinstance(base.owner, ir.Block) or pat.op_of(base.owner).name != "linalg.generic":
+                exprs = D.realign(self.lay.operand_exprs(g, i), _shape(v.type), _shape(base.type))
+                if isinstance(base.owner, ir.Block):
+                    return self.load(scope, self.arg_index[base], exprs, ty, f"{base.get_name()} (viewed) of {self.op_label(g)}")
+                v = base
         if isinstance(v.owner, ir.Block):
             if v.owner != self.k.block:
                 raise CodegenError(g, "operand defined in an enclosing region")
@@ -533,6 +545,19 @@ class _Emitter:
         if name == "tensor.extract":
             self.gather(scope, g, env, op)
             return
+        if name == "cf.assert":
+            scope.emit(f"# cf.assert dropped (kernels cannot raise): {op.attributes['msg']}")
+            return
+        if name == "affine.apply":
+            amap = ir.AffineMapAttr(op.attributes["map"]).value
+            args = [self.body_value(scope, g, env, x) for x in op.operands]
+            names = [a.code for a in args]
+            expr = _affine_code(amap.results[0], names[: amap.n_dims], names[amap.n_dims:])
+            var = self.fresh("t")
+            scope.emit(f"{var} = {expr}  # affine.apply {amap}")
+            lanes = frozenset().union(*[a.lanes for a in args]) if args else frozenset()
+            env[op.results[0]] = Val(var, "index", lanes)
+            return
         if len(op.results) != 1 or op.regions and len(op.regions):
             raise CodegenError(op, "unsupported op in a linalg body")
         args = [self.body_value(scope, g, env, x) for x in op.operands]
@@ -576,8 +601,8 @@ class _Emitter:
     # -- stores -----------------------------------------------------------------------------------
     def store(self, scope: _Scope, k: int, g: ir.Operation, r: int) -> None:
         val = self.result(scope, g, r)
-        shape = _shape(g.results[r].type)
-        exprs = self.lay.result_exprs(g, r)
+        shape = self.k.store_shapes[k]  # the returned value's (a unit view of the result's)
+        exprs = self.lay.produced_exprs(g, r, shape)
         used = set()
         terms = []
         for j, (e, s) in enumerate(zip(exprs, shape)):
@@ -786,6 +811,28 @@ class _Emitter:
         parts.append(f"def {fn}({sig}):")
         parts.extend(lines)
         return "\n".join(parts) + "\n"
+
+
+def _affine_code(e, dims: list[str], syms: list[str]) -> str:
+    """Triton text of an affine expression over index values (floor semantics for div/mod)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return syms[e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return f"tl.full([], {e.value}, tl.int64)"
+    a, b = _affine_code(e.lhs, dims, syms), _affine_code(e.rhs, dims, syms)
+    if isinstance(e, ir.AffineAddExpr):
+        return f"({a} + {b})"
+    if isinstance(e, ir.AffineMulExpr):
+        return f"({a} * {b})"
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return f"_floordiv({a}, {b})"
+    if isinstance(e, ir.AffineModExpr):
+        return f"_floormod({a}, {b})"
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return f"(-_floordiv(-{a}, {b}))"
+    raise CodegenError(None, f"affine expression {e}")
 
 
 def _known_type(t) -> bool:

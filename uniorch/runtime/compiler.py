@@ -132,7 +132,42 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
         nodes = _nodes_in(bad[0]) if bad else []
         raise RegionError("plan", str(err), nodes or all_nodes) from None
     timings["codegen"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _trial_launch(plan, gm, {i.name: i for i in infos})
+    timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def _trial_launch(plan: LaunchPlan, gm: torch.fx.GraphModule, infos: dict) -> None:
+    """Runs the plan once on made-up inputs of the right shapes, so a kernel that Triton rejects
+    at its first launch is found now, with its name, and only its ATen ops fall back."""
+    inputs = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return  # symbolic or non-tensor inputs: leave the check to the first real call
+        # zeros for integers: always valid as indices; floats random so no kernel sees only zeros
+        make = torch.randn if val.dtype.is_floating_point else torch.zeros
+        inputs.append(make(tuple(val.shape), dtype=val.dtype))
+    failed: list[str] = []
+
+    def launch(kernel: Kernel, ins, outs):
+        try:
+            loader.launch(kernel.source, kernel.fn, ins, outs)
+        except Exception as err:  # noqa: BLE001 - Triton raises many kinds
+            failed.append(kernel.name)
+            info = infos.get(kernel.name)
+            raise RegionError("launch", f"{kernel.name}: {type(err).__name__}: {err}", info.nodes if info else []) from None
+
+    saved = plan.launch
+    plan.launch = launch
+    try:
+        with torch.no_grad():
+            plan(inputs)
+    finally:
+        plan.launch = saved
 
 
 def to_kernel_stage(module: ir.Module, stage: str, target: Target) -> ir.Module:

@@ -40,14 +40,38 @@ class Program:
     def __call__(self, *inputs):
         return self.module(*inputs)
 
+    @property
+    def launch_failures(self) -> list[Fallback]:
+        return [m.failure for m in self.module.children() if isinstance(m, _Region) and m.failure is not None]
+
 
 class _Region(torch.nn.Module):
-    def __init__(self, compiled: CompiledGraph):
+    """A compiled region that still runs correctly when a kernel fails at its first launch.
+
+    Triton compiles (or the interpreter checks) a kernel when it first runs; if that raises, the
+    region switches to its FX subgraph for good, and the failure is reported as a fallback.
+    Nothing is lost by retrying: kernels only write buffers of their own until the region returns.
+    """
+
+    def __init__(self, compiled: CompiledGraph, eager: fx.GraphModule, nodes: list[fx.Node]):
         super().__init__()
         self.compiled = compiled
+        self.eager = eager
+        self.nodes = [n.name for n in nodes]
+        self.ops = [str(n.target) for n in nodes]
+        self.failure: Fallback | None = None
 
     def forward(self, *inputs):
-        return self.compiled(*inputs)
+        if self.failure is None:
+            try:
+                return self.compiled(*inputs)
+            except Exception as err:  # noqa: BLE001 - any launch failure means: not this kernel
+                if self.fallback_mode == "error":
+                    raise RegionError("launch", f"{type(err).__name__}: {err}", self.nodes) from err
+                self.failure = Fallback(self.nodes, self.ops, "launch", f"{type(err).__name__}: {err}")
+        return self.eager(*inputs)
+
+    fallback_mode = "eager"
 
 
 def _calls(gm) -> list[fx.Node]:
@@ -86,7 +110,7 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager")
             break
     else:
         raise RegionError("partition", f"gave up after {MAX_ATTEMPTS} attempts", [])
-    top, regions, compiled_nodes = _assemble(gm, runs, cache)
+    top, regions, compiled_nodes = _assemble(gm, runs, cache, fallback)
     fallbacks = list({id(f): f for f in eager.values()}.values())
     return Program(top, regions, fallbacks, compiled_nodes, timings)
 
@@ -133,7 +157,7 @@ def _subgraph(gm, nodes: list[fx.Node]) -> fx.GraphModule:
     return fx.GraphModule(gm, g)
 
 
-def _assemble(gm, runs, cache):
+def _assemble(gm, runs, cache, fallback):
     root = torch.nn.Module()
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -151,7 +175,9 @@ def _assemble(gm, runs, cache):
         inputs, outputs = _boundary(gm, nodes)
         region = cache[frozenset(n.name for n in nodes)]
         name = f"region_{len(regions)}"
-        root.add_module(name, _Region(region))
+        wrapper = _Region(region, _subgraph(gm, nodes), nodes)
+        wrapper.fallback_mode = fallback
+        root.add_module(name, wrapper)
         regions.append(region)
         compiled_nodes.update(n.name for n in nodes)
         call = g.call_module(name, tuple(env[a] for a in inputs))

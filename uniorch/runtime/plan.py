@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import re
+
 import numpy as np
 import torch
 from torch_mlir import ir
@@ -68,20 +70,22 @@ class LaunchPlan:
     num_slots: int
     kernels: dict[str, Kernel] = field(default_factory=dict)
     buffer_bytes: list[int] = field(default_factory=list)
+    launch: Callable = None  # (kernel, inputs, outputs) -> None
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
         slots[: self.num_inputs] = inputs
-        ctx = _RunContext(self.buffer_bytes, inputs[0].device if inputs else torch.device("cpu"))
+        ctx = _RunContext(self.buffer_bytes, inputs[0].device if inputs else torch.device("cpu"), self.launch)
         for step in self.steps:
             step.run(slots, ctx)
         return [slots[i] for i in self.outputs]
 
 
 class _RunContext:
-    def __init__(self, buffer_bytes, device):
+    def __init__(self, buffer_bytes, device, launch):
         self.buffer_bytes = buffer_bytes
         self.device = device
+        self.launch = launch
         self.buffers: dict[int, torch.Tensor] = {}
 
     def buffer(self, bid: int, shape, dtype) -> torch.Tensor:
@@ -104,6 +108,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
     outputs: list[int] = []
     buffer_bytes = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(module.operation.attributes["uniorch.buffer_bytes"])] \
         if "uniorch.buffer_bytes" in module.operation.attributes else []
+
+    blobs = None
 
     def new_slot(v):
         slot[v] = len(slot)
@@ -128,22 +134,24 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             outs = [new_slot(r) for r in op.results]
             bids = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.buffers"])]
             specs = [(shape_of(r.type), torch_dtype(r.type)) for r in op.results]
-            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, launch), callee))
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs), callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             s, d, shape = src(op, op.operands[0]), new_slot(op.results[0]), shape_of(op.results[0].type)
             steps.append(Step("view", _view_step(s, d, shape)))
         elif name == "tensor.extract_slice":
             steps.append(Step("slice", _slice_step(op, src(op, op.operands[0]), new_slot(op.results[0]))))
         elif name == "arith.constant" and isinstance(op.results[0].type, ir.ShapedType):
-            steps.append(Step("const", _const_step(op, new_slot(op.results[0]))))
+            if blobs is None:
+                blobs = resource_blobs(module)
+            steps.append(Step("const", _const_step(op, new_slot(op.results[0]), blobs)))
         elif name in ("tensor.empty", "arith.constant"):
             continue  # shapes and scalars only matter inside kernels
         else:
             raise PlanError(op, "no kernel covers it")
-    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes)
+    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch)
 
 
-def _launch_step(k: Kernel, ins, outs, bids, specs, launch):
+def _launch_step(k: Kernel, ins, outs, bids, specs):
     def run(slots, ctx):
         inputs = [slots[i] for i in ins]
         results = []
@@ -154,7 +162,7 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, launch):
                 if dest.data_ptr() != out.data_ptr():
                     out.copy_(dest)  # the destination is still read later: write into a copy
             results.append(out)
-        launch(k, inputs, results)
+        ctx.launch(k, inputs, results)
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]
@@ -185,11 +193,33 @@ def _slice_step(op, s, d):
     return run
 
 
-def _const_step(op, d):
+_RESOURCE = re.compile(r'^\s*([\w.\-]+): "0x([0-9A-Fa-f]*)"', re.M)
+
+
+def resource_blobs(module: ir.Module) -> dict[str, bytes]:
+    """`dense_resource<name>` payloads of a module, read from its textual form.
+
+    torch-mlir stores tensor literals (e.g. upsampling's index tables) as dialect resources, whose
+    bytes the Python bindings do not expose; the printed form does: a hex blob whose first four
+    bytes are the alignment (docs: MLIR LangRef, "Dialect resources").
+    """
+    text = str(module)
+    section = text.split("dialect_resources:", 1)
+    if len(section) < 2:
+        return {}
+    return {name: bytes.fromhex(blob)[4:] for name, blob in _RESOURCE.findall(section[1])}
+
+
+def _const_step(op, d, blobs=None):
     attr = op.attributes["value"]
     t = op.results[0].type
     dtype, shape = torch_dtype(t), shape_of(t)
-    if ir.DenseElementsAttr(attr).is_splat:
+    if isinstance(attr, ir.DenseResourceElementsAttr) or str(attr).startswith("dense_resource<"):
+        name = str(attr)[len("dense_resource<"):].split(">")[0]
+        if not blobs or name not in blobs:
+            raise PlanError(op, f"constant resource '{name}' has no data")
+        host = torch.frombuffer(bytearray(blobs[name]), dtype=dtype).reshape(shape).clone()
+    elif ir.DenseElementsAttr(attr).is_splat:
         value = ir.DenseElementsAttr(attr).get_splat_value()
         scalar = value.value if hasattr(value, "value") else float(str(value).split(":")[0])
         host = torch.full(shape, scalar, dtype=dtype)

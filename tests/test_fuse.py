@@ -1,0 +1,293 @@
+"""uniorch-fuse: which ops share a kernel (docs/kernels.md §2). Structural checks on captured
+functions and hand-written IR, plus end-to-end numerics of fused graphs (every group generated and
+run in Triton's interpreter, compared with eager on fresh random inputs)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_mlir import ir
+
+from kernel_util import capture, groups, main_of, run_module
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _kinds(module) -> dict[int, str]:
+    out = {}
+    for n, ops in groups(module).items():
+        kinds = [ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes]
+        assert len(kinds) == 1, f"group {n} has {len(kinds)} anchors"
+        out[n] = kinds[0]
+    return out
+
+
+def _domain(module, n):
+    anchor = next(o for o in groups(module)[n] if "uniorch.domain" in o.attributes)
+    d = ir.DictAttr(anchor.attributes["uniorch.domain"])
+    return ([ir.IntegerAttr(x).value for x in ir.ArrayAttr(d["parallel"])],
+            [ir.IntegerAttr(x).value for x in ir.ArrayAttr(d["reduction"])])
+
+
+def assert_acyclic(module):
+    """Groups contracted to single nodes, the graph of @main's ops stays a DAG."""
+    main = main_of(module)
+    ops = [o.operation for o in main.regions[0].blocks[0].operations]
+
+    def top(o):
+        while o.parent is not None and o.parent != main:
+            o = o.parent
+        return o
+
+    node = {}
+    for i, o in enumerate(ops):
+        node[i] = ("g", ir.IntegerAttr(o.attributes["uniorch.group"]).value) if "uniorch.group" in o.attributes else ("o", i)
+    index = {}
+    for i, o in enumerate(ops):
+        index.setdefault(id(o), i)
+    edges: dict = {}
+    for i, o in enumerate(ops):
+        inner = []
+        o.walk(lambda x: (inner.append(x.operation), ir.WalkResult.ADVANCE)[1])
+        for x in inner:
+            for v in x.operands:
+                if isinstance(v.owner, ir.Block):
+                    continue
+                src = top(v.owner.operation)
+                j = next((k for k, p in enumerate(ops) if p == src), None)
+                if j is not None and node[j] != node[i]:
+                    edges.setdefault(node[j], set()).add(node[i])
+    state: dict = {}
+
+    def visit(n):
+        state[n] = 1
+        for m in edges.get(n, ()):
+            if state.get(m) == 1:
+                raise AssertionError(f"cycle through {n} -> {m}")
+            if m not in state:
+                visit(m)
+        state[n] = 2
+
+    for n in set(node.values()):
+        if n not in state:
+            visit(n)
+
+
+class _Fused:
+    """What fusion decided, read before the groups are outlined and run."""
+
+    def __init__(self, module):
+        self.kinds = _kinds(module)
+        self.domains = {n: _domain(module, n) for n in self.kinds}
+        self.bodies = {n: [[x.operation.name for x in o.regions[0].blocks[0].operations] if o.name == "linalg.generic" else [o.name]
+                           for o in ops] for n, ops in groups(module).items()}
+
+
+def _numerics(fn, args, rtol=1e-4, atol=1e-5) -> _Fused:
+    module = capture(fn, args)
+    assert_acyclic(module)
+    fused = _Fused(module)
+    outs, _ = run_module(module, args)
+    ref = fn(*args)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    for o, r in zip(outs, ref):
+        torch.testing.assert_close(o, r, rtol=rtol, atol=atol)
+    return fused
+
+
+# -- the pass ------------------------------------------------------------------------------------
+def test_registered_with_options():
+    from uniorch.passes import registry
+
+    cls = registry.get("uniorch-fuse")
+    assert cls.name == "uniorch-fuse"
+    assert cls.from_options("max-ops=8").max_ops == 8
+    assert cls.from_options("").pipeline_text() == "uniorch-fuse"
+
+
+def test_softmax_is_one_group():
+    module = capture(lambda x: torch.softmax(x, -1), (torch.randn(6, 40),))
+    assert _kinds(module) == {0: "reduction"}
+    assert _domain(module, 0) == ([6], [40])
+    assert all(o.name == "linalg.generic" for o in groups(module)[0])
+
+
+@pytest.mark.parametrize("which", ["layernorm", "rmsnorm"])
+def test_norms_are_one_group(which):
+    if which == "layernorm":
+        fn, args = (lambda x, w, b: F.layer_norm(x, (32,), w, b)), (torch.randn(3, 5, 32), torch.randn(32), torch.randn(32))
+    else:
+        fn, args = (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w), (torch.randn(7, 32), torch.randn(32))
+    fused = _numerics(fn, args)
+    assert fused.kinds == {0: "reduction"}
+    assert fused.domains[0][1] == [32]
+
+
+def test_linear_bias_gelu_is_one_contraction():
+    module = capture(lambda x, w, b: F.gelu(F.linear(x, w, b)), (torch.randn(4, 32), torch.randn(16, 32), torch.randn(16)))
+    assert _kinds(module) == {0: "contraction"}
+    assert _domain(module, 0) == ([4, 16], [32])
+    ops = groups(module)[0]
+    # the transposed weight, the zero fill, the matmul and the bias+GELU epilogue
+    assert len(ops) == 4
+
+
+def test_bmm_with_transposed_operand_and_residual_epilogue():
+    fn = lambda a, b, r: torch.relu(torch.bmm(a, b.transpose(1, 2)) + r)
+    module = capture(fn, (torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 4, 6)))
+    assert _kinds(module) == {0: "contraction"}
+
+
+def test_transposes_fold_into_consumers():
+    fused = _numerics(lambda x, y: torch.relu(x.t() * 2.0 + y), (torch.randn(8, 12), torch.randn(12, 8)))
+    assert fused.kinds == {0: "pointwise"}
+
+
+def test_broadcast_chain_grows_domain():
+    fused = _numerics(lambda a, b: torch.tanh(a[:, None] * 2.0) + b, (torch.randn(5), torch.randn(5, 7)))
+    assert fused.kinds == {0: "pointwise"}
+    assert sorted(fused.domains[0][0]) == [5, 7]
+
+
+def test_cheap_producer_is_duplicated_per_consumer_group():
+    """A broadcast feeding two reductions over different rows is copied into both kernels."""
+    def f(x, b):
+        y = x + b  # cheap: one add, with a broadcast operand
+        return y.sum(0), y.amax(1)
+    fused = _numerics(f, (torch.randn(6, 9), torch.randn(9)))
+    assert sorted(fused.kinds.values()) == ["reduction", "reduction"]
+    for bodies in fused.bodies.values():  # the add is in both kernels
+        assert ["arith.addf", "linalg.yield"] in bodies
+
+
+def test_expensive_shared_producer_is_cut():
+    def f(x):
+        e = torch.exp(x)
+        return e.sum(-1), e * 3.0
+    fused = _numerics(f, (torch.randn(4, 16),))
+    assert sorted(fused.kinds.values()) == ["pointwise", "reduction"]
+    exps = [b for bodies in fused.bodies.values() for b in bodies if "math.exp" in b]
+    assert len(exps) == 1  # not recomputed
+
+
+def test_no_cycle_through_views():
+    """exp -> expand_shape -> sum: exp cannot join the sum's kernel (the view runs between kernels),
+    while the divide that reads exp directly can."""
+    def f(x):
+        s = x.exp()
+        return s / s.sum(-1).reshape(4, 1)
+    fused = _numerics(f, (torch.randn(4, 8),))
+    assert sorted(fused.kinds.values()) == ["pointwise", "reduction"]
+
+
+def test_conv_bn_relu_pool_graph():
+    w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
+    mean, var, g, beta = torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4)
+
+    def f(x, w, b, mean, var, g, beta):
+        y = F.conv2d(x, w, b)
+        y = F.batch_norm(y, mean, var, g, beta, training=False)
+        return F.max_pool2d(torch.relu(y), 2).mean((2, 3))
+    fused = _numerics(f, (torch.randn(2, 3, 10, 10), w, b, mean, var, g, beta), atol=1e-4)
+    assert set(fused.kinds.values()) == {"reduction"}  # conv (+bias, BN, ReLU), pool, mean
+
+
+def test_transformer_ish_block_numerics():
+    def f(x, w, b, res):
+        h = F.layer_norm(x + res, (16,), w, b)
+        p = torch.softmax(h * 0.25, -1)
+        return F.gelu(p) + h
+    _numerics(f, (torch.randn(3, 5, 16), torch.randn(16), torch.randn(16), torch.randn(3, 5, 16)))
+
+
+def test_argmax_and_gather_groups():
+    def f(x, table, idx):
+        return torch.argmax(x, -1), F.embedding(idx, table) * 2.0
+    _numerics(f, (torch.randn(4, 9), torch.randn(10, 3), torch.randint(0, 10, (2, 3))))
+
+
+# -- hand-written IR -----------------------------------------------------------------------------
+ASSERT_AND_TM = """
+func.func @main(%x: tensor<4xf32>, %i: tensor<4xi64>) -> (tensor<4xf32>, tensor<4xi64>) {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%x : tensor<4xf32>) {
+  ^bb0(%in: f32):
+    %ok = arith.cmpf one, %in, %c0 : f32
+    cf.assert %ok, "unimplemented: tensor with zero element"
+    linalg.yield
+  }
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%x : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = math.exp %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<4xf32>
+  %ei = tensor.empty() : tensor<4xi64>
+  %ea = tensor.empty() : tensor<i64>
+  %s:2 = tm_tensor.scan dimension(0) inclusive(true) ins(%i : tensor<4xi64>) outs(%ei, %ea : tensor<4xi64>, tensor<i64>) {
+  ^bb0(%a: i64, %b: i64):
+    %2 = arith.addi %a, %b : i64
+    tm_tensor.yield %2 : i64
+  } -> tensor<4xi64>, tensor<i64>
+  return %0, %s#0 : tensor<4xf32>, tensor<4xi64>
+}
+"""
+
+
+def test_asserts_erased_tm_tensor_left_alone():
+    from uniorch.ir import make_context, parse_module
+    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
+
+    ctx = make_context()
+    module = parse_module(ASSERT_AND_TM, ctx)
+    run_pipeline(module, parse_pipeline("uniorch-fuse", ctx), PassContext())
+    text = str(module)
+    assert "cf.assert" not in text
+    ops = [o.operation for o in main_of(module).regions[0].blocks[0].operations]
+    scan = next(o for o in ops if o.name == "tm_tensor.scan")
+    assert "uniorch.group" not in scan.attributes
+    assert _kinds(module) == {0: "pointwise"}
+
+
+def test_is_contraction_patterns():
+    from uniorch.codegen.patterns import contraction_dims, is_contraction
+    from uniorch.ir import make_context, parse_module
+
+    def generic(maps, iters, body, a="tensor<4x8xf32>", b="tensor<8x6xf32>", c="tensor<4x6xf32>"):
+        text = f"""
+        func.func @f(%a: {a}, %b: {b}, %c: {c}) -> {c} {{
+          %0 = linalg.generic {{indexing_maps = [{', '.join(f'affine_map<{m}>' for m in maps)}], iterator_types = {iters}}}
+              ins(%a, %b : {a}, {b}) outs(%c : {c}) {{
+          ^bb0(%x: f32, %y: f32, %o: f32):
+            {body}
+          }} -> {c}
+          return %0 : {c}
+        }}"""
+        m = parse_module(text, make_context())
+        return m, next(o.operation for o in m.body.operations[0].regions[0].blocks[0].operations)
+
+    mm = ["(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"]
+    it = '["parallel", "parallel", "reduction"]'
+    mac = "%1 = arith.mulf %x, %y : f32\n %2 = arith.addf %o, %1 : f32\n linalg.yield %2 : f32"
+    keep = []
+    m, op = generic(mm, it, mac)
+    keep.append(m)
+    assert is_contraction(op) and contraction_dims(op).m == (0,) and contraction_dims(op).k == (2,)
+    # B transposed in the map (permuted operand)
+    m, op = generic(["(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d1, d2)", "(d0, d1, d2) -> (d0, d1)"], it, mac,
+                    b="tensor<6x8xf32>")
+    keep.append(m)
+    assert is_contraction(op)
+    # a scaled product is not a plain contraction
+    m, op = generic(mm, it, "%s = arith.constant 2.0 : f32\n %1 = arith.mulf %x, %y : f32\n %3 = arith.mulf %1, %s : f32\n"
+                            " %2 = arith.addf %o, %3 : f32\n linalg.yield %2 : f32")
+    keep.append(m)
+    assert not is_contraction(op)
+    # max-plus is a reduction, not a contraction
+    m, op = generic(mm, it, "%1 = arith.addf %x, %y : f32\n %2 = arith.maximumf %o, %1 : f32\n linalg.yield %2 : f32")
+    keep.append(m)
+    assert not is_contraction(op)
+
+
+def test_convolution_is_a_reduction_not_a_contraction():
+    module = capture(lambda x, w: F.conv2d(x, w), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)))
+    assert set(_kinds(module).values()) == {"reduction"}
