@@ -48,8 +48,15 @@ def _i64(v: int):
 
 
 def _static(op: ir.Operation) -> bool:
+    """Static shapes and, for a generic, loop bounds readable from its maps."""
     for v in list(op.operands) + list(op.results):
         if isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape:
+            return False
+    if pat.is_generic(op):
+        try:
+            pat.loop_sizes(op)
+            pat.indexing_maps(op)
+        except (ValueError, KeyError):
             return False
     return True
 
@@ -309,12 +316,24 @@ class _Fusion:
                                          for v in pat.captured_values(m)):
                 return False
         outside_users = [u for r in x.results for u in r.uses if self.top(u.owner) not in members]
+        # unit views of x read only by the group come along (softmax's keepdim reshapes)
+        views = []
+        if self.views and g.kind != "contraction":
+            for u in outside_users:
+                v = pat.op_of(u.owner)
+                if (self.top(v) == v and is_unit_view(v) and v not in views
+                        and all(self.top(w.owner) in members for w in v.results[0].uses)):
+                    views.append(v)
+        outside_users = [u for u in outside_users if pat.op_of(u.owner) not in views]
+        members = members | set(views)
         clone = False
         if role == "producer" and outside_users:
             if not pat.is_cheap(x):
                 return False  # several consumers and not cheap: cut
             clone = True
+            views = []
         trial = g.layout.copy()
+        trial.views |= set(views)
         grow = g.kind == "pointwise" and role != "sibling"
         err = trial.try_add(x, allow_growth=grow)
         if err:
@@ -327,11 +346,12 @@ class _Fusion:
             for r, res in enumerate(x.results):
                 if any(self.top(u.owner) not in members for u in res.uses) and not trial.storable(x, r):
                     return False
-            if self.creates_cycle(g, x):
+            if self.creates_cycle(g, x, views):
                 return False
-            g.ops.append(x)
+            g.ops.extend(views + [x])
             g.layout = trial
-            self.group_of[x] = self.groups.index(g)
+            for o in views + [x]:
+                self.group_of[o] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
 
@@ -458,7 +478,25 @@ class _Fusion:
             g.layout.rehash()
 
     # -- annotations --------------------------------------------------------------------------------
+    def adopt_empty_views(self) -> None:
+        """A unit view of a `tensor.empty` (a shape only) whose users are all in one non-contraction
+        group moves in with them, so the kernel builds it instead of taking it as an input."""
+        for o in [o.operation for o in self.block.operations]:
+            if not is_unit_view(o) or o in self.group_of:
+                continue
+            src = o.operands[0]
+            if isinstance(src.owner, ir.Block) or pat.op_of(src.owner).name != "tensor.empty":
+                continue
+            gids = {self.group_of.get(self.top(u.owner)) for u in o.results[0].uses}
+            if len(gids) == 1 and None not in gids and -1 not in gids:
+                g = self.groups[gids.pop()]
+                if g.kind != "contraction":
+                    g.ops.append(o)
+                    self.group_of[o] = self.groups.index(g)
+
     def annotate(self) -> None:
+        if self.views:
+            self.adopt_empty_views()
         order = {o.operation: i for i, o in enumerate(self.block.operations)}
         groups = [g for g in self.groups if g.ops]
         seen: dict = {}

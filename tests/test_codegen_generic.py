@@ -1,7 +1,6 @@
 """Generic Triton codegen (pointwise / reduction / copy kernels), run in Triton's interpreter
 against eager PyTorch on fresh random inputs. Each case captures a small torch function, fuses it
 into one group, outlines the group as a kernel function and launches the generated source."""
-import os
 
 import pytest
 import torch
@@ -319,13 +318,19 @@ def test_signature_and_strided_inputs():
     torch.testing.assert_close(out, x * y + 1)
 
 
-def test_int64_indexing_path(monkeypatch):
+@pytest.mark.parametrize("schedule", [None, LOOPED], ids=["persistent", "looped"])
+def test_int64_indexing_path(monkeypatch, schedule):
     """Kernels touching >= 2**31 elements index in int64 (forced here on a small kernel)."""
     from uniorch.codegen import generic
 
     monkeypatch.setattr(generic.Kernel, "max_numel", lambda self: 2 ** 31)
-    ks = _check(lambda x: torch.softmax(x, 0), (torch.randn(9, 5),))
+    ks = _check(lambda x: torch.softmax(x, 0), (torch.randn(9, 5),), schedule=schedule)
     assert "tl.program_id(0).to(tl.int64)" in ks.source
+
+
+@pytest.mark.parametrize("schedule", [None, LOOPED], ids=["persistent", "looped"])
+def test_full_reduction_to_a_scalar(schedule):
+    _check(lambda x: (x * x).sum(), (torch.randn(5, 7),), schedule=schedule)
 
 
 def test_unsupported_raises_codegen_error():

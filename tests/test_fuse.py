@@ -107,7 +107,7 @@ def test_softmax_is_one_group():
     module = capture(lambda x: torch.softmax(x, -1), (torch.randn(6, 40),))
     assert _kinds(module) == {0: "reduction"}
     assert _domain(module, 0) == ([6], [40])
-    assert all(o.name == "linalg.generic" for o in groups(module)[0])
+    assert {o.name for o in groups(module)[0]} == {"linalg.generic", "tensor.expand_shape"}  # + the empty init's view
 
 
 @pytest.mark.parametrize("which", ["layernorm", "rmsnorm"])
@@ -168,14 +168,42 @@ def test_expensive_shared_producer_is_cut():
     assert len(exps) == 1  # not recomputed
 
 
-def test_no_cycle_through_views():
-    """exp -> expand_shape -> sum: exp cannot join the sum's kernel (the view runs between kernels),
-    while the divide that reads exp directly can."""
+def test_values_flow_through_unit_views():
+    """exp -> expand_shape (adds a unit dim) -> sum, and exp -> divide: one kernel, the view in it."""
     def f(x):
         s = x.exp()
         return s / s.sum(-1).reshape(4, 1)
     fused = _numerics(f, (torch.randn(4, 8),))
-    assert sorted(fused.kinds.values()) == ["pointwise", "reduction"]
+    assert fused.kinds == {0: "reduction"}
+    assert ["tensor.expand_shape"] in fused.bodies[0]
+
+
+def test_without_views_option_the_view_stays_between_kernels():
+    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
+
+    from kernel_util import PREPROCESS
+
+    def f(x):
+        s = x.exp()
+        return s / s.sum(-1).reshape(4, 1)
+    module = capture(f, (torch.randn(4, 8),), fuse=False)
+    run_pipeline(module, parse_pipeline(PREPROCESS + ",uniorch-fuse{views=false}", module.context), PassContext())
+    assert_acyclic(module)
+    assert sorted(_kinds(module).values()) == ["pointwise", "reduction"]  # exp -> view -> sum would be a cycle
+
+
+NO_CYCLE = open(__file__.replace("test_fuse.py", "filecheck/fuse/no-cycle.mlir")).read()
+
+
+def test_no_cycle_through_general_reshapes():
+    from uniorch.ir import make_context, parse_module
+    from uniorch.passes import PassContext, parse_pipeline, run_pipeline
+
+    ctx = make_context()
+    module = parse_module(NO_CYCLE, ctx)
+    run_pipeline(module, parse_pipeline("uniorch-fuse", ctx), PassContext())
+    assert_acyclic(module)
+    assert len(groups(module)) == 3
 
 
 def test_conv_bn_relu_pool_graph():
@@ -291,3 +319,18 @@ def test_is_contraction_patterns():
 def test_convolution_is_a_reduction_not_a_contraction():
     module = capture(lambda x, w: F.conv2d(x, w), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)))
     assert set(_kinds(module).values()) == {"reduction"}
+
+
+def test_sibling_reductions_share_a_kernel():
+    """Two reductions of the same rows with no edge between them read the input once."""
+    fused = _numerics(lambda x: (x.sum(-1), x.amax(-1), x.abs().sum(-1)), (torch.randn(6, 20),))
+    assert fused.kinds == {0: "reduction"}
+
+
+def test_reductions_sharing_an_init_are_siblings():
+    """Two reductions of different inputs sharing one init (a fill behind a keepdim view): the
+    shared init makes them siblings, one kernel computes both."""
+    def f(x, y):
+        return x.amax(-1, keepdim=True), (y * 2).amax(-1, keepdim=True)
+    fused = _numerics(f, (torch.randn(3, 9), torch.randn(3, 9)))
+    assert fused.kinds == {0: "reduction"}

@@ -33,6 +33,27 @@ def choose_schedule(kernel, target: str) -> dict:
     return getattr(mod, "choose_schedule")(kernel, target)
 
 
+_POINTER = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16", "f64": "*fp64", "i1": "*i1", "i8": "*i8",
+            "i16": "*i16", "i32": "*i32", "i64": "*i64", "ui8": "*u8"}
+
+
+def pointer_types(kernel) -> list[str]:
+    """Triton pointer types of a kernel's operands: inputs, then results (for ASTSource signatures)."""
+    from torch_mlir import ir
+
+    ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+    types = []
+    for t in list(ftype.inputs) + list(ftype.results):
+        et = str(ir.RankedTensorType(t).element_type)
+        if et not in _POINTER:
+            raise CodegenError(kernel, f"no Triton pointer type for element type {et}")
+        types.append(_POINTER[et])
+    return types
+
+
 def generate(kernel, target: str) -> KernelSource:
     mod, which = _module_for(kernel)
-    return getattr(mod, f"generate_{which}")(kernel, target)
+    ks = getattr(mod, f"generate_{which}")(kernel, target)
+    if not ks.pointer_types:
+        ks.pointer_types = pointer_types(kernel)
+    return ks

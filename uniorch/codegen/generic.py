@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch_mlir import ir
 
@@ -568,6 +568,12 @@ class _Emitter:
         def const_of(i):
             return args[i].const if i < len(args) else None
 
+        if args and all(a.const is not None for a in args):
+            folded = _fold(op, [a.const for a in args], rty)
+            if folded is not None:  # constants stay Python values (no 0-d tensor arithmetic)
+                env[op.results[0]] = Val(B.constant_expr(folded, rty), rty, frozenset(), folded)
+                return
+
         expr = B.expression(op, [a.code for a in args], [a.ty for a in args], rty, const_of)
         lanes = frozenset().union(*[a.lanes for a in args]) if args else frozenset()
         var = self.fresh("t")
@@ -585,6 +591,12 @@ class _Emitter:
         conds = []
         terms = []
         for j, (iv, s) in enumerate(zip(idx, shape)):
+            if iv.const is not None:  # a constant index: checked here, not in the kernel
+                if not 0 <= int(iv.const) < s:
+                    raise CodegenError(op, f"constant index {iv.const} out of bounds of dim {j} (size {s})")
+                if int(iv.const) != 0:
+                    terms.append(f"{int(iv.const)} * in{a}_s{j}")
+                continue
             conds.append(f"({iv.code} >= 0) & ({iv.code} < {s})")
             terms.append(f"{iv.code} * in{a}_s{j}")
         lane_mask = self.mask_for(scope, lanes)
@@ -695,7 +707,7 @@ class _Emitter:
         if self.persistent:
             if self.persistent_scope is None:
                 sc = _Scope("chunk", self.root.lines, "    ", self.root)
-                sc.emit(f"cols = tl.arange(0, BLOCK_R)[None, :]")
+                sc.emit("cols = tl.arange(0, BLOCK_R)[None, :]" + (".to(tl.int64)" if self.idx64 else ""))
                 sc.emit(f"col_mask = cols < {k.nr}")
                 sc.emit("full_zero = row_zero + cols * 0")
                 self.decompose(sc, "cols", k.order_r)
@@ -703,7 +715,7 @@ class _Emitter:
             return self.persistent_scope, None
         lines: list[str] = []
         sc = _Scope("chunk", lines, "        ", self.root)
-        sc.emit(f"cols = r_start + tl.arange(0, BLOCK_R)[None, :]")
+        sc.emit("cols = r_start + tl.arange(0, BLOCK_R)[None, :]" + (".to(tl.int64)" if self.idx64 else ""))
         sc.emit(f"col_mask = cols < {k.nr}")
         sc.emit("full_zero = row_zero + cols * 0")
         self.decompose(sc, "cols", k.order_r)
@@ -811,6 +823,39 @@ class _Emitter:
         parts.append(f"def {fn}({sig}):")
         parts.extend(lines)
         return "\n".join(parts) + "\n"
+
+
+_FOLD_CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+             "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def _fold(op, vals: list, rty: str):
+    """Compile-time value of an op on constants (the common integer/compare cases), else None."""
+    name = op.name
+    try:
+        if name in ("arith.addi", "arith.subi", "arith.muli"):
+            a, b = int(vals[0]), int(vals[1])
+            r = a + b if name == "arith.addi" else a - b if name == "arith.subi" else a * b
+            bits = B.BITS.get(rty, 64)
+            r &= (1 << bits) - 1
+            return r - (1 << bits) if r >= 1 << (bits - 1) and rty != "i1" else r
+        if name in ("arith.index_cast", "arith.extsi") and rty in ("index", "i64", "i32"):
+            return int(vals[0])
+        if name == "arith.select":
+            return vals[1] if vals[0] else vals[2]
+        if name == "arith.cmpi":
+            pred = ir.IntegerAttr(op.attributes["predicate"]).value
+            key = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge"}.get(pred)
+            return None if key is None else int(_FOLD_CMP[key](int(vals[0]), int(vals[1])))
+        if name == "arith.cmpf":
+            pred = ir.IntegerAttr(op.attributes["predicate"]).value
+            key = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le"}.get(pred)
+            if key is None or any(v != v for v in vals):
+                return None
+            return int(_FOLD_CMP[key](float(vals[0]), float(vals[1])))
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def _affine_code(e, dims: list[str], syms: list[str]) -> str:
