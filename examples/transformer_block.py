@@ -40,7 +40,7 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim=64, heads=4, hidden=172):
+    def __init__(self, dim=64, heads=4, hidden=128):
         super().__init__()
         self.norm1 = RMSNorm(dim)
         self.attn = Attention(dim, heads)
@@ -54,4 +54,4 @@ class Block(nn.Module):
 
 def make():
     torch.manual_seed(0)
-    return Block().eval(), (torch.randn(2, 16, 64),)
+    return Block().eval(), (torch.randn(1, 8, 64),)

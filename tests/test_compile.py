@@ -136,3 +136,20 @@ def test_torch_compile_backend():
     compiled = torch.compile(model, backend="uniorch", options={"target": "interpret"})
     x = torch.randn(4, 32)
     torch.testing.assert_close(compiled(x), model(x), **TOL)
+
+
+def test_transformer_block_fuses_to_a_third_of_its_ops():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from transformer_block import Block as TBlock
+
+    model = TBlock(dim=32, heads=2, hidden=48).eval()
+    x = torch.randn(1, 4, 32)
+    cm = uniorch.compile(model, target="interpret")
+    rep = cm.explain(x)
+    assert len(rep.kernels) * 3 <= rep.captured_ops, str(rep)
+    assert not rep.fallbacks, str(rep)
+    x = torch.randn(1, 4, 32)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
