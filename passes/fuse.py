@@ -166,9 +166,8 @@ class _Fusion:
         for o in [o.operation for o in self.block.operations]:
             if o.name in pat.COPY_OPS and _static(o):
                 self.new_group("copy", o)
+        self.drop_dead()
         self.annotate()
-        for o in self.dead:
-            o.erase()
 
     def erase_dead(self) -> None:
         """Drops side-effect-free ops nothing uses (what the erased checks alone read)."""
@@ -181,6 +180,32 @@ class _Fusion:
                         and all(len(list(r.uses)) == 0 for r in op.results):
                     op.erase()
                     changed = True
+
+    def drop_dead(self) -> None:
+        """Erases originals left unused by cloning, then anything that only fed them."""
+        dead = set(self.dead)
+        for o in self.dead:
+            o.erase()
+        for g in self.groups:
+            g.ops = [o for o in g.ops if o not in dead]
+        pure = ("linalg.generic",) + pat.COPY_OPS + VIEW_OPS
+        changed = True
+        while changed:
+            changed = False
+            for op in reversed([o.operation for o in self.block.operations]):
+                if op.name in pure and op.results and all(len(list(r.uses)) == 0 for r in op.results):
+                    for g in self.groups:
+                        if op in g.ops:
+                            g.ops.remove(op)
+                            if g.anchor == op:
+                                g.anchor = None
+                    op.erase()
+                    changed = True
+        for g in self.groups:  # an anchor that died hands the annotations to a surviving op
+            if g.anchor is None:
+                g.anchor = next((o for o in g.ops if pat.is_generic(o)), None)
+                if g.anchor is None:
+                    g.ops = []
 
     def new_group(self, kind: str, op: ir.Operation) -> _Group:
         lay = Layout()

@@ -366,7 +366,10 @@ def test_16bit_batch_matmul_fp32_accumulation(ctx, dt, widen):
     ks = run(f, [a, b, bias], [c])
     ref = torch.bmm(a.float(), b.float())
     ref = (ref + bias.float()) if widen else (ref.to(odt) + bias)
-    torch.testing.assert_close(c.float(), ref.float(), **TOL16)
+    # An all-bf16 result and its reference are each rounded twice to bf16 (product, then + bias):
+    # they may differ by one bf16 ulp (2**-7 relative), more than 1e-2 near magnitude 2.
+    tol = dict(rtol=2e-2, atol=2e-2) if (dt, widen) == ("bf16", False) else TOL16
+    torch.testing.assert_close(c.float(), ref.float(), **tol)
     assert ks.grid[1] == 3  # batch on grid axis 1
     # on GPU targets the 16-bit tiles go to tl.dot as they are (fp32 accumulator)
     gpu = generate_contraction(f, "cuda").source

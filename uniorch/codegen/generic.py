@@ -321,13 +321,15 @@ class _Scope:
     single persistent chunk). Chunk scopes see row values; row values they need are emitted
     before the loop."""
 
-    def __init__(self, kind: str, lines: list[str], indent: str, parent: "_Scope | None" = None):
+    def __init__(self, kind: str, lines: list[str], indent: str, parent: "_Scope | None" = None,
+                 names: dict | None = None):
         self.kind = kind  # "row" | "chunk" | "serial"
         self.lines = lines
         self.indent = indent
         self.parent = parent
         self.memo: dict = {}
         self.loads: dict = {}
+        self.names = names if names is not None else (parent.names if parent else {})
 
     def emit(self, text: str) -> None:
         self.lines.append(self.indent + text)
@@ -401,8 +403,8 @@ class _Emitter:
             parts.append("col_mask")
         return " & ".join(parts) if parts else None
 
-    def code(self, e: D.Aff) -> str:
-        return e.code(self.k.names, self.lay.domain.sizes)
+    def code(self, e: D.Aff, scope: _Scope) -> str:
+        return e.code(scope.names, self.lay.domain.sizes)
 
     # -- loads ------------------------------------------------------------------------------------
     def load(self, scope: _Scope, arg: int, exprs: list[D.Aff], ty: str, why: str) -> Val:
@@ -417,7 +419,7 @@ class _Emitter:
         key = (arg, tuple(e for e, s in zip(exprs, shape) if s != 1))
         if key in scope.loads:
             return scope.loads[key]
-        terms = [f"({self.code(e)}) * in{arg}_s{j}" for j, (e, s) in enumerate(zip(exprs, shape))
+        terms = [f"({self.code(e, scope)}) * in{arg}_s{j}" for j, (e, s) in enumerate(zip(exprs, shape))
                  if s != 1 and not (e.is_const() and e.const == 0)]
         addr = f"in{arg}_ptr" + "".join(" + " + t for t in terms)
         mask = self.mask_for(scope, lanes)
@@ -539,7 +541,7 @@ class _Emitter:
                 env[op.results[0]] = Val(B.constant_expr(e.const, "index"), "index", frozenset(), e.const)
             else:
                 var = self.fresh("idx")
-                scope.emit(f"{var} = ({self.code(e)}).to(tl.int64)  # linalg.index {dim}")
+                scope.emit(f"{var} = ({self.code(e, scope)}).to(tl.int64)  # linalg.index {dim}")
                 env[op.results[0]] = Val(var, "index", lanes)
             return
         if name == "tensor.extract":
@@ -621,9 +623,9 @@ class _Emitter:
             if s == 1:
                 continue
             used |= e.dims()
-            terms.append(f"({self.code(e)}) * out{k}_s{j}")
+            terms.append(f"({self.code(e, scope)}) * out{k}_s{j}")
         scope_dims = set(self.k.P) | (set(self.k.R) if scope.kind != "row" else set())
-        dedup = [f"({self.k.names[d]} == 0)" for d in sorted(scope_dims - used, key=lambda d: self.k.names[d])]
+        dedup = [f"({scope.names[d]} == 0)" for d in sorted(scope_dims - used, key=lambda d: self.k.names[d])]
         lanes = {"p"} | ({"r"} if scope.kind == "chunk" else set())
         zero = "row_zero" if scope.kind != "chunk" else "full_zero"
         addr = f"out{k}_ptr + {zero}" + "".join(" + " + t for t in terms)
@@ -645,12 +647,12 @@ class _Emitter:
             text = flat if strides[d] == 1 else f"{flat} // {strides[d]}"
             if pos > 0:
                 text = f"({text}) % {sizes[d]}"
-            scope.emit(f"{self.k.names[d]} = {text}{suffix}")
+            scope.emit(f"{scope.names[d]} = {text}{suffix}")
 
     def run(self) -> str:
         k = self.k
         body: list[str] = []
-        root = _Scope("row", body, "    ")
+        root = _Scope("row", body, "    ", names=dict(k.names))
         self.root = root
         dom = self.lay.domain
         sizes = dom.sizes
@@ -770,7 +772,10 @@ class _Emitter:
                 root.emit(f"{acc} = tl.broadcast_to({init.code}, (BLOCK_P, 1))  # init of {self.op_label(g)}#{j}")
                 accs[(g, j)] = acc
         lines: list[str] = []
-        sc = _Scope("serial", lines, "        ", root)
+        # own names for the reduction indices: scalars here, [1, BLOCK_R] lanes in chunk loops
+        names = dict(k.names)
+        names.update({d: k.names[d] + "_s" for d in k.R})
+        sc = _Scope("serial", lines, "        ", root, names=names)
         self.decompose(sc, "ridx", k.order_r)
         for g in reds:
             inf = self.lay.info(g)
