@@ -25,7 +25,7 @@ def topological_sort(block: ir.Block) -> None:
     index = {op: i for i, op in enumerate(ops)}
     deps = {op: set() for op in ops}
     for op in ops:
-        for inner in _nested(op):
+        for inner in nested_ops(op):
             for v in inner.operands:
                 owner = v.owner
                 if isinstance(owner, ir.Block):
@@ -58,7 +58,8 @@ def topological_sort(block: ir.Block) -> None:
         op.move_before(terminator)
 
 
-def _nested(op: ir.Operation):
+def nested_ops(op: ir.Operation) -> list:
+    """`op` and every op nested in its regions, outermost first."""
     out = []
 
     def visit(o):

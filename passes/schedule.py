@@ -15,7 +15,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func, tensor
 
 from .base import Pass, PassContext
-from .ir_utils import erase_dead_pure_ops, main_func, topological_sort
+from .ir_utils import erase_dead_pure_ops, main_func, nested_ops, topological_sort
 
 GROUP = "uniorch.group"
 
@@ -87,7 +87,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
     # Values the group reads from outside, in first-use order; and nested uses to rewire.
     inputs, clones, uses = [], [], []
     for op in ops:
-        for inner in _walk(op):
+        for inner in nested_ops(op):
             for i, v in enumerate(inner.operands):
                 if not outside(v):
                     continue
@@ -143,17 +143,6 @@ def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
             return True
         op = op.parent
     return False
-
-
-def _walk(op: ir.Operation):
-    out = []
-
-    def visit(o):
-        out.append(o.operation)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return out
 
 
 def _next_op(op: ir.Operation) -> ir.Operation:
