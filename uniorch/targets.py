@@ -1,19 +1,17 @@
-"""Target strings `vendor[:arch]` (DESIGN.md) and what each one means here."""
+"""Target strings `vendor[:arch]` (DESIGN.md): which backend, for which architecture.
+
+The vendors are the registered backends (`uniorch.backends.registry`), so a plugin's target
+parses like a built-in one. `auto` is the first backend whose device is present, else `interpret`.
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import UniorchError
 
-# vendor -> (default arch, known archs, warp/wavefront width)
-VENDORS = {
-    "interpret": ("cpu", ("cpu",), 32),
-    "cuda": ("sm_90", ("sm_80", "sm_89", "sm_90"), 32),
-    "rocm": ("gfx942", ("gfx90a", "gfx942", "gfx1100"), 64),
-    "cann": ("ascend910b", ("ascend910b",), 32),
-}
-# Backends that can run kernels in this version; the others are named so errors can say so.
-RUNNABLE = ("interpret",)
+# `auto` prefers real devices in this order; plugins with a present device come after these.
+AUTO_ORDER = ("cuda", "rocm", "cann")
 
 
 class TargetError(UniorchError):
@@ -29,16 +27,43 @@ class Target:
         return f"{self.vendor}:{self.arch}"
 
     @property
+    def backend(self):
+        from uniorch.backends.registry import get
+
+        return get(self.vendor)(self.arch)
+
+    @property
     def warp_size(self) -> int:
-        return VENDORS[self.vendor][2]
+        b = self.backend
+        return b.wavefront() if hasattr(b, "wavefront") else b.warp_size
 
     @property
     def interpret(self) -> bool:
         return self.vendor == "interpret"
 
 
+def _backends() -> dict:
+    from uniorch.backends.registry import backends
+
+    return backends()
+
+
 def known_targets() -> list[str]:
-    return ["auto"] + [v for v in VENDORS] + [f"{v}:{a}" for v, (_, archs, _) in VENDORS.items() for a in archs if v != "interpret"]
+    table = _backends()
+    return ["auto"] + list(table) + [f"{v}:{a}" for v, cls in table.items() for a in cls.archs if v != "interpret"]
+
+
+def auto_target() -> Target:
+    table = _backends()
+    order = [v for v in AUTO_ORDER if v in table] + [v for v in table if v not in AUTO_ORDER and v != "interpret"]
+    for vendor in order:
+        cls = table[vendor]
+        try:
+            if cls.is_available():
+                return Target(vendor, cls.default_arch())
+        except Exception:  # noqa: BLE001 - a plugin's probe must not break target selection
+            continue
+    return Target("interpret", "cpu")
 
 
 def parse_target(text: str | Target) -> Target:
@@ -46,29 +71,25 @@ def parse_target(text: str | Target) -> Target:
         return text
     text = (text or "auto").strip()
     if text == "auto":
-        return Target("interpret", "cpu")  # the GPU backends are not built yet (see README)
+        return auto_target()
     vendor, _, arch = text.partition(":")
-    if vendor not in VENDORS:
+    table = _backends()
+    if vendor not in table:
         raise TargetError(f"unknown target '{text}'; known targets: {', '.join(known_targets())}")
-    default, archs, _ = VENDORS[vendor]
-    arch = arch or default
-    if arch not in archs and vendor != "cuda":
-        raise TargetError(f"unknown {vendor} architecture '{arch}'; known: {', '.join(archs)}")
+    cls = table[vendor]
+    arch = arch or cls.default_arch()
+    if arch not in cls.archs and not (cls.arch_pattern and re.fullmatch(cls.arch_pattern, arch)):
+        raise TargetError(f"unknown {vendor} architecture '{arch}'; known: {', '.join(cls.archs)}")
     return Target(vendor, arch)
 
 
 def require_runnable(target: Target) -> None:
-    if target.vendor not in RUNNABLE:
-        raise TargetError(f"target '{target}' cannot run kernels in this version: its backend is not built yet; "
-                          f"use target='interpret' (runnable targets: {', '.join(RUNNABLE)})")
+    cls = _backends()[target.vendor]
+    if not cls.is_available():
+        raise TargetError(f"target '{target}' cannot run kernels here: {cls.unavailable_reason()}; "
+                          f"use uniorch.compile_aot to build for it without a device, or target='interpret'")
 
 
 def triton_target(target: Target):
-    """Triton's GPUTarget for compiling to this target (the interpreter borrows NVIDIA sm_90)."""
-    from triton.backends.compiler import GPUTarget
-
-    if target.vendor == "rocm":
-        return GPUTarget("hip", target.arch, 64)
-    if target.vendor == "cuda":
-        return GPUTarget("cuda", int(target.arch.removeprefix("sm_")), 32)
-    return GPUTarget("cuda", 90, 32)
+    """Triton's GPUTarget whose front end compiles kernels for this target."""
+    return target.backend.triton_target()

@@ -20,7 +20,6 @@ from uniorch.ir import lower, make_context
 from uniorch.ir.importer import import_graph, node_names
 from uniorch.targets import Target
 
-from . import loader
 from .plan import Kernel, LaunchPlan, PlanError, build_plan
 
 KERNEL_STAGES = ("fused", "scheduled")
@@ -75,7 +74,9 @@ def _nbytes(t) -> int:
     return nbytes(t)
 
 
-def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
+def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) -> CompiledGraph:
+    """`run=False` stops after codegen (kernels not loaded, no trial launch): what ahead-of-time
+    compilation for a device this machine lacks needs."""
     from uniorch.passes.ir_utils import main_func
 
     timings: dict[str, float] = {}
@@ -97,6 +98,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
     timings["passes"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    backend = target.backend
     main = main_func(module)
     kernels: dict[str, Kernel] = {}
     infos: list[KernelInfo] = []
@@ -109,7 +111,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
             raise RegionError("codegen", ir.StringAttr(op.attributes["uniorch.unsupported"]).value, _nodes_in(op) or all_nodes)
         try:
             ks = generate(op, str(target))
-            fn = loader.load(ks, interpret=target.interpret)
+            fn = backend.load(ks) if run else None
         except CodegenError as err:
             raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
         except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
@@ -132,13 +134,14 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target) -> CompiledGraph:
         nodes = _nodes_in(bad[0]) if bad else []
         raise RegionError("plan", str(err), nodes or all_nodes) from None
     timings["codegen"] = time.perf_counter() - t
-    t = time.perf_counter()
-    _trial_launch(plan, gm, {i.name: i for i in infos})
-    timings["first launch"] = time.perf_counter() - t
+    if run:
+        t = time.perf_counter()
+        _trial_launch(plan, gm, {i.name: i for i in infos}, backend.device_type)
+        timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
 
 
-def _trial_launch(plan: LaunchPlan, gm: torch.fx.GraphModule, infos: dict) -> None:
+def _trial_launch(plan: LaunchPlan, gm: torch.fx.GraphModule, infos: dict, device: str) -> None:
     """Runs the plan once on made-up inputs of the right shapes, so a kernel that Triton rejects
     at its first launch is found now, with its name, and only its ATen ops fall back."""
     inputs = []
@@ -150,12 +153,12 @@ def _trial_launch(plan: LaunchPlan, gm: torch.fx.GraphModule, infos: dict) -> No
             return  # symbolic or non-tensor inputs: leave the check to the first real call
         # zeros for integers: always valid as indices; floats random so no kernel sees only zeros
         make = torch.randn if val.dtype.is_floating_point else torch.zeros
-        inputs.append(make(tuple(val.shape), dtype=val.dtype))
+        inputs.append(make(tuple(val.shape), dtype=val.dtype, device=device))
     failed: list[str] = []
 
     def launch(kernel: Kernel, ins, outs):
         try:
-            loader.launch(kernel.source, kernel.fn, ins, outs)
+            kernel.fn(ins, outs)
         except Exception as err:  # noqa: BLE001 - Triton raises many kinds
             failed.append(kernel.name)
             info = infos.get(kernel.name)
@@ -203,16 +206,10 @@ def kernel_listing(module: ir.Module, stage: str, target: Target) -> str:
 
 def ttir(ks, target: Target) -> str:
     """Triton-IR of a generated kernel, from Triton's own front end (vendor-neutral; built for the
-    target's GPU kind, or for NVIDIA sm_90 when the target is the interpreter)."""
-    import triton
-    from triton.compiler import ASTSource
+    target's GPU kind, or for NVIDIA sm_90 when the target has no Triton backend of its own)."""
+    from uniorch.backends.driver import compile_kernel
 
-    from uniorch.targets import triton_target
-
-    fn = loader.load(ks, interpret=False)
-    compiled = triton.compile(ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs),
-                              target=triton_target(target), options={"num_warps": ks.num_warps})
-    return compiled.asm["ttir"]
+    return compile_kernel(ks, target.backend, stop_after="ttir").asm["ttir"]
 
 
 def _main_ops(main):
@@ -227,7 +224,7 @@ def _error_nodes(err: UniorchError) -> list[str]:
 
 
 def _launch(kernel: Kernel, inputs, outputs) -> None:
-    loader.launch(kernel.source, kernel.fn, inputs, outputs)
+    kernel.fn(inputs, outputs)  # the backend's Launcher
 
 
 __all__ = ["compile_graph", "CompiledGraph", "KernelInfo", "RegionError"]

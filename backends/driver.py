@@ -1,0 +1,148 @@
+"""The stage driver: one generated kernel → TTIR → each of a backend's stages, in order.
+
+TTIR comes from Triton's own front end (the kernel's source parsed and lowered by Triton, then
+Triton's TTIR passes); after that the backend's `add_stages` decides everything. Every stage's
+output is kept (`CompiledKernel.asm`) and cached on disk under a key of source, backend, arch,
+options and Triton version, so a second compile of the same kernel reads files instead of running
+LLVM, and an ahead-of-time bundle is just these files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, Optional
+
+from .sdk import Backend, BackendError, CompiledKernel
+
+FRONT_STAGES = ("triton", "ttir")
+
+
+def _triton_frontend(ks, backend: Backend, options):
+    """Triton's front end for one kernel: (TTIR module, metadata, Triton backend, its options)."""
+    import triton
+    from triton._C.libtriton import ir as tir
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    from uniorch.runtime import loader
+
+    fn = loader.load(ks, interpret=False)
+    src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
+    target = backend.triton_target()
+    tb = make_backend(target)
+    topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages})
+    context = tir.context()
+    tir.load_dialects(context)
+    tb.load_dialects(context)
+    module = src.make_ir(target, topts, tb.get_codegen_implementation(topts), tb.get_module_map(), context)
+    metadata: dict[str, Any] = {"target": target, **topts.__dict__, "triton_version": triton.__version__}
+    stages: dict = {}
+    tb.add_stages(stages, topts, src.language)
+    module = stages["ttir"](module, metadata)
+    return module, metadata
+
+
+def _key(ks, backend: Backend, options) -> str:
+    import triton
+
+    text = "\n".join([ks.source, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
+                      backend.arch, options.hash(), triton.__version__, type(backend).__qualname__])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _cache_dir(key: str) -> str:
+    from uniorch import config
+
+    return os.path.join(config.cache_dir(), "compiled", key)
+
+
+def _jsonable(metadata: dict) -> dict:
+    out = {}
+    for k, v in metadata.items():
+        if hasattr(v, "backend") and hasattr(v, "arch"):  # triton GPUTarget
+            v = {"backend": v.backend, "arch": v.arch, "warp_size": v.warp_size}
+        try:
+            json.dumps(v)
+        except TypeError:
+            v = repr(v)
+        out[k] = v
+    return out
+
+
+def _read_cache(path: str, ks, backend: Backend, wanted: list[str]) -> Optional[CompiledKernel]:
+    meta_path = os.path.join(path, "metadata.json")
+    if not os.path.exists(meta_path):
+        return None
+    with open(meta_path) as f:
+        info = json.load(f)
+    if not set(wanted) <= set(info["stages"]):
+        return None
+    asm = {}
+    for stage in info["stages"]:
+        binary = stage in info.get("binary", [])
+        with open(os.path.join(path, f"{ks.fn_name}.{stage}"), "rb" if binary else "r") as f:
+            asm[stage] = f.read()
+    return CompiledKernel(ks.name, f"{backend.name}:{backend.arch}", ks, asm, info["metadata"])
+
+
+def _write_cache(path: str, ck: CompiledKernel) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(path))
+    binary = []
+    for stage, out in ck.asm.items():
+        if isinstance(out, bytes):
+            binary.append(stage)
+        with open(os.path.join(tmp, f"{ck.source.fn_name}.{stage}"), "wb" if isinstance(out, bytes) else "w") as f:
+            f.write(out)
+    with open(os.path.join(tmp, "metadata.json"), "w") as f:
+        json.dump({"stages": list(ck.asm), "binary": binary, "metadata": ck.metadata}, f, indent=1)
+    try:
+        os.replace(tmp, path)  # atomic; a concurrent writer of the same key wrote the same files
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stage_names(backend: Backend) -> list[str]:
+    """All stages this backend produces, in order: "triton", "ttir", then its own."""
+    stages: dict = {}
+    backend.add_stages(stages, backend.parse_options({}))
+    return list(FRONT_STAGES) + [s for s in stages if s not in FRONT_STAGES]
+
+
+def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_cache: bool = True) -> CompiledKernel:
+    """Runs `ks` through TTIR and `backend`'s stages (up to `stop_after`, inclusive)."""
+    options = backend.parse_options({"num_warps": ks.num_warps, "num_stages": ks.num_stages})
+    stages: dict = {}
+    backend.add_stages(stages, options)
+    names = list(FRONT_STAGES) + [s for s in stages if s not in FRONT_STAGES]
+    if stop_after is not None and stop_after not in names:
+        raise BackendError(f"backend '{backend.name}' has no stage '{stop_after}'; its stages: {', '.join(names)}")
+    wanted = names[: names.index(stop_after) + 1] if stop_after else names
+    path = _cache_dir(_key(ks, backend, options))
+    if use_cache:
+        hit = _read_cache(path, ks, backend, wanted)
+        if hit is not None:
+            return hit
+    target = f"{backend.name}:{backend.arch}"
+    try:
+        module, metadata = _triton_frontend(ks, backend, options)
+    except Exception as err:
+        raise BackendError(f"{target}: Triton's front end rejected kernel {ks.name}: {type(err).__name__}: {err}") from err
+    asm: dict[str, Any] = {"triton": ks.source, "ttir": str(module)}
+    for name in wanted[len(FRONT_STAGES):]:
+        try:
+            module = stages[name](module, metadata)
+        except Exception as err:
+            raise BackendError(f"{target}: stage '{name}' failed for kernel {ks.name}: {type(err).__name__}: {err}") from err
+        asm[name] = module if isinstance(module, (bytes, str)) else str(module)
+    ck = CompiledKernel(ks.name, target, ks, asm, _jsonable(metadata))
+    if use_cache:
+        _write_cache(path, ck)
+    return ck
+
+
+__all__ = ["compile_kernel", "stage_names", "FRONT_STAGES"]

@@ -1,0 +1,33 @@
+"""The `interpret` backend: kernels run on the CPU through Triton's interpreter.
+
+Every kernel is numerically checked by this backend on machines without a GPU (CI). Its stages
+stop at TTIR (from Triton's front end for NVIDIA sm_90, which is vendor-neutral at that level);
+what runs is the generated source, so an ahead-of-time bundle needs only the "triton" stage.
+"""
+from __future__ import annotations
+
+from ..sdk import Backend, CompiledKernel, Launcher
+from ..triton_launch import TritonLauncher
+
+
+class InterpretBackend(Backend):
+    name = "interpret"
+    archs = ("cpu",)
+    warp_size = 32
+    device_type = "cpu"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        return ""
+
+    def load(self, kernel) -> Launcher:
+        from uniorch.runtime import loader
+
+        return TritonLauncher(kernel, loader.load(kernel, interpret=True))
+
+    def load_compiled(self, compiled: CompiledKernel) -> Launcher:
+        return self.load(compiled.source)

@@ -1,0 +1,105 @@
+"""Finds backends: every entry point in the `uniorch.backends` group names a `Backend` subclass.
+
+The built-in backends are declared in uniorch's own pyproject.toml under that group, exactly as a
+vendor's plugin package declares its own. A plugin that fails to import, that is not a `Backend`,
+or that reuses a taken name is skipped with a warning naming it; the other backends keep working.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from importlib import metadata
+
+from .sdk import Backend
+
+GROUP = "uniorch.backends"
+# The same declarations as pyproject.toml; used only when the installed metadata predates a
+# built-in (a source checkout run before re-installing), so the built-ins never go missing.
+BUILTINS = {
+    "interpret": "uniorch.backends.interpret:InterpretBackend",
+    "cuda": "uniorch.backends.cuda:CudaBackend",
+    "rocm": "uniorch.backends.rocm:RocmBackend",
+    "cann": "uniorch.backends.cann:CannBackend",
+}
+
+
+class PluginWarning(UserWarning):
+    pass
+
+
+def _entry_points() -> list[tuple[str, str, object]]:
+    """(name, "module:attr", loader) in load order: built-ins first, then plugins by name."""
+    eps = {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
+    found = []
+    for name, value in BUILTINS.items():
+        ep = eps.pop(name, None)
+        if ep is not None and ep.value == value:
+            found.append((name, value, ep.load))
+        else:
+            found.append((name, value, functools.partial(_load_value, value)))
+            if ep is not None:  # a plugin claiming a built-in's name
+                found.append((name, ep.value, ep.load))
+    for name in sorted(eps):
+        found.append((name, eps[name].value, eps[name].load))
+    return found
+
+
+def _load_value(value: str):
+    import importlib
+
+    module, _, attr = value.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@functools.lru_cache(maxsize=None)
+def backends() -> dict[str, type[Backend]]:
+    """Every backend that loaded, by name."""
+    table: dict[str, type[Backend]] = {}
+    for name, value, load in _entry_points():
+        try:
+            cls = load()
+        except Exception as err:  # noqa: BLE001 - a broken plugin must not break uniorch
+            warnings.warn(f"uniorch: backend plugin '{name}' ({value}) failed to import and is skipped: "
+                          f"{type(err).__name__}: {err}", PluginWarning, stacklevel=2)
+            continue
+        problem = _check(name, cls)
+        if problem:
+            warnings.warn(f"uniorch: backend plugin '{name}' ({value}) is skipped: {problem}", PluginWarning,
+                          stacklevel=2)
+            continue
+        if name in table:
+            warnings.warn(f"uniorch: backend plugin '{name}' ({value}) is skipped: the name '{name}' is already "
+                          f"taken by {table[name].__module__}.{table[name].__qualname__}", PluginWarning, stacklevel=2)
+            continue
+        table[name] = cls
+    return table
+
+
+def _check(name: str, cls) -> str:
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        return f"it names {cls!r}, not a subclass of uniorch.backends.Backend"
+    if cls.name != name:
+        return f"its class declares name '{cls.name}' but its entry point is named '{name}'"
+    if not cls.archs:
+        return "it declares no architectures (Backend.archs is empty)"
+    return ""
+
+
+def get(name: str) -> type[Backend]:
+    from uniorch.targets import TargetError, known_targets
+
+    table = backends()
+    if name not in table:
+        raise TargetError(f"unknown target '{name}'; known targets: {', '.join(known_targets())}")
+    return table[name]
+
+
+def reset() -> None:
+    """Forget discovered backends (tests that install or break a plugin call this)."""
+    backends.cache_clear()
+
+
+__all__ = ["GROUP", "PluginWarning", "backends", "get", "reset"]
