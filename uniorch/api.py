@@ -74,6 +74,7 @@ class CompiledModule:
                                   f"Raise cache_size_limit or keep input shapes fixed.", stacklevel=3)
                     self._warned = True
                 return None
+            _check_devices(args, kwargs, self._target)
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
             self._cache[key] = entry
             return entry
@@ -96,6 +97,20 @@ class CompiledModule:
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
         return _report(entry, self._target, args, kwargs)
+
+
+def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
+    """Kernels of a target run on its device only; a tensor elsewhere is the caller's mistake, and
+    saying so beats a crash inside a kernel launch."""
+    from .errors import UniorchError
+
+    want = target.backend.device_type
+    paths, _ = pytree.tree_flatten_with_path((args, kwargs))
+    for path, leaf in paths:
+        if isinstance(leaf, torch.Tensor) and leaf.device.type != want:
+            where = pytree.keystr(path)
+            raise UniorchError(f"input {where} is on device '{leaf.device}', but target '{target}' runs kernels on "
+                               f"'{want}'; move the inputs there, or compile for a target of that device")
 
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry:

@@ -6,6 +6,7 @@ import os
 KNOBS = {
     "UNIORCH_TRACEBACK": "1: tools print Python tracebacks for internal errors (for bug reports)",
     "UNIORCH_SLOW_TESTS": "1: the test suite also runs every zoo model through the interpreter (slow)",
+    "UNIORCH_FUZZ_EXAMPLES": "N: tests/test_fuzz.py draws N random graphs per test instead of its small fixed set",
     "UNIORCH_CACHE_DIR": "where compiled kernels are cached (default: ~/.cache/uniorch)",
     # read by scripts/setup.sh, listed here so every knob is in one place
     "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",

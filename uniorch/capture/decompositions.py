@@ -61,4 +61,7 @@ def _embedding_bag(
 def decomposition_table() -> dict:
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
+    from .nan_semantics import TABLE as nan_preserving
+
+    table.update(nan_preserving)
     return table

@@ -30,7 +30,7 @@ def load(ks: KernelSource, interpret: bool) -> Any:
     """The kernel's function object: an InterpretedFunction or a triton JITFunction."""
     digest = hashlib.sha256(ks.source.encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"{ks.fn_name}_{digest}.py")
-    if not os.path.exists(path):
+    if not _holds(path, ks.source):  # absent, or a corrupt/stale entry: never run it, rewrite it
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".py")
         with os.fdopen(fd, "w") as f:
             f.write(ks.source)
@@ -48,6 +48,14 @@ def load(ks: KernelSource, interpret: bool) -> Any:
             sys.modules.pop(mod_name, None)
             raise
     return getattr(mod, ks.fn_name)
+
+
+def _holds(path: str, source: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _interpreted(fn):

@@ -1,0 +1,95 @@
+"""Bad and unusual input to uniorch.compile: non-finite values, wrong devices, threads, a corrupt
+kernel cache. Each must give eager PyTorch's answer or a clear error, never a wrong result."""
+import os
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import uniorch
+
+
+def _nonfinite(shape):
+    x = torch.randn(shape)
+    flat = x.view(-1)
+    idx = torch.randperm(flat.numel())[:3]
+    flat[idx[0]], flat[idx[1]], flat[idx[2]] = float("nan"), float("inf"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.relu(x) * 2 + 1,
+    lambda x: torch.maximum(x, torch.zeros_like(x)),
+    lambda x: x.amax(dim=-1),
+    lambda x: x.sum(dim=0),
+    lambda x: torch.softmax(x, dim=-1),
+    lambda x: torch.where(torch.isnan(x), torch.zeros_like(x), x).clamp(-3, 3),
+], ids=["relu-affine", "maximum", "amax", "sum", "softmax", "isnan-where-clamp"])
+def test_nan_and_inf_follow_eager(fn):
+    x = _nonfinite((6, 10))
+    got = uniorch.compile(fn, target="interpret")(x)
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
+
+
+def test_masked_softmax_with_minus_inf():
+    def fn(s, mask):
+        return torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+
+    s = torch.randn(4, 8)
+    mask = torch.rand(4, 8) > 0.6
+    mask[:, 0] = False  # every row keeps one finite entry, as attention masks do
+    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(s, mask), fn(s, mask))
+
+
+def test_input_on_an_unexpected_device_is_a_clear_error():
+    cm = uniorch.compile(lambda x: x + 1, target="interpret")
+    with pytest.raises(uniorch.UniorchError, match=r"device 'meta'.*target 'interpret:cpu'.*'cpu'"):
+        cm(torch.empty(3, device="meta"))
+
+
+def test_threads_compiling_at_once():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    shapes = [(2, 8), (3, 8), (2, 8), (5, 8)]
+    inputs = [torch.randn(s) for s in shapes]
+    results, errors = [None] * len(shapes), []
+
+    def work(i):
+        try:
+            with torch.no_grad():
+                results[i] = cm(inputs[i])
+        except Exception as err:  # noqa: BLE001 - collected and re-raised below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(shapes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with torch.no_grad():
+        for x, got in zip(inputs, results):
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 3  # one compile per distinct spec, however many threads asked
+
+
+def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
+
+    def fn(x):
+        return F.silu(x) * 3 - 0.5
+
+    x = torch.randn(7, 5)
+    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
+    files = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "kernels") for f in fs if f.endswith(".py")]
+    assert files
+    for path in files:  # a truncated write, then a stale kernel of another name
+        with open(path, "w") as f:
+            f.write("def broken(:\n")
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith("uniorch_kernel_")]:
+        del sys.modules[name]  # as in a fresh process, which reads the files again
+    x = torch.randn(7, 5)
+    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
