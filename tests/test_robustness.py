@@ -93,3 +93,32 @@ def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
         del sys.modules[name]  # as in a fresh process, which reads the files again
     x = torch.randn(7, 5)
     torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
+
+
+def test_capture_failure_runs_eagerly_and_is_reported():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else -x  # Python control flow on a tensor value
+
+    model = DataDependent()
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(cm(x), model(x))
+    rep = cm.explain(x)
+    assert [f.stage for f in rep.fallbacks] == ["capture"] and "DataDependent" in rep.fallbacks[0].why
+    with pytest.raises(uniorch.UniorchError, match="capturing DataDependent failed"):
+        uniorch.compile(model, target="interpret", fallback="error")(x)
+
+
+def test_non_tensor_arguments_export_cannot_take_are_constants():
+    def fn(x, dtype, device):
+        return torch.softmax(x, -1, dtype=dtype).to(device) * 2
+
+    cm = uniorch.compile(fn, target="interpret")
+    x = torch.randn(3, 5)
+    for dt in (torch.float64, torch.float32, torch.float64):
+        got = cm(x, dt, torch.device("cpu"))
+        torch.testing.assert_close(got, fn(x, dt, torch.device("cpu")))
+    assert cm.cache_size == 2  # the dtype is a guard: a new one recompiles
+    assert not cm.explain(x, torch.float64, torch.device("cpu")).fallbacks

@@ -28,16 +28,20 @@ def _spec(args: tuple, kwargs: dict):
             key.append(("T", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad))
         elif isinstance(leaf, (int, float, bool, str, type(None))):
             key.append(("C", type(leaf).__name__, leaf))
-        else:
-            key.append(("O", type(leaf).__name__, id(leaf)))
+        else:  # dtypes, devices, ...: equal values share a compile; other objects by identity
+            try:
+                key.append(("O", type(leaf).__name__, hash(leaf), leaf))
+            except TypeError:
+                key.append(("O", type(leaf).__name__, id(leaf)))
     return (str(tree), tuple(key))
 
 
 @dataclass
 class _Entry:
-    captured: CapturedGraph
-    program: Program
+    captured: Optional[CapturedGraph]  # None: capture failed and the whole call runs eagerly
+    program: Optional[Program]
     timings: dict[str, float]
+    capture_error: str = ""
 
 
 class CompiledModule:
@@ -81,7 +85,7 @@ class CompiledModule:
 
     def __call__(self, *args, **kwargs):
         entry = self.entry(args, kwargs)
-        if entry is None:
+        if entry is None or entry.captured is None:
             return self._model(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
         outs = entry.program(*flat)
@@ -114,9 +118,17 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
 
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry:
+    from .errors import CaptureError
+
     timings = {}
     t = time.perf_counter()
-    captured = capture(model, args, kwargs)
+    try:
+        captured = capture(model, args, kwargs)
+    except CaptureError as err:
+        if fallback == "error":
+            raise
+        # the model runs as it is; if it raised during capture it raises again, as the user's error
+        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err))
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()
     program = compile_program(captured.graph_module, target, fallback)
@@ -188,7 +200,8 @@ class Report:
             lines.append(f"{k.name:<28} {k.kind:<12} {len(k.ops):>4} {_mb(k.bytes_read):>10} {_mb(k.bytes_written):>10}  {names}")
         if self.fallbacks:
             lines += ["", "eager fallbacks (op, where, why):"]
-            lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {f.why}" for f in self.fallbacks]
+            lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {(f.why.splitlines() or [''])[0]}"
+                      for f in self.fallbacks]
         lines += ["", "timings: " + ", ".join(f"{k.strip()} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
         return "\n".join(lines)
 
@@ -206,6 +219,9 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     from .capture.locations import node_source_loc
 
     cg, program = entry.captured, entry.program
+    if cg is None:
+        why = FallbackReport("(whole model)", _where_model(), "capture", entry.capture_error)
+        return Report(str(tgt), [], [why], dict(entry.timings), 0, 0, 0, 0)
     nodes = {n.name: n for n in cg.graph_module.graph.nodes}
     aten = [n for n in nodes.values() if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
 
@@ -231,6 +247,10 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum)
+
+
+def _where_model() -> str:
+    return "every op runs eagerly"
 
 
 def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):

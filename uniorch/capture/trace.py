@@ -46,18 +46,59 @@ def as_module(model_or_fn: Any) -> torch.nn.Module:
     raise CaptureError(f"expected an nn.Module or a callable, got {type(model_or_fn).__name__}")
 
 
+_EXPORTABLE = (torch.Tensor, int, float, bool, str, type(None))
+
+
+class _Baked(torch.nn.Module):
+    """Calls the model with the arguments export cannot take as inputs (dtypes, devices, layouts,
+    arbitrary objects) fixed to their capture-time values; the rest arrive flat, in order."""
+
+    def __init__(self, inner: torch.nn.Module, spec, flat: list, keep: list[int]):
+        super().__init__()
+        self.inner, self._spec, self._flat, self._keep = inner, spec, flat, keep
+
+    def forward(self, *kept):
+        flat = list(self._flat)
+        for i, v in zip(self._keep, kept):
+            flat[i] = v
+        args, kwargs = pytree.tree_unflatten(flat, self._spec)
+        return self.inner(*args, **kwargs)
+
+
 def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -> CapturedGraph:
     """Traces `model_or_fn(*args, **kwargs)` into a CapturedGraph of core ATen ops."""
     module = as_module(model_or_fn)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
+    baked = len(keep) < len(flat)
+    traced, t_args, t_kwargs = module, args, kwargs
+    if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
+        traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
         with _quiet_tracing():
-            ep = torch.export.export(module, args, kwargs, strict=False)
+            ep = torch.export.export(traced, t_args, t_kwargs, strict=False)
             ep = ep.run_decompositions(decomposition_table())
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
-    return _from_exported(ep, module, args, kwargs)
+    cg = _from_exported(ep, traced, t_args, t_kwargs)
+    if baked:
+        _unbake(cg, spec, flat, keep)
+    return cg
+
+
+def _unbake(cg: CapturedGraph, spec, flat: list, keep: list[int]) -> None:
+    """Re-expresses a capture of `_Baked` in the user's own argument structure."""
+    import dataclasses
+
+    cg.in_spec = spec
+    cg.inputs = [dataclasses.replace(i, target=keep[i.target]) if i.kind == "user" else i for i in cg.inputs]
+    cg.outputs = [dataclasses.replace(o, target=keep[o.target]) if o.kind == "user_input_mutation" else o
+                  for o in cg.outputs]
+    constants = {keep[k]: v for k, v in cg.constant_args.items()}
+    constants.update({i: v for i, v in enumerate(flat) if not isinstance(v, _EXPORTABLE)})
+    cg.constant_args = constants
 
 
 def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kwargs: dict) -> CapturedGraph:

@@ -1,0 +1,214 @@
+"""PyTorch's OpInfo database as a test suite for uniorch (issue: breadth and robustness).
+
+    python -m uniorch.tools.opinfo_coverage [--dtype float32] [--samples 2] [--ops abs,add,...]
+                                            [--out docs/coverage/opinfo-float32.md] [--json FILE]
+
+Every op of `torch.testing._internal.common_methods_invocations.op_db` with samples for the dtype on
+CPU is compiled with `uniorch.compile(..., target="interpret")` per sample and compared with eager.
+Each sample lands in one class:
+
+  compiled   every captured ATen op ran in uniorch kernels, and the result matches eager
+  partial    some ops fell back to eager (explain says which and why), and the result matches
+  eager      nothing was compiled (capture or every region fell back), and the result matches
+  random     the op is nondeterministic (eager differs from itself); only shapes/dtypes compared
+  MISMATCH   a wrong answer: the compiled result differs from eager. Must never happen.
+  error      uniorch raised where eager did not (a missing fallback)
+
+Samples whose eager run raises are not counted. The table lists per op the counts per class and
+the first reason for each non-compiled sample.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+
+CLASSES = ("compiled", "partial", "eager", "random", "MISMATCH", "error")
+TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-7), torch.float16: (1e-3, 1e-3),
+       torch.bfloat16: (1e-2, 1e-2)}
+
+
+@dataclass
+class SampleResult:
+    op: str
+    index: int
+    cls: str
+    reason: str = ""
+    compiled_fraction: float = 0.0
+    seconds: float = 0.0
+
+
+def _clone(tree):
+    return pytree.tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, tree)
+
+
+def _compare(got, ref, dtype) -> str:
+    """'' when `got` matches `ref`, else what differs."""
+    g_leaves, g_spec = pytree.tree_flatten(got)
+    r_leaves, r_spec = pytree.tree_flatten(ref)
+    if g_spec != r_spec:
+        return f"output structure {g_spec} != eager's {r_spec}"
+    for i, (g, r) in enumerate(zip(g_leaves, r_leaves)):
+        if isinstance(r, torch.Tensor):
+            if not isinstance(g, torch.Tensor) or g.shape != r.shape or g.dtype != r.dtype:
+                return f"output {i}: {_desc(g)} vs eager {_desc(r)}"
+            rtol, atol = TOL.get(r.dtype, (0, 0)) if r.dtype.is_floating_point or r.dtype.is_complex else (0, 0)
+            try:
+                torch.testing.assert_close(g, r, rtol=rtol, atol=atol, equal_nan=True)
+            except AssertionError as err:
+                return f"output {i}: " + " ".join(str(err).split("\n")[1:3]).strip()
+        elif isinstance(r, float) and isinstance(g, float):
+            if not (abs(g - r) <= 1e-5 + 1e-4 * abs(r) or (g != g and r != r)):
+                return f"output {i}: {g} vs eager {r}"
+        elif g != r:
+            return f"output {i}: {g!r} vs eager {r!r}"
+    return ""
+
+
+def _desc(t) -> str:
+    return f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _same_shapes(got, ref) -> str:
+    g, r = pytree.tree_leaves(got), pytree.tree_leaves(ref)
+    for a, b in zip(g, r):
+        if isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype):
+            return f"{_desc(a)} vs eager {_desc(b)}"
+    return "" if len(g) == len(r) else "output count differs"
+
+
+def run_sample(op, index: int, sample, dtype) -> SampleResult | None:
+    import uniorch
+
+    def fn(x, args, kwargs):
+        return op(x, *args, **kwargs)
+
+    inputs = (sample.input, sample.args, sample.kwargs)
+    torch.manual_seed(0)
+    try:
+        ref = fn(*_clone(inputs))
+    except Exception:  # noqa: BLE001 - a sample eager rejects says nothing about uniorch
+        return None
+    torch.manual_seed(1)
+    try:
+        again = fn(*_clone(inputs))
+        nondeterministic = bool(_compare(again, ref, dtype))
+    except Exception:  # noqa: BLE001
+        nondeterministic = True
+    t = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = uniorch.compile(fn, target="interpret")
+            got = cm(*_clone(inputs))
+            rep = cm.explain(*_clone(inputs))
+    except Exception as err:  # noqa: BLE001 - recorded as an error class
+        return SampleResult(op.name, index, "error", f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
+                            seconds=time.perf_counter() - t)
+    secs = time.perf_counter() - t
+    if nondeterministic:
+        bad = _same_shapes(got, ref)
+        return SampleResult(op.name, index, "MISMATCH" if bad else "random", bad, rep.compiled_fraction, secs)
+    bad = _compare(got, ref, dtype)
+    if bad:
+        return SampleResult(op.name, index, "MISMATCH", bad, rep.compiled_fraction, secs)
+    if rep.captured_ops and rep.compiled_ops == rep.captured_ops and not rep.fallbacks:
+        return SampleResult(op.name, index, "compiled", "", 1.0, secs)
+    why = rep.fallbacks[0] if rep.fallbacks else None
+    reason = f"{why.op} [{why.stage}] {why.why}"[:200] if why else ("no ATen ops captured" if not rep.captured_ops else "")
+    cls = "eager" if rep.compiled_ops == 0 else "partial"
+    return SampleResult(op.name, index, cls, reason, rep.compiled_fraction, secs)
+
+
+def _ops(dtype, names):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ops = [o for o in op_db if dtype in o.supported_dtypes("cpu")]
+    if names:
+        wanted = set(names)
+        ops = [o for o in ops if o.name in wanted or f"{o.name}.{o.variant_test_name}" in wanted]
+    return ops
+
+
+def run(dtype, samples: int, names=None, log=sys.stderr) -> list[SampleResult]:
+    results: list[SampleResult] = []
+    for op in _ops(dtype, names):
+        label = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        try:
+            it = op.sample_inputs("cpu", dtype, requires_grad=False)
+            picked = []
+            for i, s in enumerate(it):
+                if i >= samples:
+                    break
+                picked.append(s)
+        except Exception as err:  # noqa: BLE001
+            print(f"{label}: cannot make samples: {err}", file=log)
+            continue
+        for i, s in enumerate(picked):
+            try:
+                r = run_sample(op, i, s, dtype)
+            except Exception:  # noqa: BLE001 - the harness must get through the whole database
+                r = SampleResult(label, i, "error", "harness: " + traceback.format_exc(limit=1).splitlines()[-1])
+            if r is None:
+                continue
+            r.op = label
+            results.append(r)
+            print(f"{label}[{i}]: {r.cls} {r.reason[:120]} ({r.seconds:.1f}s)", file=log, flush=True)
+    return results
+
+
+def table(results: list[SampleResult], dtype, samples: int) -> str:
+    by_op: dict[str, list[SampleResult]] = defaultdict(list)
+    for r in results:
+        by_op[r.op].append(r)
+    total = Counter(r.cls for r in results)
+    n = len(results)
+    lines = [f"# OpInfo coverage, {str(dtype).removeprefix('torch.')}, target interpret", "",
+             f"Generated by `python -m uniorch.tools.opinfo_coverage --dtype {str(dtype).removeprefix('torch.')} "
+             f"--samples {samples}` (first {samples} samples per op of PyTorch's OpInfo database).", "",
+             f"{n} samples over {len(by_op)} ops: " + ", ".join(f"{c} {total[c]} ({100 * total[c] / max(1, n):.1f}%)"
+                                                            for c in CLASSES), "",
+             "| op | " + " | ".join(CLASSES) + " | first reason when not compiled |",
+             "|---|" + "---|" * len(CLASSES) + "---|"]
+    for op in sorted(by_op):
+        rs = by_op[op]
+        c = Counter(r.cls for r in rs)
+        reason = next((r.reason for r in rs if r.cls != "compiled" and r.reason), "")
+        reason = reason.replace("|", "\\|").replace("\n", " ")[:160]
+        lines.append(f"| {op} | " + " | ".join(str(c[k]) if c[k] else "" for k in CLASSES) + f" | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m uniorch.tools.opinfo_coverage", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--samples", type=int, default=2, help="samples per op (the first N OpInfo yields)")
+    p.add_argument("--ops", default="", help="comma-separated op names (default: all)")
+    p.add_argument("--out", default=None, help="markdown table (default docs/coverage/opinfo-<dtype>.md)")
+    p.add_argument("--json", default=None, help="also write every sample's result as JSON")
+    a = p.parse_args(argv)
+    dtype = getattr(torch, a.dtype)
+    results = run(dtype, a.samples, [s for s in a.ops.split(",") if s])
+    out = a.out or os.path.join("docs", "coverage", f"opinfo-{a.dtype}.md")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        f.write(table(results, dtype, a.samples))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([asdict(r) for r in results], f, indent=0)
+    total = Counter(r.cls for r in results)
+    print(f"{len(results)} samples: " + ", ".join(f"{c} {total[c]}" for c in CLASSES) + f"; table: {out}")
+    return 1 if total["MISMATCH"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
