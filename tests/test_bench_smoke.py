@@ -1,0 +1,62 @@
+"""The benchmark harness (tools/bench) in its CPU smoke mode: tiny shapes on the interpreter.
+
+It checks the harness, not performance: the JSON has every documented field, uniorch's outputs
+match eager, and a failing backend is recorded instead of stopping the run. torch.compile joins
+only under UNIORCH_SLOW_TESTS=1: its first CPU compile builds C++ and takes about a minute here.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from uniorch import config
+from uniorch.tools.bench import backends, report, runner
+from uniorch.tools.bench.workloads import WORKLOADS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOP = ["device", "commit", "date", "torch", "triton", "peak_copy_GBps", "peak_bf16_tflops", "results"]
+ROW = ["model", "dtype", "eager_ms", "inductor_ms", "inductor_max_autotune_ms", "uniorch_ms", "correct",
+       "kernels", "uniorch_compile_s", "inductor_compile_s", "achieved_GBps"]
+MODELS = ["layernorm", "gelu_silu_chain", "matmul_bias_gelu"]
+
+
+def test_cli_cpu_smoke(tmp_path):
+    backends_ = "eager,inductor,uniorch" if config.flag("UNIORCH_SLOW_TESTS") else "eager,uniorch"
+    cmd = [sys.executable, "-m", "uniorch.tools.bench", "--device", "cpu", "--dtype", "fp32", "--quick",
+           "--models", ",".join(MODELS), "--backends", backends_, "--out", str(tmp_path), "--no-plot"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = tmp_path.glob("*-cpu.json")
+    data = json.loads(path.read_text())
+    assert all(k in data for k in TOP), set(TOP) - set(data)
+    assert data["device"] == "cpu" and data["peak_copy_GBps"] > 0 and data["peak_bf16_tflops"] > 0
+    assert [r["model"] for r in data["results"]] == MODELS
+    for r in data["results"]:
+        assert all(k in r for k in ROW), set(ROW) - set(r)
+        assert r["correct"] is True, (r["model"], r["rel_err"], r["errors"])
+        assert r["eager_ms"] > 0 and r["uniorch_ms"] > 0 and r["uniorch_compile_s"] > 0
+        assert r["kernels"] >= 1 and r["achieved_GBps"] > 0
+        assert "inductor_max_autotune" not in r["errors"]   # not asked for, so not attempted
+    assert data["results"][-1]["flops"] == 2 * 16 * 32 * 32   # the matmul's FLOPs, for the roofline
+    assert "geomean speedup of uniorch" in proc.stdout
+
+
+def test_failing_backend_is_recorded(monkeypatch, tmp_path):
+    def boom(fn, device):
+        raise RuntimeError("compiler exploded")
+
+    monkeypatch.setitem(backends.BACKENDS, "uniorch", backends.Backend("uniorch", boom, uniorch=True))
+    opt = runner.Options("cpu", ["eager", "uniorch"], warmup=0, iters=1, cache_root=str(tmp_path))
+    row = runner.run_workload(WORKLOADS["softmax"], "fp32", opt)
+    assert row["eager_ms"] > 0 and row["uniorch_ms"] is None and row["correct"] is None
+    assert row["errors"] == {"uniorch": "RuntimeError: compiler exploded"}
+    assert "compiler exploded" in report.table([row], 1.0)
+
+
+def test_rel_error_flags_nan_and_shape():
+    ref = torch.ones(4)
+    assert runner.rel_error(ref + 1e-6, ref) <= 1e-4
+    assert runner.rel_error(torch.full((4,), float("nan")), ref) != runner.rel_error(ref, ref)
+    assert runner.rel_error(torch.ones(5), ref) == float("inf")

@@ -1,0 +1,157 @@
+"""One workload at one dtype through every backend: cold compile, check against eager, time.
+
+A backend that fails (compile error, wrong answer, out of memory) leaves its fields null, its
+message under `errors`, and the next backend runs: one broken compiler never hides the others.
+"""
+from __future__ import annotations
+
+import gc
+import re
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+
+from .backends import BACKENDS, cold_compile, short_error
+from .timing import median_ms
+from .workloads import Workload
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# DESIGN.md's tolerances: fp32 ≤ 1e-4 (tf32 is switched off for the run), bf16 ≤ 1e-2
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+
+
+@dataclass
+class Options:
+    device: str
+    backends: list[str]
+    warmup: int
+    iters: int
+    cache_root: str
+    broken: dict[str, str] = field(default_factory=dict)   # backends that failed their warm-up
+    sizes: str | None = None                               # "cpu" | "gpu": override the device's sizes
+
+
+def rel_error(got, ref) -> float:
+    """max |got - ref| / max |ref| over every output tensor: scale-free, and NaN where got has NaN."""
+    worst = 0.0
+    for g, r in zip(pytree.tree_leaves(got), pytree.tree_leaves(ref)):
+        if not isinstance(r, torch.Tensor):
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != r.shape:
+            return float("inf")
+        g, r = g.detach().float(), r.detach().float()
+        if torch.isnan(g).any() and not torch.isnan(r).any():
+            return float("nan")
+        scale = r.abs().max().item() or 1.0
+        worst = max(worst, (g - r).abs().nan_to_num(0.0).max().item() / scale)
+    return worst
+
+
+def rel_error_l2(got, ref) -> float:
+    """||got - ref|| / ||ref|| over all outputs: not judged, recorded beside the max-norm error to
+    tell one ulp at the largest element (bf16) from a kernel that is wrong everywhere."""
+    num = den = 0.0
+    for g, r in zip(pytree.tree_leaves(got), pytree.tree_leaves(ref)):
+        if isinstance(r, torch.Tensor) and isinstance(g, torch.Tensor) and g.shape == r.shape:
+            num += (g.detach().double() - r.detach().double()).pow(2).sum().item()
+            den += r.detach().double().pow(2).sum().item()
+    return (num / den) ** 0.5 if den else num ** 0.5
+
+
+def count_flops(fn, args) -> int:
+    """Matmul/convolution/attention FLOPs of one eager call (elementwise work is not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn(*args)
+    return int(counter.get_total_flops())
+
+
+def run_workload(w: Workload, dtype: str, opt: Options) -> dict:
+    row = dict(model=w.name, dtype=dtype, kind=w.kind, sizes=getattr(w, opt.sizes or ("cpu" if opt.device == "cpu" else "gpu")),
+               eager_ms=None, inductor_ms=None, inductor_max_autotune_ms=None, uniorch_ms=None,
+               correct=None, kernels=None, uniorch_compile_s=None, inductor_compile_s=None,
+               inductor_max_autotune_compile_s=None, achieved_GBps=None, achieved_TFLOPs=None, flops=None,
+               bytes_moved=None, bytes_minimum=None, fallbacks=None, kernel_stats=None,
+               rel_err={}, rel_err_l2={}, checks={}, errors={})
+    torch.manual_seed(0)
+    try:
+        fn, args = w.make(opt.device, DTYPES[dtype], opt.sizes)
+        with torch.no_grad():
+            ref = fn(*args)
+            row["flops"] = count_flops(fn, args)
+    except Exception as e:  # noqa: BLE001
+        row["errors"]["setup"] = short_error(e)
+        return row
+    for name in opt.backends:
+        if name in opt.broken:
+            row["errors"][name] = f"unavailable here: {opt.broken[name]}"
+            continue
+        try:
+            with torch.no_grad():
+                _run_backend(name, fn, args, ref, dtype, opt, row)
+        except Exception as e:  # noqa: BLE001 - recorded, the next backend runs
+            row["errors"][name] = short_error(e)
+        finally:
+            _free(opt.device)
+    if row["uniorch_ms"] and row["kernels"]:   # all-eager fallback moves no kernel bytes: no figure
+        row["achieved_GBps"] = row["bytes_moved"] / (row["uniorch_ms"] * 1e-3) / 1e9
+    if row["uniorch_ms"] and row["kernels"] and row["flops"]:
+        row["achieved_TFLOPs"] = row["flops"] / (row["uniorch_ms"] * 1e-3) / 1e12
+    row["correct"] = row["checks"].get("uniorch")
+    return row
+
+
+def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) -> None:
+    backend = BACKENDS[name]
+    compiled, seconds, out = cold_compile(backend, fn, args, opt.device, opt.cache_root)
+    if name != "eager":
+        row[f"{name}_compile_s"] = seconds
+        err = rel_error(out, ref)
+        row["rel_err"][name] = err
+        row["rel_err_l2"][name] = rel_error_l2(out, ref)
+        row["checks"][name] = bool(err <= TOLERANCE[dtype])   # False for NaN too
+    if backend.uniorch:
+        _uniorch_report(compiled, args, opt.device, row)
+    row[f"{name}_ms"] = median_ms(lambda: compiled(*args), opt.device, opt.warmup, opt.iters)
+
+
+def _uniorch_report(cm, args, device: str, row: dict) -> None:
+    rep = cm.explain(*args)   # same input spec: reuses the compiled entry
+    row.update(kernels=len(rep.kernels), bytes_moved=rep.bytes_moved, bytes_minimum=rep.bytes_minimum,
+               fallbacks=len(rep.fallbacks))
+    stats = [dict(name=k.name, kind=k.kind, bytes=k.bytes_read + k.bytes_written, ms=None) for k in rep.kernels]
+    if device == "cuda":
+        _kernel_times(cm, args, rep.kernels, stats)
+    row["kernel_stats"] = stats
+
+
+def _kernel_times(cm, args, kernels, stats: list[dict]) -> None:
+    """Per-kernel device time from the profiler, matched to explain's kernels by Triton function
+    name. Best effort: kernels the profiler names differently keep ms = null."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                cm(*args)
+            torch.cuda.synchronize()
+        totals: dict[str, list[float]] = {}
+        for ev in prof.events():
+            t = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", 0)
+            if t:
+                totals.setdefault(ev.name, []).append(t / 1e3)
+        for k, s in zip(kernels, stats):
+            m = re.search(r"def\s+(\w+)\s*\(", k.source or "")
+            hits = [v for n, v in totals.items() if m and m.group(1) in n]
+            if hits:
+                s["ms"] = sum(sum(v) for v in hits) / 5
+    except Exception:  # noqa: BLE001 - the per-kernel view is optional
+        pass
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
