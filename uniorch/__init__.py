@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 __all__ = [
     "compile",
     "explain",
+    "compile_aot",
+    "load",
+    "Artifact",
     "CompiledModule",
     "Report",
     "capture",
@@ -28,7 +31,8 @@ __all__ = [
 # capture and to_mlir need torch, which takes seconds to import; `uniorch-opt` on MLIR text never
 # does. So they are imported on first use (PEP 562) and `uniorch-opt x.mlir` starts in under a second.
 _LAZY = {"capture": "uniorch.capture", "CapturedGraph": "uniorch.capture", "to_mlir": "uniorch.ir",
-         "compile": "uniorch.api", "explain": "uniorch.api", "CompiledModule": "uniorch.api", "Report": "uniorch.api"}
+         "compile": "uniorch.api", "explain": "uniorch.api", "CompiledModule": "uniorch.api", "Report": "uniorch.api",
+         "compile_aot": "uniorch.aot", "load": "uniorch.aot", "Artifact": "uniorch.aot"}
 
 
 def __getattr__(name):

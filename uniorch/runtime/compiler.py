@@ -20,7 +20,7 @@ from uniorch.ir import lower, make_context
 from uniorch.ir.importer import import_graph, node_names
 from uniorch.targets import Target
 
-from .plan import Kernel, LaunchPlan, PlanError, build_plan
+from .plan import Kernel, LaunchPlan, PlanError, build_plan, inplace_of
 
 KERNEL_STAGES = ("fused", "scheduled")
 PIPELINES = {
@@ -52,6 +52,8 @@ class CompiledGraph:
     module: ir.Module
     kernels: list[KernelInfo]
     timings: dict[str, float] = field(default_factory=dict)
+    # kernel name -> the backend's CompiledKernel (every stage), when compiled ahead of time
+    compiled: dict = field(default_factory=dict)
 
     def __call__(self, *inputs):
         return tuple(self.plan(list(inputs)))
@@ -88,6 +90,8 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
         lower(module, "linalg")
     except UniorchError as err:
         raise RegionError("import", str(err), _error_nodes(err) or all_nodes) from None
+    except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
+        raise RegionError("import", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["import+lower"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -95,6 +99,8 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
         to_kernel_stage(module, "scheduled", target)
     except UniorchError as err:
         raise RegionError("passes", str(err), _error_nodes(err) or all_nodes) from None
+    except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
+        raise RegionError("passes", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["passes"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -116,11 +122,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
             raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
         except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
             raise RegionError("codegen", f"{name}: {type(err).__name__}: {err}", _nodes_in(op) or all_nodes) from None
-        inplace = {}
-        if "uniorch.inplace" in op.attributes:
-            pairs = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.inplace"])]
-            inplace = {k: i for k, i in enumerate(pairs) if i >= 0}
-        kernels[name] = Kernel(name, ks, fn, inplace, op)
+        kernels[name] = Kernel(name, ks, fn, inplace_of(op), op)
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
         sched = {}
         if "uniorch.schedule" in op.attributes:

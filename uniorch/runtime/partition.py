@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 import torch.fx as fx
@@ -78,7 +79,11 @@ def _calls(gm) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager") -> Program:
+def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
+                    compile_region: Optional[Callable[[fx.GraphModule, Target], CompiledGraph]] = None) -> Program:
+    """`compile_region` compiles one run of nodes or raises RegionError naming the nodes that
+    must run eagerly; ahead-of-time compilation passes one that stops before loading kernels."""
+    compile_region = compile_region or compile_graph
     eager: dict[str, Fallback] = {}
     cache: dict[frozenset, CompiledGraph] = {}
     timings: dict[str, float] = {}
@@ -92,7 +97,7 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager")
             sub = _subgraph(gm, nodes)
             t = time.perf_counter()
             try:
-                cache[key] = compile_graph(sub, target)
+                cache[key] = compile_region(sub, target)
                 for k, v in cache[key].timings.items():
                     timings[k] = timings.get(k, 0.0) + v
             except RegionError as err:

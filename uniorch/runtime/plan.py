@@ -55,6 +55,14 @@ class Kernel:
     launches: int = 0
 
 
+def inplace_of(kernel_func) -> dict[int, int]:
+    """`uniorch.inplace` of a kernel function: result index -> the input it writes into."""
+    if "uniorch.inplace" not in kernel_func.attributes:
+        return {}
+    pairs = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(kernel_func.attributes["uniorch.inplace"])]
+    return {k: i for k, i in enumerate(pairs) if i >= 0}
+
+
 @dataclass
 class Step:
     kind: str  # "launch" | "view" | "slice" | "const"

@@ -1,0 +1,147 @@
+"""Ahead-of-time compilation: build a model for a target this machine lacks, save it, load it there.
+
+    art = uniorch.compile_aot(model, (x,), target="rocm:gfx942")   # no device needed
+    art.kernels[0].asm["hsaco"]; print(art); art.save("bundle")
+    fn = uniorch.load("bundle")                                     # on the target machine
+    out = fn(x)                                                     # no capture, passes or codegen
+
+Compiling is `uniorch.compile`'s path with the real target (schedules depend on it), stopped
+after codegen, with every kernel then taken through the backend's stages to its last one. A
+kernel that fails anywhere on that path makes its ATen ops run eagerly, as in `compile`; those
+are `art.fallbacks`. The bundle format is `uniorch.runtime.bundle`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["compile_aot", "load", "Artifact", "AotKernel"]
+
+
+@dataclass
+class AotKernel:
+    name: str  # "k0_pointwise", or "r1.k0_pointwise" when the program has several regions
+    kind: str
+    region: int
+    asm: dict[str, Any] = field(repr=False)  # stage -> text, or bytes for binaries; "triton", "ttir" first
+    metadata: dict[str, Any] = field(repr=False)  # what the backend's stages recorded (JSON-able)
+    ops: list[str] = field(default_factory=list)  # the ATen ops fused into it
+    source: Any = field(default=None, repr=False)  # uniorch KernelSource: how to launch it
+    func: str = ""  # its function's symbol in the region's scheduled MLIR
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.asm)
+
+
+@dataclass
+class Artifact:
+    """What `compile_aot` returns: every kernel at every stage, plus what `save` writes."""
+
+    target: str
+    kernels: list[AotKernel]
+    fallbacks: list  # uniorch.api.FallbackReport: op, where, stage, why
+    timings: dict[str, float]
+    captured: Any = field(repr=False, default=None)  # CapturedGraph
+    program: Any = field(repr=False, default=None)  # runtime.partition.Program (regions not loaded)
+
+    def save(self, path: str) -> str:
+        """Writes the bundle directory `path` (replacing a bundle already there); returns it."""
+        from .runtime.bundle import save
+
+        return save(self, path)
+
+    def __str__(self) -> str:
+        regions = len(self.program.regions) if self.program is not None else 0
+        lines = [f"uniorch AOT artifact (target {self.target}): {len(self.kernels)} kernels in {regions} "
+                 f"compiled region(s), {len(self.fallbacks)} eager fallbacks", "",
+                 f"{'kernel':<28} {'kind':<12} {'binary':>14}  stages"]
+        for k in self.kernels:
+            last = k.stages[-1]
+            size = f"{last} {len(k.asm[last]) / 1024:.1f} KB" if isinstance(k.asm[last], bytes) else "-"
+            lines.append(f"{k.name:<28} {k.kind:<12} {size:>14}  {' '.join(k.stages)}")
+        if self.fallbacks:
+            lines += ["", "eager fallbacks (op, where, why):"]
+            lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {f.why}" for f in self.fallbacks]
+        lines += ["", "timings: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
+        return "\n".join(lines)
+
+
+def compile_aot(model_or_fn: Any, args: Any = (), target: str = "auto", kwargs: Optional[dict] = None, *,
+                fallback: str = "eager") -> Artifact:
+    """Compiles `model_or_fn(*args, **kwargs)` for `target` without needing its device.
+
+    fallback: "eager" runs what cannot be compiled in PyTorch (listed in `.fallbacks`); "error"
+    raises instead.
+    """
+    from .capture import capture
+    from .runtime.partition import compile_program
+    from .targets import parse_target
+
+    if fallback not in ("eager", "error"):
+        raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
+    tgt = parse_target(target)
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    captured = capture(model_or_fn, args, kwargs)
+    timings["capture"] = time.perf_counter() - t
+    t = time.perf_counter()
+    program = compile_program(captured.graph_module, tgt, fallback, compile_region=_compile_region)
+    timings["compile"] = time.perf_counter() - t
+    timings.update({k: v for k, v in program.timings.items()})
+    return Artifact(str(tgt), _kernels(captured, program), _fallbacks(captured, program), timings, captured, program)
+
+
+def _compile_region(gm, target):
+    """One region to its scheduled MLIR and generated kernels, then each kernel through every stage
+    of the backend; a stage that fails makes that kernel's ATen ops eager, like a codegen failure."""
+    from .backends.driver import compile_kernel
+    from .backends.sdk import BackendError
+    from .runtime.compiler import RegionError, compile_graph
+
+    cg = compile_graph(gm, target, run=False)
+    backend = target.backend
+    t = time.perf_counter()
+    for info in cg.kernels:
+        try:
+            cg.compiled[info.name] = compile_kernel(cg.plan.kernels[info.name].source, backend)
+        except BackendError as err:
+            nodes = info.nodes or [n.name for n in gm.graph.nodes if n.op == "call_function"]
+            raise RegionError("backend", str(err), nodes) from None
+    cg.timings["backend stages"] = time.perf_counter() - t
+    return cg
+
+
+def _kernels(captured, program) -> list[AotKernel]:
+    nodes = {n.name: n for n in captured.graph_module.graph.nodes}
+    out = []
+    for r, region in enumerate(program.regions):
+        for info in region.kernels:
+            ck = region.compiled[info.name]
+            name = info.name if len(program.regions) == 1 else f"r{r}.{info.name}"  # names repeat per region
+            ops = [str(nodes[n].target) for n in info.nodes if n in nodes]
+            out.append(AotKernel(name, info.kind, r, dict(ck.asm), dict(ck.metadata), ops, ck.source, info.name))
+    return out
+
+
+def _fallbacks(captured, program) -> list:
+    from .api import FallbackReport
+    from .capture.locations import node_source_loc
+
+    nodes = {n.name: n for n in captured.graph_module.graph.nodes}
+    return [FallbackReport(op, str(node_source_loc(nodes[n])) if n in nodes else "?", f.stage, f.reason)
+            for f in program.fallbacks for n, op in zip(f.nodes, f.ops)]
+
+
+def load(path: str, model: Any = None, *, check_versions: bool = True):
+    """The model saved by `Artifact.save(path)`, ready to run on its target's device.
+
+    Nothing is recompiled: kernels come from the saved stages (the backend's binary, or the source
+    for `interpret`), launch plans from each region's saved scheduled MLIR. Weights are the saved
+    ones, or read live from `model` (an nn.Module with the same parameter names) when given.
+    """
+    from .runtime.bundle import load as load_bundle
+
+    return load_bundle(path, model=model, check_versions=check_versions)

@@ -1,0 +1,451 @@
+"""The ahead-of-time bundle: a directory that runs a compiled model on its target, recompiling nothing.
+
+    manifest.json                   format version, versions, target, input/output specs, regions,
+                                    kernels and their stage files, fallbacks, sha256 of every file
+    graph.json                      the program: placeholders, region calls, eager ATen ops (graph_json)
+    weights.pt                      parameters, buffers, lifted constants by name (torch.save)
+    regions/region_N/scheduled.mlir the region's launch plan, as `uniorch-schedule` left it
+    regions/region_N/eager.json     the region's ATen ops, run if one of its kernels fails to launch
+    kernel/<name>.<stage>           every stage's output ("triton", "ttir", …, "cubin" | "hsaco")
+    kernel/<name>.json              the backend's metadata and how to launch the kernel
+
+Loading parses MLIR and JSON, reads files and hands each kernel to `backend.load_compiled`; it
+never imports the capture, the pass pipeline or codegen. Tensors load with `weights_only=True` and
+graphs are JSON, so a bundle carries no code except its kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import io
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from uniorch.errors import UniorchError
+
+from .graph_json import GraphFormatError, dump_graph, load_graph
+
+FORMAT = "uniorch-bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class BundleError(UniorchError):
+    """A bundle is missing, corrupted, or from an incompatible version."""
+
+
+class InputSpecError(UniorchError, TypeError):
+    """A loaded model was called with inputs other than those it was compiled for."""
+
+
+def _versions() -> dict[str, str]:
+    import triton
+
+    import uniorch
+
+    return {"uniorch": uniorch.__version__, "torch": torch.__version__.split("+")[0], "triton": triton.__version__}
+
+
+# -- saving ----------------------------------------------------------------------------------------
+def save(art, path: str) -> str:
+    from uniorch.targets import parse_target
+
+    captured, program = art.captured, art.program
+    files: dict[str, Any] = {"graph.json": _graph_json(program.module.graph)}
+    regions = []
+    for name, mod in program.module.named_children():
+        base = f"regions/{name}"
+        files[f"{base}/scheduled.mlir"] = str(mod.compiled.module)
+        files[f"{base}/eager.json"] = _graph_json(mod.eager.graph)
+        index = len(regions)
+        regions.append({"name": name, "mlir": f"{base}/scheduled.mlir", "eager": f"{base}/eager.json",
+                        "kernels": [k.name for k in art.kernels if k.region == index]})
+    kernels = []
+    for k in art.kernels:
+        stages = {}
+        for stage, out in k.asm.items():
+            stages[stage] = files_key = f"kernel/{k.name}.{stage}"
+            files[files_key] = out
+        launch = dataclasses.asdict(k.source)
+        launch.pop("source")  # it is the "triton" stage's file
+        files[f"kernel/{k.name}.json"] = _json({"metadata": k.metadata, "launch": launch})
+        kernels.append({"name": k.name, "func": k.func, "region": k.region, "kind": k.kind, "ops": k.ops,
+                        "stages": stages, "binary": [s for s, o in k.asm.items() if isinstance(o, bytes)],
+                        "info": f"kernel/{k.name}.json"})
+    buf = io.BytesIO()
+    torch.save(_weights(captured), buf)
+    files["weights.pt"] = buf.getvalue()
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
+        "target": art.target, "device_type": parse_target(art.target).backend.device_type,
+        "name": captured.name, "signature": _signature(captured.module),
+        "in_spec": _treespec(captured.in_spec, "input"), "out_spec": _treespec(captured.out_spec, "output"),
+        "inputs": _input_specs(captured), "outputs": [{"kind": o.kind, "target": o.target} for o in captured.outputs],
+        "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
+        "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
+        "fallbacks": [dataclasses.asdict(f) for f in art.fallbacks],
+        "files": {rel: _sha256(_bytes(data)) for rel, data in files.items()},
+    }
+    files[MANIFEST] = _json(manifest)
+    _write_dir(path, files)
+    return path
+
+
+def _json(obj) -> str:
+    return json.dumps(obj, indent=1, allow_nan=False)
+
+
+def _graph_json(graph) -> str:
+    """One node per line: readable, and a diff of two bundles shows which ops changed."""
+    nodes = dump_graph(graph)["nodes"]
+    return '{"nodes": [\n' + ",\n".join(json.dumps(n, allow_nan=False) for n in nodes) + "\n]}\n"
+
+
+def _bytes(data) -> bytes:
+    return data if isinstance(data, bytes) else data.encode()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _treespec(spec, what: str) -> str:
+    try:
+        return pytree.treespec_dumps(spec)
+    except Exception as err:  # noqa: BLE001 - custom pytree nodes without a serialized name
+        raise BundleError(f"the model's {what} structure cannot be stored in a bundle: {err}") from None
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return {"repr": repr(value)}  # recorded, not checked at call time
+
+
+def _signature(module) -> list:
+    from uniorch.capture.trace import _FunctionModule
+
+    fn = module.fn if isinstance(module, _FunctionModule) else module.forward  # a plain function is wrapped
+    try:
+        return [[p.name, p.kind.name] for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        return []
+
+
+def _input_specs(captured) -> list[dict]:
+    vals = {n.name: n.meta.get("val") for n in captured.graph_module.graph.nodes if n.op == "placeholder"}
+    specs = []
+    for inp in captured.inputs:
+        val = vals.get(inp.name)
+        if not isinstance(val, torch.Tensor):
+            raise BundleError(f"input {inp.name} has no static tensor shape; bundles need fixed shapes")
+        specs.append({"kind": inp.kind, "name": inp.name, "target": inp.target,
+                      "shape": [int(d) for d in val.shape], "dtype": str(val.dtype).removeprefix("torch.")})
+    return specs
+
+
+def _weights(captured) -> dict[str, torch.Tensor]:
+    params = dict(captured.module.named_parameters(remove_duplicate=False))
+    buffers = dict(captured.module.named_buffers(remove_duplicate=False))
+    out = {}
+    for inp in captured.inputs:
+        table = {"parameter": params, "buffer": buffers, "constant": captured.constants}.get(inp.kind)
+        if table is not None:
+            out[inp.target] = table[inp.target].detach()  # detach keeps tied weights one storage
+    return out
+
+
+def _write_dir(path: str, files: dict[str, Any]) -> None:
+    """All files into a fresh sibling directory, then swapped in: a reader never sees half a bundle."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and os.listdir(path) and not os.path.exists(os.path.join(path, MANIFEST)):
+        raise BundleError(f"{path} exists and is not a uniorch bundle; refusing to overwrite it")
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".bundle-", dir=parent)
+    for rel, data in files.items():
+        full = os.path.join(tmp, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(_bytes(data))
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+def read_manifest(path: str, check_versions: bool = True) -> dict:
+    """The bundle's manifest, after checking its format, versions and every file's checksum."""
+    full = os.path.join(path, MANIFEST)
+    if not os.path.isfile(full):
+        raise BundleError(f"{path} is not a uniorch bundle: it has no {MANIFEST}")
+    try:
+        with open(full) as f:
+            manifest = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BundleError(f"{full} is corrupted: {err}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{full} is not a uniorch bundle manifest (no \"format\": \"{FORMAT}\")")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BundleError(f"{path} has bundle format version {manifest.get('format_version')!r}; this uniorch "
+                          f"reads version {FORMAT_VERSION}; compile it again with uniorch.compile_aot")
+    missing = [k for k in ("versions", "target", "inputs", "outputs", "in_spec", "out_spec", "regions",
+                           "kernels", "files", "graph", "weights") if k not in manifest]
+    if missing:
+        raise BundleError(f"{full} is corrupted: it lacks {', '.join(missing)}")
+    if check_versions:
+        _check_versions(path, manifest)
+    for rel, digest in manifest["files"].items():
+        try:
+            with open(os.path.join(path, rel), "rb") as f:
+                ok = _sha256(f.read()) == digest
+        except OSError:
+            raise BundleError(f"{path} is incomplete: {rel} is missing") from None
+        if not ok:
+            raise BundleError(f"{path} is corrupted: {rel} does not match its checksum in {MANIFEST}")
+    return manifest
+
+
+def _check_versions(path: str, manifest: dict) -> None:
+    """Kernel binaries and their metadata belong to the Triton that built them; the graph's ATen
+    operator schemas to the torch that captured it. Other versions fail here, not mid-launch."""
+    have, saved = _versions(), manifest["versions"]
+    binaries = any(k.get("binary") for k in manifest["kernels"])
+    for lib, exact in (("triton", binaries), ("torch", False)):
+        a, b = str(saved.get(lib)), have[lib]
+        if (a != b) if exact else (a.split(".")[:2] != b.split(".")[:2]):
+            raise BundleError(f"{path} was built with {lib} {a}, but this process has {lib} {b}; compile it again "
+                              f"with uniorch.compile_aot here, or load with check_versions=False at your own risk")
+
+
+def load(path: str, model: Optional[torch.nn.Module] = None, check_versions: bool = True) -> "LoadedModel":
+    from uniorch.backends.sdk import BackendError
+    from uniorch.targets import parse_target
+
+    path = os.fspath(path)
+    manifest = read_manifest(path, check_versions)
+    target = parse_target(manifest["target"])
+    backend = target.backend
+    if not backend.is_available():
+        raise BackendError(f"bundle {path} is compiled for target '{target}', which cannot run here: "
+                           f"{backend.unavailable_reason()}")
+    device = torch.device(backend.device_type)
+    kernels = {k["name"]: k for k in manifest["kernels"]}
+    root = torch.nn.Module()
+    try:
+        for reg in manifest["regions"]:
+            entries = [kernels[n] for n in reg["kernels"]]
+            root.add_module(reg["name"], _load_region(path, reg, entries, backend, str(target), device))
+        gm = fx.GraphModule(root, load_graph(_read_json(path, manifest["graph"]), device))
+    except GraphFormatError as err:
+        raise BundleError(f"{path}: {err}") from None
+    except (KeyError, TypeError) as err:  # a manifest that names what is not there
+        raise BundleError(f"{path} is corrupted: {MANIFEST} is malformed ({type(err).__name__}: {err})") from None
+    weights = {}
+    if model is not None:
+        _check_live_weights(manifest, model)
+    if model is None or any(s["kind"] == "constant" for s in manifest["inputs"]):
+        with open(os.path.join(path, manifest["weights"]), "rb") as f:
+            weights = torch.load(f, weights_only=True, map_location=device)
+    return LoadedModel(manifest, gm, weights, model, device)
+
+
+def _read_json(path: str, rel: str):
+    with open(os.path.join(path, rel)) as f:
+        return json.load(f)
+
+
+def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str, device) -> "_LoadedRegion":
+    from torch_mlir import ir
+
+    from uniorch.backends.sdk import CompiledKernel
+    from uniorch.codegen.source import KernelSource
+    from uniorch.ir import make_context, parse_module
+
+    from .plan import Kernel, build_plan, inplace_of
+
+    with open(os.path.join(path, reg["mlir"])) as f:
+        module = parse_module(f.read(), make_context())
+    funcs = {}
+    main = None
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            funcs[name] = op
+            main = op if name == "main" else main
+    if main is None:
+        raise BundleError(f"{path}: {reg['mlir']} has no func.func @main")
+    kernels = {}
+    for e in entries:
+        asm = {}
+        for stage, rel in e["stages"].items():
+            with open(os.path.join(path, rel), "rb" if stage in e["binary"] else "r") as f:
+                asm[stage] = f.read()
+        info = _read_json(path, e["info"])
+        launch = dict(info["launch"], grid=tuple(info["launch"]["grid"]), source=asm["triton"])
+        ks = KernelSource(**launch)
+        ck = CompiledKernel(e["func"], target, ks, asm, info["metadata"])
+        kernels[e["func"]] = Kernel(e["func"], ks, backend.load_compiled(ck), inplace_of(funcs[e["func"]]), funcs[e["func"]])
+    plan = build_plan(module, main, kernels, lambda kernel, ins, outs: kernel.fn(ins, outs))
+    eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device))
+    return _LoadedRegion(reg["name"], plan, eager)
+
+
+class _LoadedRegion(torch.nn.Module):
+    """A region's launch plan; if a kernel fails at its first launch on this device, the region
+    runs its ATen ops eagerly from then on (kernels write only their own buffers, so a retry is
+    safe), with a warning, since a loaded bundle has no `explain` to report it."""
+
+    def __init__(self, name: str, plan, eager: fx.GraphModule):
+        super().__init__()
+        self.name, self.plan, self.eager = name, plan, eager
+        self.failure: Optional[str] = None
+
+    def forward(self, *inputs):
+        if self.failure is None:
+            try:
+                return tuple(self.plan(list(inputs)))
+            except Exception as err:  # noqa: BLE001 - any launch failure means: not these kernels
+                self.failure = f"{type(err).__name__}: {err}"
+                warnings.warn(f"uniorch: {self.name} of the loaded bundle failed to launch and runs eagerly "
+                              f"from now on: {self.failure}", RuntimeWarning, stacklevel=2)
+        return self.eager(*inputs)
+
+
+def _check_live_weights(manifest: dict, model: torch.nn.Module) -> None:
+    """Weights read from `model` at every call must have the names, shapes and dtypes compiled for
+    (lifted constants are not module state: they still come from the bundle)."""
+    tables = {"parameter": dict(model.named_parameters(remove_duplicate=False)),
+              "buffer": dict(model.named_buffers(remove_duplicate=False))}
+    for spec in manifest["inputs"]:
+        if spec["kind"] in tables:
+            t = tables[spec["kind"]].get(spec["target"])
+            if t is None:
+                raise BundleError(f"model has no {spec['kind']} '{spec['target']}', which the bundle was compiled with")
+            if list(t.shape) != spec["shape"] or str(t.dtype).removeprefix("torch.") != spec["dtype"]:
+                raise BundleError(f"model's {spec['kind']} '{spec['target']}' is {_describe_tensor(t)}, but the bundle "
+                                  f"was compiled for {spec['dtype']}{spec['shape']}")
+
+
+def _where(args: tuple, kwargs: dict, index: int) -> str:
+    """The flat argument `index` as the caller wrote it: `args[0]`, `kwargs['k']`, `args[1][2]`."""
+    path, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0][index]
+    return ("args", "kwargs")[path[0].idx] + pytree.keystr(path[1:])
+
+
+class _Leaf:
+    def __repr__(self) -> str:
+        return "_"
+
+
+def _describe_spec(spec) -> str:
+    """`args (_, [_, _]) kwargs {'k': _}` rather than a TreeSpec's nested repr."""
+    args, kwargs = pytree.tree_unflatten([_Leaf()] * spec.num_leaves, spec)
+    return f"args {tuple(args)!r} kwargs {dict(kwargs)!r}"
+
+
+def _describe_tensor(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} on {t.device}"
+
+
+class LoadedModel:
+    """A bundle ready to run: called like the model it was compiled from, on the target's device."""
+
+    def __init__(self, manifest: dict, gm: fx.GraphModule, weights: dict, model, device: torch.device):
+        self.manifest = manifest
+        self.target = manifest["target"]
+        self.program = gm
+        self._weights, self._model, self._device = weights, model, device
+        self._inputs = manifest["inputs"]
+        self._in_spec = pytree.treespec_loads(manifest["in_spec"])
+        self._out_spec = pytree.treespec_loads(manifest["out_spec"])
+        self._constants = {int(i): v for i, v in manifest.get("constant_args", [])}
+        params = [inspect.Parameter(n, getattr(inspect.Parameter, k)) for n, k in manifest.get("signature", [])]
+        try:
+            self.__signature__ = inspect.Signature(params)
+        except ValueError:
+            pass
+
+    @property
+    def fallbacks(self) -> list[dict]:
+        """ATen ops that run eagerly: those that did not compile, and regions that failed to launch."""
+        failed = [{"op": r.name, "stage": "launch", "why": r.failure} for r in self.program.children()
+                  if isinstance(r, _LoadedRegion) and r.failure]
+        return list(self.manifest.get("fallbacks", [])) + failed
+
+    def __call__(self, *args, **kwargs):
+        flat = self._flatten(args, kwargs)
+        if self._model is not None:
+            tables = {"parameter": dict(self._model.named_parameters(remove_duplicate=False)),
+                      "buffer": dict(self._model.named_buffers(remove_duplicate=False))}
+        else:
+            tables = {"parameter": self._weights, "buffer": self._weights}
+        values = []
+        for spec in self._inputs:
+            if spec["kind"] == "user":
+                values.append(flat[spec["target"]])
+            elif spec["kind"] == "constant":
+                values.append(self._weights[spec["target"]])
+            else:
+                values.append(tables[spec["kind"]][spec["target"]])
+        outs = list(self.program(*values))
+        return self._finish(flat, tables["buffer"], outs)
+
+    def _flatten(self, args: tuple, kwargs: dict) -> list:
+        from torch.export._tree_utils import reorder_kwargs
+
+        try:
+            kwargs = reorder_kwargs(kwargs, self._in_spec) if kwargs else {}
+        except Exception:  # noqa: BLE001 - other keyword names than compiled: the spec check says so
+            pass
+        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if spec != self._in_spec:
+            raise InputSpecError(f"{self.manifest.get('name', 'model')}: called with {_describe_spec(spec)}, "
+                                 f"but the bundle was compiled for {_describe_spec(self._in_spec)}")
+        for spec in self._inputs:
+            if spec["kind"] != "user":
+                continue
+            value, want = flat[spec["target"]], f"{spec['dtype']}{spec['shape']} on {self._device.type}"
+            if not isinstance(value, torch.Tensor):
+                raise InputSpecError(f"{_where(args, kwargs, spec['target'])}: expected a tensor {want}, "
+                                     f"got {type(value).__name__}")
+            if (list(value.shape) != spec["shape"] or str(value.dtype).removeprefix("torch.") != spec["dtype"]
+                    or value.device.type != self._device.type):
+                raise InputSpecError(f"{_where(args, kwargs, spec['target'])}: the bundle was compiled for {want}, "
+                                     f"got {_describe_tensor(value)}")
+        for i, value in self._constants.items():
+            if not (isinstance(value, dict) and "repr" in value) and flat[i] != value:
+                raise InputSpecError(f"{_where(args, kwargs, i)} was the constant {value!r} when compiled, "
+                                     f"got {flat[i]!r}; compile another bundle for that value")
+        return flat
+
+    def _finish(self, flat: list, buffers: dict, outs: list):
+        user_out = []
+        with torch.no_grad():
+            for spec, value in zip(self.manifest["outputs"], outs):
+                if spec["kind"] == "buffer_mutation":
+                    buffers[spec["target"]].copy_(value)
+                elif spec["kind"] == "user_input_mutation":
+                    flat[spec["target"]].copy_(value)
+                else:
+                    user_out.append(value)
+        return pytree.tree_unflatten(user_out, self._out_spec)
+
+    def __repr__(self) -> str:
+        return (f"<uniorch bundle {self.manifest.get('name', '')} for {self.target}: "
+                f"{len(self.manifest['kernels'])} kernels, {len(self.manifest.get('fallbacks', []))} eager fallbacks>")
+
+
+__all__ = ["BundleError", "InputSpecError", "LoadedModel", "FORMAT_VERSION", "load", "read_manifest", "save"]

@@ -1,0 +1,123 @@
+"""FX graphs as JSON: how an ahead-of-time bundle stores its program graph and eager segments.
+
+JSON rather than pickled GraphModules: loading a bundle then executes no code from it (tensors
+come through `torch.load(weights_only=True)`, graphs through `json`), and the files stay readable.
+The graphs hold only what capture and region partitioning produce: placeholders, ATen
+OpOverloads, `operator.getitem`, calls of compiled regions (`call_module`), and one output.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+
+from uniorch.errors import UniorchError
+
+
+class GraphFormatError(UniorchError):
+    """A graph holds something the bundle format cannot store, or a stored graph is malformed."""
+
+
+_SIMPLE = (bool, int, str, type(None))
+_ENUMS = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}
+
+
+def _encode(a: Any, where: str) -> Any:
+    if isinstance(a, fx.Node):
+        return {"node": a.name}
+    if isinstance(a, _SIMPLE):
+        return a
+    if isinstance(a, float):  # JSON has no inf/nan; strings round-trip them exactly
+        return a if math.isfinite(a) else {"float": repr(a)}
+    if isinstance(a, (list, tuple)):
+        items = [_encode(x, where) for x in a]
+        return items if isinstance(a, list) else {"tuple": items}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    for key, cls in _ENUMS.items():
+        if isinstance(a, cls):
+            return {key: str(a).removeprefix("torch.")}
+    raise GraphFormatError(f"{where}: cannot store argument {a!r} ({type(a).__name__}) in a bundle graph")
+
+
+def _decode(a: Any, env: dict, device: Optional[torch.device]) -> Any:
+    if isinstance(a, list):
+        return [_decode(x, env, device) for x in a]
+    if not isinstance(a, dict):
+        return a
+    (key, value), = a.items()
+    if key == "node":
+        return env[value]
+    if key == "tuple":
+        return tuple(_decode(x, env, device) for x in value)
+    if key == "float":
+        return float(value)
+    if key == "device":
+        # capture ran on the compiling machine; ops that create tensors (full, arange, ...) name its
+        # device, and on the target they must create them where the kernels run instead
+        return device if device is not None else torch.device(value)
+    value = getattr(torch, value, None)
+    if not isinstance(value, _ENUMS.get(key, ())):
+        raise GraphFormatError(f"unknown {key} {a[key]!r} in a bundle graph")
+    return value
+
+
+def _target_name(node: fx.Node) -> str:
+    t = node.target
+    if node.op in ("placeholder", "output", "call_module"):
+        return str(t)
+    if t is operator.getitem:
+        return "operator.getitem"
+    if isinstance(t, torch._ops.OpOverload):
+        return str(t)  # "aten.sort.default": namespace, op, overload
+    raise GraphFormatError(f"node {node.name}: cannot store call target {t!r} in a bundle graph")
+
+
+def _resolve(name: str):
+    if name == "operator.getitem":
+        return operator.getitem
+    parts = name.split(".")
+    if len(parts) != 3:
+        raise GraphFormatError(f"unknown call target {name!r} in a bundle graph")
+    try:
+        return getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, RuntimeError) as err:
+        raise GraphFormatError(f"this torch ({torch.__version__}) has no operator {name}: {err}") from None
+
+
+def dump_graph(graph: fx.Graph) -> dict:
+    nodes = []
+    for n in graph.nodes:
+        if n.op not in ("placeholder", "call_function", "call_module", "output"):
+            raise GraphFormatError(f"node {n.name}: cannot store a '{n.op}' node in a bundle graph")
+        nodes.append({"name": n.name, "op": n.op, "target": _target_name(n),
+                      "args": _encode(list(n.args), n.name),
+                      "kwargs": {k: _encode(v, n.name) for k, v in n.kwargs.items()}})
+    return {"nodes": nodes}
+
+
+def load_graph(data: dict, device: Optional[torch.device] = None) -> fx.Graph:
+    """The graph `dump_graph` stored; every device argument becomes `device` when given."""
+    g = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    try:
+        for rec in data["nodes"]:
+            op, name = rec["op"], rec["name"]
+            args = tuple(_decode(rec["args"], env, device))
+            kwargs = {k: _decode(v, env, device) for k, v in rec["kwargs"].items()}
+            if op == "placeholder":
+                env[name] = g.placeholder(name)
+            elif op == "output":
+                g.output(args[0])
+            else:
+                target = rec["target"] if op == "call_module" else _resolve(rec["target"])
+                env[name] = g.create_node(op, target, args, kwargs, name=name)
+    except (KeyError, TypeError, ValueError) as err:
+        raise GraphFormatError(f"malformed bundle graph: {type(err).__name__}: {err}") from None
+    return g
+
+
+__all__ = ["GraphFormatError", "dump_graph", "load_graph"]
