@@ -29,18 +29,20 @@ class PluginWarning(UserWarning):
 
 def _entry_points() -> list[tuple[str, str, object]]:
     """(name, "module:attr", loader) in load order: built-ins first, then plugins by name."""
-    eps = {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
+    # a list per name, not a dict: two packages declaring one name must both be seen (and the
+    # second reported), never one silently dropped
+    eps: dict[str, list] = {}
+    for ep in metadata.entry_points(group=GROUP):
+        if not any(ep.value == seen.value for seen in eps.get(ep.name, [])):  # same dist seen twice on sys.path
+            eps.setdefault(ep.name, []).append(ep)
     found = []
     for name, value in BUILTINS.items():
-        ep = eps.pop(name, None)
-        if ep is not None and ep.value == value:
-            found.append((name, value, ep.load))
-        else:
-            found.append((name, value, functools.partial(_load_value, value)))
-            if ep is not None:  # a plugin claiming a built-in's name
+        found.append((name, value, functools.partial(_load_value, value)))
+        for ep in eps.pop(name, []):
+            if ep.value != value:  # a plugin claiming a built-in's name
                 found.append((name, ep.value, ep.load))
     for name in sorted(eps):
-        found.append((name, eps[name].value, eps[name].load))
+        found.extend((name, ep.value, ep.load) for ep in eps[name])
     return found
 
 

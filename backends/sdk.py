@@ -83,6 +83,9 @@ class Backend:
     options_class: ClassVar[type] = KernelOptions
     # archs accepted besides `archs` (e.g. any sm_NN for cuda); a regex, or None for none
     arch_pattern: ClassVar[Optional[str]] = None
+    # whether target="auto" may pick it when available; False for simulators and examples that
+    # are always "available" but are not the machine's accelerator
+    auto_select: ClassVar[bool] = True
 
     def __init__(self, arch: Optional[str] = None):
         self.arch = arch or self.default_arch()

@@ -58,6 +58,8 @@ def auto_target() -> Target:
     order = [v for v in AUTO_ORDER if v in table] + [v for v in table if v not in AUTO_ORDER and v != "interpret"]
     for vendor in order:
         cls = table[vendor]
+        if not getattr(cls, "auto_select", True):
+            continue
         try:
             if cls.is_available():
                 return Target(vendor, cls.default_arch())

@@ -1,19 +1,107 @@
-"""The Ascend (CANN) backend: a stub that writes the hand-off an Ascend toolchain takes in."""
+"""The Ascend (CANN) backend: an honest stub that writes the hand-off an Ascend toolchain takes in.
+
+Its one stage after TTIR, "handoff", is a JSON manifest naming the kernel's entry, its SoC and
+the exact `triton-adapter-opt` / `bishengir-compile` command lines triton-ascend would run next
+(`handoff.py`). `write_bundle` lays a set of compiled kernels out as files (TTIR, linalg when
+known, manifest, build.sh) for ahead-of-time bundles and `uniorch-opt --dump-dir`.
+
+It never runs kernels: `load`/`load_compiled` raise `BackendError` naming what is missing (the CANN
+toolkit, torch_npu, an NPU) and, when all of that is present, that launching is not built yet.
+"""
 from __future__ import annotations
 
-from ..sdk import Backend
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+
+from ..sdk import Backend, BackendError, KernelOptions, Launcher
+from . import handoff
+from .handoff import write_bundle
+
+
+@dataclass(frozen=True)
+class CannOptions(KernelOptions):
+    """The subset of triton-ascend's NPUOptions that changes the command lines (same defaults
+    as its Atlas A2/A3 path)."""
+
+    soc: str = ""  # bishengir-compile --target; "" derives it from the arch (ascend910b3 → Ascend910B3)
+    multibuffer: bool = True
+    enable_auto_bind_sub_block: bool = True
+    enable_nd2nz_on_vector: bool = False
+    enable_select_analysis: bool = True
+    compile_on_910_95: bool = False
+    force_simt_template: bool = False
+
+
+def _toolkit() -> str:
+    """Where the CANN toolkit is, or "" (its set_env.sh exports ASCEND_TOOLKIT_HOME / ASCEND_HOME_PATH)."""
+    for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
+        path = os.environ.get(var, "")
+        if path and os.path.isdir(path):
+            return path
+    found = shutil.which("bishengir-compile")
+    return os.path.dirname(os.path.dirname(found)) if found else ""
+
+
+def _missing() -> list[str]:
+    """What running kernels on an Ascend NPU needs and this machine lacks, in words."""
+    missing = []
+    if not _toolkit():
+        missing.append("the CANN toolkit (ASCEND_TOOLKIT_HOME unset and bishengir-compile not on PATH)")
+    elif not shutil.which("bishengir-compile"):
+        missing.append("bishengir-compile on PATH (source the toolkit's set_env.sh)")
+    if importlib.util.find_spec("torch_npu") is None:
+        missing.append("the torch_npu package (not importable)")
+    else:
+        try:
+            import torch
+            import torch_npu  # noqa: F401  registers torch.npu
+
+            if not torch.npu.is_available():
+                missing.append("an Ascend NPU (torch_npu sees none)")
+        except Exception as err:  # noqa: BLE001 - a broken torch_npu install is "missing" too
+            missing.append(f"a working torch_npu ({type(err).__name__}: {err})")
+    # Even with everything present, this stub has no launcher: say so rather than pretend.
+    missing.append("an NPU launcher in uniorch (the cann backend is a hand-off stub: build the bundle's "
+                   "kernels with build.sh and launch them with triton-ascend)")
+    return missing
 
 
 class CannBackend(Backend):
     name = "cann"
-    archs = ("ascend910b",)
-    warp_size = 32
+    archs = ("ascend910b", "ascend910b1", "ascend910b2", "ascend910b3", "ascend910b4")
+    warp_size = 32  # TTIR is built for Triton's sm_90 front end, whose warps are 32 wide
     device_type = "npu"
+    options_class = CannOptions
 
     @classmethod
     def is_available(cls) -> bool:
-        return False
+        return not _missing()
 
     @classmethod
     def unavailable_reason(cls) -> str:
-        return "the CANN toolkit and torch_npu are not installed"
+        return "missing " + "; ".join(_missing())
+
+    def add_stages(self, stages, options) -> None:
+        arch = self.arch
+
+        def make_handoff(src, metadata):
+            import json
+
+            return json.dumps(handoff.manifest(str(src), metadata, arch, options), indent=1)
+
+        stages["handoff"] = make_handoff
+
+    def handoff_files(self, compiled, linalg: str = "") -> dict:
+        """The files of one kernel's hand-off, by name (for AOT bundles and --dump-dir)."""
+        return handoff.kernel_files(compiled, linalg)
+
+    def load(self, kernel) -> Launcher:
+        raise BackendError(f"target 'cann:{self.arch}' cannot run kernels: {self.unavailable_reason()}")
+
+    def load_compiled(self, compiled) -> Launcher:
+        raise BackendError(f"target 'cann:{self.arch}' cannot run kernels: {self.unavailable_reason()}")
+
+
+__all__ = ["CannBackend", "CannOptions", "write_bundle"]

@@ -1,0 +1,171 @@
+"""The Ascend hand-off: per kernel, the files and exact command lines an Ascend toolchain takes in.
+
+uniorch does not drive the Ascend compilers itself (no CANN here to test against); it stops at
+TTIR and writes down what Huawei's own Triton backend, triton-ascend, would run next, so an
+engineer with CANN installed can build the kernels by hand or from `build.sh`:
+
+  1. `triton-adapter-opt`: TTIR → linalg ("ttadapter" in triton-ascend's stage names)
+  2. `bishengir-compile`:  linalg → NPU kernel object (AscendNPU IR / BiSheng IR)
+
+The flags are the ones triton-ascend passes (third_party/ascend/backend/compiler.py of
+the triton-ascend repository: `ttir_to_linalg` lists the triton-adapter-opt command line,
+`linalg_to_bin_enable_npu_compile_A2_A3` builds the bishengir-compile one; its lit tests under
+third_party/ascend/test use the same `--triton-to-linalg=global-kernel=false named-ops=True ...`
+spelling). They change between triton-ascend releases; `FLAGS_FROM` names the version followed.
+
+Besides TTIR, the bundle carries the kernel's linalg form as uniorch built it (the outlined
+`func.func @kN_...` of the scheduled module, linalg-on-tensors) when the caller has it: it is the
+graph-level view of the same kernel, for an engineer who wants to start from linalg instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from typing import Iterable, Optional
+
+FORMAT = "uniorch-cann-handoff/1"
+FLAGS_FROM = "triton-ascend 3.2 (Atlas A2/A3 path)"
+# Where the driver is expected to leave the kernel's linalg text for the stages (see report /
+# docs/backend_guide.md): metadata[LINALG_KEY]. Absent today; `write_bundle(linalg=...)` also takes it.
+LINALG_KEY = "uniorch_linalg"
+
+# bishengir-compile's --target takes a SoC name; a bare family name means its first SKU.
+_SOC = {"ascend910b": "Ascend910B1", "ascend910b1": "Ascend910B1", "ascend910b2": "Ascend910B2",
+        "ascend910b3": "Ascend910B3", "ascend910b4": "Ascend910B4"}
+
+
+def soc_name(arch: str, override: str = "") -> str:
+    return override or _SOC.get(arch, arch)
+
+
+def entry_name(ttir: str) -> str:
+    """The kernel's `tt.func public @name` (triton-ascend reads it the same way, by regex)."""
+    m = re.search(r"tt\.func\s+public\s+@([\w$.]+)", ttir)
+    if not m:
+        raise ValueError("no `tt.func public` entry in the TTIR")
+    return m.group(1)
+
+
+def adapter_argv(stem: str, options) -> list[str]:
+    """triton-adapter-opt: TTIR → linalg, as triton-ascend's ttir_to_linalg spells it."""
+    on_95 = str(bool(options.compile_on_910_95))
+    simt = str(bool(options.force_simt_template))
+    return [
+        "triton-adapter-opt", f"{stem}.ttir.mlir",
+        f"--discrete-mask-access-conversion=compile-on-910-95={on_95} force-simt-template={simt}",
+        "--triton-to-annotation",
+        f"--triton-to-unstructure=compile-on-910-95={on_95} force-simt-template={simt}",
+        "--triton-to-hivm",
+        "--triton-to-hfusion",
+        "--triton-to-llvm",
+        "--bubble-up-operation",
+        f"--triton-to-linalg=global-kernel=false named-ops=True enable-nd2nz-on-vector="
+        f"{bool(options.enable_nd2nz_on_vector)} enable-select-analysis={bool(options.enable_select_analysis)} "
+        f"compile-on-910-95={on_95}",
+        "-o", f"{stem}.ttadapter.mlir",
+    ]
+
+
+def bishengir_argv(stem: str, soc: str, options) -> list[str]:
+    """bishengir-compile: linalg → kernel object, as triton-ascend's A2/A3 path spells it.
+
+    Older bishengir builds take `--enable-hivm-compile=true`, register-based ones `--reg-based=true`
+    instead (triton-ascend probes `--help`); the former is written here."""
+    return [
+        "bishengir-compile", f"{stem}.ttadapter.mlir",
+        f"--target={soc}",
+        f"--enable-auto-multi-buffer={bool(options.multibuffer)}",
+        f"--enable-auto-bind-sub-block={bool(options.enable_auto_bind_sub_block)}",
+        "--enable-hfusion-compile=true",
+        "--enable-hivm-compile=true",
+        "--enable-triton-kernel-compile=true",
+        "-o", stem,
+    ]
+
+
+def manifest(ttir: str, metadata: dict, arch: str, options, stem: Optional[str] = None) -> dict:
+    """The hand-off of one kernel, from its TTIR and the driver's metadata (what a stage sees)."""
+    entry = entry_name(ttir)
+    stem = stem or entry
+    soc = soc_name(arch, options.soc)
+    linalg = metadata.get(LINALG_KEY) or ""
+    commands = [adapter_argv(stem, options), bishengir_argv(stem, soc, options)]
+    return {
+        "format": FORMAT,
+        "entry": entry,
+        "target": f"cann:{arch}",
+        "soc": soc,
+        "flags_from": FLAGS_FROM,
+        "inputs": {"ttir": f"{stem}.ttir.mlir", "linalg": f"{stem}.linalg.mlir" if linalg else None},
+        "outputs": {"ttadapter": f"{stem}.ttadapter.mlir",
+                    "binary": f"{stem}.o (older bishengir-compile: {stem}_reloc.o)"},
+        "commands": [{"tool": argv[0], "argv": argv, "shell": shlex.join(argv)} for argv in commands],
+        "notes": [
+            # triton-ascend's _parse_linalg_metadata does this between the two tools
+            "before bishengir-compile, triton-ascend reads `mix_mode` from the ttadapter output (the kernel "
+            "runs on the vector cores for 'aiv', cube cores for 'aic') and removes that attribute",
+            "launch: grid, argument order and constexprs are in `launch`; the NPU runtime launches the entry "
+            "by name (names over 49 characters are cut to their last 49 by triton-ascend's launcher)",
+        ],
+        "triton_version": metadata.get("triton_version"),
+    }
+
+
+def launch_contract(ks) -> dict:
+    """How to call the kernel (docs/kernels.md §4): pointer + strides per tensor, then constexprs."""
+    return {"grid": list(ks.grid), "arguments": ks.arg_names(), "signature": ks.signature(),
+            "constexprs": dict(ks.constexprs), "input_ranks": list(ks.input_ranks),
+            "output_ranks": list(ks.output_ranks)}
+
+
+def kernel_files(ck, linalg: str = "") -> dict[str, str]:
+    """One compiled kernel's hand-off files, by name: `<fn>.ttir.mlir`, `<fn>.linalg.mlir` (when
+    its linalg text is known: `linalg`, else the driver's metadata), `<fn>.triton.py`, and
+    `<fn>.manifest.json` (the "handoff" stage's manifest plus the launch contract)."""
+    if "handoff" not in ck.asm:
+        raise ValueError(f"kernel {ck.name} was compiled without its 'handoff' stage")
+    info = json.loads(ck.asm["handoff"])
+    stem = ck.source.fn_name
+    files = {f"{stem}.ttir.mlir": ck.asm["ttir"], f"{stem}.triton.py": ck.asm.get("triton", ck.source.source)}
+    text = linalg or ck.metadata.get(LINALG_KEY) or ""
+    if text:
+        info["inputs"]["linalg"] = f"{stem}.linalg.mlir"
+        files[f"{stem}.linalg.mlir"] = text
+    info["launch"] = launch_contract(ck.source)
+    files[f"{stem}.manifest.json"] = json.dumps(info, indent=1) + "\n"
+    return files
+
+
+def build_script(kernels: Iterable) -> str:
+    """`build.sh`: every kernel's commands in order, run where the bundle lies."""
+    lines = ["#!/usr/bin/env bash",
+             "# Builds every kernel of this bundle with the CANN toolchain (triton-adapter-opt and",
+             "# bishengir-compile on PATH: source the toolkit's set_env.sh first).",
+             "set -euo pipefail", 'cd "$(dirname "$0")"']
+    for ck in kernels:
+        lines += [f"# {ck.name}"] + [c["shell"] for c in json.loads(ck.asm["handoff"])["commands"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_bundle(kernels: Iterable, directory: str, linalg: Optional[dict] = None) -> list[str]:
+    """Writes the hand-off of every compiled kernel into `directory` (`kernel_files` per kernel,
+    one `build.sh` for all); `linalg` maps kernel name to its linalg text. Returns the paths."""
+    kernels = list(kernels)
+    os.makedirs(directory, exist_ok=True)
+    files: dict[str, str] = {}
+    for ck in kernels:
+        files.update(kernel_files(ck, (linalg or {}).get(ck.name, "")))
+    files["build.sh"] = build_script(kernels)
+    written = []
+    for name, text in files.items():
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            f.write(text)
+        written.append(path)
+    os.chmod(os.path.join(directory, "build.sh"), 0o755)
+    return written
+
+
+__all__ = ["FORMAT", "LINALG_KEY", "build_script", "entry_name", "kernel_files", "manifest", "soc_name", "write_bundle"]

@@ -1,0 +1,73 @@
+"""The conformance kit, run the way a vendor runs it: `python -m uniorch.testing.conformance`, in a
+fresh process, against the example plugin (examples/backend_plugin) and the interpreter.
+
+The plugin is "installed" without pip or network: its package directory goes on PYTHONPATH and a
+minimal .dist-info directory declaring its entry point goes beside it, which is all
+importlib.metadata needs to find a `uniorch.backends` entry point.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+PLUGIN = os.path.join(REPO, "examples", "backend_plugin")
+
+
+def _install_plugin(site: str) -> None:
+    """What `pip install` would leave for entry-point discovery: METADATA and entry_points.txt."""
+    info = os.path.join(site, "uniorch_example_backend-0.1.0.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: uniorch-example-backend\nVersion: 0.1.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[uniorch.backends]\nexample = uniorch_example_backend:ExampleBackend\n")
+
+
+def _kit(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    site = str(tmp_path / "site")
+    _install_plugin(site)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, PLUGIN, os.environ.get("PYTHONPATH", "")]),
+               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_example_plugin_and_interpreter_conform(tmp_path):
+    # one process for both targets: torch and Triton are imported once
+    proc = _kit(tmp_path, "--target", "example", "--target", "interpret")
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr[-3000:]
+    assert "example:cpu → uniorch_example_backend.ExampleBackend" in out
+    assert "triton → ttir → ttir_checked → summary" in out  # the plugin's own stages ran
+    totals = [line for line in out.splitlines() if line.startswith(("example:", "interpret:")) and "passed" in line]
+    assert len(totals) == 2 and all("0 failed, 0 skipped" in line for line in totals), totals
+    for case in ("softmax", "matmul_bias_gelu", "embedding", "bf16_silu_mul", "int32_select"):
+        assert [line for line in out.splitlines() if line.startswith("run") and case in line and "PASS" in line], case
+
+
+def test_kit_fails_a_plugin_whose_stage_breaks(tmp_path):
+    # a stage failing must be a FAIL row and exit 1, never a crash or a silent pass
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "broken_stage_backend.py").write_text(
+        "from uniorch_example_backend import ExampleBackend\n"
+        "class Broken(ExampleBackend):\n"
+        "    name = 'broken'\n"
+        "    def add_stages(self, stages, options):\n"
+        "        def fail(src, metadata):\n"
+        "            raise RuntimeError('vendor compiler crashed')\n"
+        "        stages['vendor_ir'] = fail\n")
+    info = site / "broken_stage_backend-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-stage-backend\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[uniorch.backends]\nbroken = broken_stage_backend:Broken\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), PLUGIN, os.environ.get("PYTHONPATH", "")]),
+               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", "--target", "broken",
+                           "--cases", "softmax", "--compile-only"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert "stage 'vendor_ir' failed" in proc.stdout and "vendor compiler crashed" in proc.stdout
