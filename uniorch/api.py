@@ -141,6 +141,8 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
             cache_size_limit: int = DEFAULT_CACHE_LIMIT) -> CompiledModule:
     """Returns a callable with the model's signature and outputs, running uniorch's kernels.
 
+    model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
+    onnx.ModelProto; it is then called with the graph's inputs, positionally or by name).
     target: "auto" | "interpret" | "cuda[:sm_XX]" | "rocm[:gfxNNN]" | "cann[:…]" (DESIGN.md).
     fallback: "eager" runs what cannot be compiled in PyTorch (reported by `explain`);
     "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
@@ -150,6 +152,12 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
     tgt = parse_target(target)
     require_runnable(tgt)
+    from .frontends.onnx import is_onnx
+
+    if is_onnx(model_or_fn):  # a .onnx path or an onnx.ModelProto
+        from .frontends.onnx_model import OnnxModel
+
+        return OnnxModel(model_or_fn, tgt, fallback)
     return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit)
 
 

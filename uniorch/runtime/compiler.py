@@ -79,8 +79,6 @@ def _nbytes(t) -> int:
 def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) -> CompiledGraph:
     """`run=False` stops after codegen (kernels not loaded, no trial launch): what ahead-of-time
     compilation for a device this machine lacks needs."""
-    from uniorch.passes.ir_utils import main_func
-
     timings: dict[str, float] = {}
     all_nodes = [n.name for n in gm.graph.nodes if n.op == "call_function"]
     t = time.perf_counter()
@@ -93,7 +91,27 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("import", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["import+lower"] = time.perf_counter() - t
+    specs = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                specs = None  # symbolic or non-tensor inputs: the first real call checks the kernels
+                break
+            specs.append((tuple(val.shape), val.dtype))
+    return compile_module(module, target, run, specs, all_nodes, timings)
 
+
+def compile_module(module: ir.Module, target: Target, run: bool = True, input_specs=None,
+                   all_nodes: list[str] | None = None, timings: dict | None = None) -> CompiledGraph:
+    """Compiles a linalg-on-tensors module (from a capture, or from ONNX) into a launch plan.
+
+    `input_specs` [(shape, dtype)] lets a trial launch find kernels that fail at their first
+    launch now; `all_nodes` are the FX nodes a failure without a location is blamed on."""
+    from uniorch.passes.ir_utils import main_func
+
+    all_nodes = all_nodes or []
+    timings = timings if timings is not None else {}
     t = time.perf_counter()
     try:
         to_kernel_stage(module, "scheduled", target)
@@ -138,24 +156,21 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     timings["codegen"] = time.perf_counter() - t
     if run:
         t = time.perf_counter()
-        _trial_launch(plan, gm, {i.name: i for i in infos}, backend.device_type)
+        _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type)
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
 
 
-def _trial_launch(plan: LaunchPlan, gm: torch.fx.GraphModule, infos: dict, device: str) -> None:
+def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
     """Runs the plan once on made-up inputs of the right shapes, so a kernel that Triton rejects
     at its first launch is found now, with its name, and only its ATen ops fall back."""
+    if specs is None:
+        return
     inputs = []
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
-        val = n.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            return  # symbolic or non-tensor inputs: leave the check to the first real call
+    for shape, dtype in specs:
         # zeros for integers: always valid as indices; floats random so no kernel sees only zeros
-        make = torch.randn if val.dtype.is_floating_point else torch.zeros
-        inputs.append(make(tuple(val.shape), dtype=val.dtype, device=device))
+        make = torch.randn if dtype.is_floating_point else torch.zeros
+        inputs.append(make(tuple(shape), dtype=dtype, device=device))
     failed: list[str] = []
 
     def launch(kernel: Kernel, ins, outs):

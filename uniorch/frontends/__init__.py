@@ -1,0 +1,1 @@
+"""Model formats besides PyTorch modules that uniorch takes in (ONNX)."""
