@@ -86,6 +86,16 @@ def _same_shapes(got, ref) -> str:
     return "" if len(g) == len(r) else "output count differs"
 
 
+def _seeded_random(cm, inputs) -> bool:
+    """Whether the captured graph draws random numbers: uniorch's kernels do not replay eager's RNG
+    stream (neither does Inductor by default), so only shapes and dtypes can be compared."""
+    entry = cm.entry(_clone(inputs), {})
+    if entry is None or entry.captured is None:
+        return False
+    return any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+               for n in entry.captured.graph_module.graph.nodes)
+
+
 def run_sample(op, index: int, sample, dtype) -> SampleResult | None:
     import uniorch
 
@@ -115,14 +125,15 @@ def run_sample(op, index: int, sample, dtype) -> SampleResult | None:
         return SampleResult(op.name, index, "error", f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
                             seconds=time.perf_counter() - t)
     secs = time.perf_counter() - t
+    nondeterministic = nondeterministic or _seeded_random(cm, inputs)
     if nondeterministic:
         bad = _same_shapes(got, ref)
         return SampleResult(op.name, index, "MISMATCH" if bad else "random", bad, rep.compiled_fraction, secs)
     bad = _compare(got, ref, dtype)
     if bad:
         return SampleResult(op.name, index, "MISMATCH", bad, rep.compiled_fraction, secs)
-    if rep.captured_ops and rep.compiled_ops == rep.captured_ops and not rep.fallbacks:
-        return SampleResult(op.name, index, "compiled", "", 1.0, secs)
+    if rep.compiled_ops == rep.captured_ops and not rep.fallbacks:  # no ops at all: nothing runs eagerly
+        return SampleResult(op.name, index, "compiled", "" if rep.captured_ops else "no ATen ops to run", 1.0, secs)
     why = rep.fallbacks[0] if rep.fallbacks else None
     reason = f"{why.op} [{why.stage}] {why.why}"[:200] if why else ("no ATen ops captured" if not rep.captured_ops else "")
     cls = "eager" if rep.compiled_ops == 0 else "partial"
@@ -139,10 +150,34 @@ def _ops(dtype, names):
     return ops
 
 
-def run(dtype, samples: int, names=None, log=sys.stderr) -> list[SampleResult]:
+def run(dtype, samples: int, names=None, log=sys.stderr, journal: str | None = None) -> list[SampleResult]:
+    """`journal`: a JSON-lines file every result is appended to as it comes; ops already in it are
+    not run again, so a long run that was cut off resumes where it stopped."""
     results: list[SampleResult] = []
+    done: set[str] = set()
+    started: set[str] = set()
+    if journal and os.path.exists(journal):
+        with open(journal) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                if "started" in rec:  # its result never came: it killed the process
+                    started.add(rec["started"])
+                    continue
+                r = SampleResult(**rec)
+                results.append(r)
+                done.add(r.op)
+    for label in sorted(started - done):
+        results.append(SampleResult(label, 0, "error", "crashed the process (a signal inside a native library)"))
+        done.add(label)
     for op in _ops(dtype, names):
         label = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        if label in done:
+            continue
+        if journal:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"started": label}) + "\n")
         try:
             it = op.sample_inputs("cpu", dtype, requires_grad=False)
             picked = []
@@ -162,6 +197,9 @@ def run(dtype, samples: int, names=None, log=sys.stderr) -> list[SampleResult]:
                 continue
             r.op = label
             results.append(r)
+            if journal:
+                with open(journal, "a") as f:
+                    f.write(json.dumps(asdict(r)) + "\n")
             print(f"{label}[{i}]: {r.cls} {r.reason[:120]} ({r.seconds:.1f}s)", file=log, flush=True)
     return results
 
@@ -195,9 +233,10 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default="", help="comma-separated op names (default: all)")
     p.add_argument("--out", default=None, help="markdown table (default docs/coverage/opinfo-<dtype>.md)")
     p.add_argument("--json", default=None, help="also write every sample's result as JSON")
+    p.add_argument("--journal", default=None, help="JSON-lines log of results; a rerun resumes after the ops in it")
     a = p.parse_args(argv)
     dtype = getattr(torch, a.dtype)
-    results = run(dtype, a.samples, [s for s in a.ops.split(",") if s])
+    results = run(dtype, a.samples, [s for s in a.ops.split(",") if s], journal=a.journal)
     out = a.out or os.path.join("docs", "coverage", f"opinfo-{a.dtype}.md")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:

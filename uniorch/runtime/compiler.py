@@ -81,6 +81,11 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     compilation for a device this machine lacks needs."""
     timings: dict[str, float] = {}
     all_nodes = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    empty = _empty_tensor_nodes(gm)
+    if empty:
+        # nothing to compute, and torch-mlir's lowering of some views of them divides by zero
+        # (a crash of the whole process, not an error), so these ops stay in PyTorch
+        raise RegionError("import", "zero-element tensors: nothing to compute, left to PyTorch", empty)
     t = time.perf_counter()
     ctx = make_context()
     try:
@@ -100,6 +105,16 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
                 break
             specs.append((tuple(val.shape), val.dtype))
     return compile_module(module, target, run, specs, all_nodes, timings)
+
+
+def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
+    def empty(node) -> bool:
+        vals = node.meta.get("val")
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        return any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in vals)
+
+    return [n.name for n in gm.graph.nodes
+            if n.op == "call_function" and (empty(n) or any(empty(a) for a in n.all_input_nodes))]
 
 
 def compile_module(module: ir.Module, target: Target, run: bool = True, input_specs=None,
