@@ -2,7 +2,8 @@
 
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
-named op generalised, so fusion and codegen see one op kind, `linalg.generic`.
+named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
+rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue).
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
+from .ir_utils import main_func
+from .split_prologue import split_prologues
+from .view_rewrites import rewrite_views
 
 PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"
             " canonicalize, cse)")
@@ -23,3 +27,7 @@ class Preprocess(Pass):
 
     def run(self, module, pctx: PassContext) -> None:
         run_pipeline_text(module, PIPELINE, self.name)
+        main = main_func(module)
+        with module.context:
+            split_prologues(main)
+            rewrite_views(main)

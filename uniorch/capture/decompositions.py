@@ -8,6 +8,7 @@ decompositions for ops torch-mlir imports but cannot lower in every mode (see ea
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
@@ -57,10 +58,27 @@ def _embedding_bag(
     return bags, offset2bag, bag_size, bag_size.clone()
 
 
+def _gelu(x, approximate="none"):
+    """`gelu(approximate="tanh")` as ATen's own formula, with sqrt(2/pi) in full precision.
+
+    Why: torch-mlir's lowering approximates pi by 22/7 in the tanh form (relative error up to
+    ~1e-3, far beyond fp32 tolerance). Low-precision inputs compute in fp32 and round once, as
+    ATen's CPU and CUDA kernels do. The erf form stays torch-mlir's.
+    """
+    if approximate != "tanh":
+        return NotImplemented
+    dtype = x.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
+    return (0.5 * x * (1.0 + torch.tanh(inner))).to(dtype)
+
+
 @functools.cache
 def decomposition_table() -> dict:
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
+    table[aten.gelu.default] = _gelu
     from .nan_semantics import TABLE as nan_preserving
 
     table.update(nan_preserving)
