@@ -17,6 +17,10 @@ from typing import Any, Optional
 from .sdk import Backend, BackendError, CompiledKernel
 
 FRONT_STAGES = ("triton", "ttir")
+# Triton options uniorch decides rather than Triton's defaults: FMA contraction stays on (Triton
+# 3.9's default, which it warns will flip in 3.10), so a kernel's numerics do not change with the
+# Triton version; every Triton parse_options call passes these (unknown keys are ignored by it).
+TRITON_PINNED = {"enable_fp_fusion": True}
 
 
 def _triton_frontend(ks, backend: Backend, options):
@@ -32,7 +36,7 @@ def _triton_frontend(ks, backend: Backend, options):
     src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
     target = backend.triton_target()
     tb = make_backend(target)
-    topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages})
+    topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages, **TRITON_PINNED})
     context = tir.context()
     tir.load_dialects(context)
     tb.load_dialects(context)
@@ -48,7 +52,8 @@ def _key(ks, backend: Backend, options) -> str:
     import triton
 
     text = "\n".join([ks.source, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
-                      backend.arch, options.hash(), triton.__version__, type(backend).__qualname__])
+                      backend.arch, options.hash(), triton.__version__, type(backend).__qualname__,
+                      repr(sorted(TRITON_PINNED.items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -75,15 +80,18 @@ def _read_cache(path: str, ks, backend: Backend, wanted: list[str]) -> Optional[
     meta_path = os.path.join(path, "metadata.json")
     if not os.path.exists(meta_path):
         return None
-    with open(meta_path) as f:
-        info = json.load(f)
-    if not set(wanted) <= set(info["stages"]):
+    try:  # an entry being replaced, or damaged, is a miss: compile again
+        with open(meta_path) as f:
+            info = json.load(f)
+        if not set(wanted) <= set(info["stages"]):
+            return None
+        asm = {}
+        for stage in info["stages"]:
+            binary = stage in info.get("binary", [])
+            with open(os.path.join(path, f"{ks.fn_name}.{stage}"), "rb" if binary else "r") as f:
+                asm[stage] = f.read()
+    except (OSError, ValueError, KeyError):
         return None
-    asm = {}
-    for stage in info["stages"]:
-        binary = stage in info.get("binary", [])
-        with open(os.path.join(path, f"{ks.fn_name}.{stage}"), "rb" if binary else "r") as f:
-            asm[stage] = f.read()
     return CompiledKernel(ks.name, f"{backend.name}:{backend.arch}", ks, asm, info["metadata"])
 
 
@@ -98,12 +106,32 @@ def _write_cache(path: str, ck: CompiledKernel) -> None:
             f.write(out)
     with open(os.path.join(tmp, "metadata.json"), "w") as f:
         json.dump({"stages": list(ck.asm), "binary": binary, "metadata": ck.metadata}, f, indent=1)
+    import shutil
+
     try:
         os.replace(tmp, path)  # atomic; a concurrent writer of the same key wrote the same files
+        return
     except OSError:
-        import shutil
+        pass
+    # `path` exists. An entry with fewer stages (an earlier compile stopped sooner, e.g. at "ttir"
+    # for a listing) is replaced, or every later full compile of the kernel would miss the cache.
+    if set(ck.asm) > set(_cached_stages(path)):
+        trash = tempfile.mkdtemp(dir=os.path.dirname(path))
+        try:
+            os.replace(path, os.path.join(trash, "old"))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
-        shutil.rmtree(tmp, ignore_errors=True)
+
+def _cached_stages(path: str) -> list[str]:
+    try:
+        with open(os.path.join(path, "metadata.json")) as f:
+            return json.load(f)["stages"]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def stage_names(backend: Backend) -> list[str]:
@@ -137,7 +165,10 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
         try:
             module = stages[name](module, metadata)
         except Exception as err:
-            raise BackendError(f"{target}: stage '{name}' failed for kernel {ks.name}: {type(err).__name__}: {err}") from err
+            failed = BackendError(f"{target}: stage '{name}' failed for kernel {ks.name}: {type(err).__name__}: {err}")
+            # the stages that did run, for dumps and bug reports (uniorch-opt --dump-dir)
+            failed.compiled = CompiledKernel(ks.name, target, ks, asm, _jsonable(metadata))
+            raise failed from err
         asm[name] = module if isinstance(module, (bytes, str)) else str(module)
     ck = CompiledKernel(ks.name, target, ks, asm, _jsonable(metadata))
     if use_cache:

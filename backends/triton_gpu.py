@@ -21,8 +21,10 @@ class TritonGPUBackend(Backend):
         from triton.compiler.compiler import make_backend
         from triton.backends.compiler import Language
 
+        from .driver import TRITON_PINNED
+
         tb = make_backend(self.triton_target())
-        topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages})
+        topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages, **TRITON_PINNED})
         theirs: dict = {}
         tb.add_stages(theirs, topts, Language.TRITON)
         for name, fn in theirs.items():

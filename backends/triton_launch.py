@@ -1,6 +1,7 @@
 """Launching a uniorch kernel through Triton: the JIT path and the ahead-of-time path."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any
@@ -33,23 +34,23 @@ class BinaryLauncher:
         ks = compiled.source
         if binary_stage not in compiled.asm:
             raise ValueError(f"kernel {compiled.name} was compiled without its '{binary_stage}' stage")
-        folder = tempfile.mkdtemp(prefix="uniorch-kernel-")
-        group = {}
-        import json
-
-        meta_path = os.path.join(folder, f"{ks.fn_name}.json")
-        with open(meta_path, "w") as f:
-            json.dump(compiled.metadata, f)
-        group[f"{ks.fn_name}.json"] = meta_path
-        bin_path = os.path.join(folder, f"{ks.fn_name}.{binary_stage}")
-        with open(bin_path, "wb") as f:
-            f.write(compiled.asm[binary_stage])
-        group[f"{ks.fn_name}.{binary_stage}"] = bin_path
-        # the JIT function only supplies argument names for the launcher; nothing is compiled
-        fn = loader.load(ks, interpret=False)
-        src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
-        self.kernel = ks
-        self.compiled = TritonKernel(src, group, compiled.metadata.get("hash", ks.fn_name))
+        # Triton's CompiledKernel takes its inputs as files and reads them all when constructed,
+        # so they live in a folder only that long (one leaked folder per loaded kernel otherwise).
+        with tempfile.TemporaryDirectory(prefix="uniorch-kernel-") as folder:
+            group = {}
+            meta_path = os.path.join(folder, f"{ks.fn_name}.json")
+            with open(meta_path, "w") as f:
+                json.dump(compiled.metadata, f)
+            group[f"{ks.fn_name}.json"] = meta_path
+            bin_path = os.path.join(folder, f"{ks.fn_name}.{binary_stage}")
+            with open(bin_path, "wb") as f:
+                f.write(compiled.asm[binary_stage])
+            group[f"{ks.fn_name}.{binary_stage}"] = bin_path
+            # the JIT function only supplies argument names for the launcher; nothing is compiled
+            fn = loader.load(ks, interpret=False)
+            src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
+            self.kernel = ks
+            self.compiled = TritonKernel(src, group, compiled.metadata.get("hash", ks.fn_name))
 
     def __call__(self, inputs: list, outputs: list) -> None:
         ks = self.kernel

@@ -1,12 +1,24 @@
 """uniorch-opt: mlir-opt's conventions over uniorch's graph.
 
-    uniorch-opt INPUT [-p PIPELINE] [--emit STAGE] [-o OUT] [--split-input-file]
+    uniorch-opt INPUT [-p PIPELINE] [--emit STAGE] [--target T] [-o OUT] [--split-input-file]
                 [--print-ir-after-all] [--print-ir-before=P] [--print-ir-after=P] [--timing]
-                [--mlir-print-debuginfo] [--list-passes]
+                [--mlir-print-debuginfo] [--dump-dir DIR] [--list-passes] [--list-targets]
 
 INPUT is a .mlir file, `-` for stdin, or `model.py:factory` where factory() returns
 (model, example_args[, example_kwargs]). The input is brought to `--emit`'s stage (a Python model
 defaults to linalg, MLIR text stays as it is), then the pipeline runs, then the module is printed.
+
+Stages: torch, linalg, fused, scheduled print the module; every later stage is per kernel, for
+`--target` (default interpret): triton, ttir, then the target's backend's own stages, e.g.
+cuda: ttgir, llir, ptx, cubin; rocm: ttgir, llir, amdgcn, hsaco (`--list-targets` shows them).
+GPU targets cross-compile here with no GPU. Text stages print every kernel under a
+`// ===== kN_name =====` header; a binary stage (cubin, hsaco) prints a summary, its bytes go to
+`-o FILE` (one kernel) or `--dump-dir DIR`.
+
+`--dump-dir DIR` writes the input's whole compilation for `--target`, whatever `--emit` and `-p`
+say: DIR/module.{linalg,fused,scheduled}.mlir and every stage of every kernel as
+DIR/<kernel>/<kernel>.<stage> (+ <kernel>.json, the stages' metadata).
+
 Errors are diagnostics `file:line:col: error: ...` on stderr with exit code 1.
 """
 from __future__ import annotations
@@ -25,10 +37,10 @@ from uniorch.ir.diagnostics import Diagnostic, from_error, rebase
 
 from .model_source import ModelSource, SourceError, user_exception
 
-EMIT_STAGES = ("torch", "linalg", "fused", "scheduled", "triton", "ttir")
+from .kernel_stages import MODULE_STAGES
+
 MLIR_STAGES = ("torch", "linalg")  # torch-mlir's; then uniorch's kernel stages
-KERNEL_TEXT_STAGES = ("triton", "ttir")  # printed per kernel instead of as one module
-LATER_STAGES = ("ttgir", "llir", "ptx", "cubin", "amdgcn", "hsaco")
+KERNEL_TEXT_STAGES = ("triton", "ttir")  # every target has these: kernel_listing prints them
 SPLIT_MARKER = "// -----"
 
 
@@ -50,10 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipeline text; upstream MLIR and uniorch passes by name, e.g. "
                         "'uniorch-torch-to-linalg,func.func(canonicalize,cse)'")
     p.add_argument("--emit", default=None, metavar="STAGE",
-                   help=f"bring the input to this stage before the pipeline: {', '.join(EMIT_STAGES)}")
+                   help=f"bring the input to this stage: {', '.join(MODULE_STAGES)} (the module), or per kernel "
+                        "triton, ttir and the target's own stages (cuda: ttgir, llir, ptx, cubin; rocm: ttgir, "
+                        "llir, amdgcn, hsaco; see --list-targets)")
     p.add_argument("--target", default="interpret",
-                   help="target the kernel stages are scheduled for (vendor[:arch], e.g. cuda:sm_90, rocm:gfx942)")
-    p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+                   help="target the kernels are scheduled and compiled for (vendor[:arch], e.g. cuda:sm_90, "
+                        "rocm:gfx942); GPU targets cross-compile without a GPU")
+    p.add_argument("-o", dest="output", default="-",
+                   help="output file (default stdout); a binary stage (cubin, hsaco) of one kernel is written raw")
+    p.add_argument("--dump-dir", default=None, metavar="DIR",
+                   help="write every stage of the compilation for --target: DIR/module.<stage>.mlir and "
+                        "DIR/<kernel>/<kernel>.<stage>")
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each '{SPLIT_MARKER}'-separated chunk of a .mlir input on its own")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
@@ -66,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlir-print-debuginfo", "--debuginfo", dest="debuginfo", action="store_true",
                    help="print locations: module path and the model's file:line for every op")
     p.add_argument("--list-passes", action="store_true", help="list uniorch and upstream passes, then exit")
+    p.add_argument("--list-targets", action="store_true",
+                   help="list targets with their architectures and stages, and whether they run here, then exit")
     return p
 
 
@@ -109,21 +130,29 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
     if args.list_passes:
         print(list_passes(), file=stdout)
         return 0
+    if args.list_targets:
+        from .kernel_stages import list_targets
+
+        print(list_targets(), file=stdout)
+        return 0
     if not args.input:
         raise CliError(Diagnostic("no input given: pass a .mlir file, '-' or model.py:factory (see --help)"))
-    if args.emit in LATER_STAGES:
-        raise CliError(Diagnostic(f"--emit {args.emit}: that stage is not built yet; available: {', '.join(EMIT_STAGES)}"))
-    if args.emit is not None and args.emit not in EMIT_STAGES:
-        raise CliError(Diagnostic(f"unknown stage '{args.emit}' for --emit; known: {', '.join(EMIT_STAGES + LATER_STAGES)}"))
 
     from uniorch.ir.context import make_context
     from uniorch.passes import Instrumentation, Timing, parse_pipeline
     from uniorch.targets import TargetError, parse_target
 
+    from . import kernel_stages
+
     try:
         target = parse_target(args.target)
     except TargetError as err:
         raise CliError(Diagnostic(f"--target: {err}")) from None
+    if args.emit is not None:
+        try:
+            kernel_stages.check_emit(args.emit, target)
+        except UniorchError as err:
+            raise CliError(Diagnostic(str(err))) from None
     ctx = make_context()
     timing = Timing() if args.timing else None
     inst = Instrumentation(
@@ -139,15 +168,24 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
     except PipelineError as err:
         raise CliError(Diagnostic(f"--pass-pipeline: {err}")) from None
 
-    outputs, diags = [], []
-    for chunk in _chunks(args, ctx, timing):
+    per_kernel = args.emit is not None and args.emit not in MODULE_STAGES
+    outputs, blobs, diags = [], [], []
+    chunks = _chunks(args, ctx, timing)
+    for i, chunk in enumerate(chunks):
         try:
             module = chunk.build()
-            if args.emit in ("fused", "scheduled", *KERNEL_TEXT_STAGES):
+            if args.dump_dir:
+                where = args.dump_dir if len(chunks) == 1 else os.path.join(args.dump_dir, f"split-{i}")
+                _dump(module, where, target, chunk, ctx, timing)
+            if args.emit in ("fused", "scheduled") or per_kernel:
                 _kernel_stage(module, "fused" if args.emit == "fused" else "scheduled", target, chunk, timing)
             _run_pipeline(module, elements, inst, args, chunk)
             if args.emit in KERNEL_TEXT_STAGES:
                 outputs.append(_kernel_text(module, args.emit, target, chunk, timing))
+            elif per_kernel:
+                kernels = _backend_stage(module, args.emit, target, timing)
+                outputs.append(kernel_stages.listing(kernels, args.emit))
+                blobs.extend(kernel_stages.binaries(kernels, args.emit))
             else:
                 outputs.append(module.operation.get_asm(enable_debug_info=args.debuginfo))
         except CliError as err:
@@ -157,8 +195,61 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
         print(timing.report(), file=stderr)
     if diags:
         return 1
+    if blobs and args.output != "-":
+        _write_binary(args.output, args.emit, blobs)
+        return 0
     _write(args.output, ("\n" + SPLIT_MARKER + "\n").join(outputs), stdout)
     return 0
+
+
+def _backend_stage(module, stage, target, timing):
+    from . import kernel_stages
+
+    with _timed(timing, f"{stage} ({target})"):
+        try:
+            return kernel_stages.compile_kernels(module, target, stage)
+        except UniorchError as err:
+            raise CliError(Diagnostic(str(err))) from None
+
+
+def _dump(module, folder, target, chunk, ctx, timing) -> None:
+    """The chunk's compilation for `target`, every stage, into `folder` (from a copy of the module)."""
+    from uniorch.ir.context import parse_module
+    from uniorch.ir.stages import lower
+
+    from . import kernel_stages
+
+    def copy():
+        return parse_module(module.operation.get_asm(enable_debug_info=True), ctx)
+
+    with _timed(timing, "dump"):
+        linalg = copy()
+        try:
+            lower(linalg, "linalg")
+        except LoweringError as err:
+            raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
+        texts = {"linalg": str(linalg)}
+        fused = parse_module(str(linalg), ctx)
+        _kernel_stage(fused, "fused", target, chunk, None)
+        texts["fused"] = str(fused)
+        _kernel_stage(linalg, "scheduled", target, chunk, None)
+        texts["scheduled"] = str(linalg)
+        try:
+            kernel_stages.dump(folder, texts, linalg, target)
+        except UniorchError as err:
+            raise CliError(Diagnostic(str(err))) from None
+
+
+def _write_binary(path: str, stage: str, blobs: list[tuple[str, bytes]]) -> None:
+    if len(blobs) != 1:
+        names = ", ".join(name for name, _ in blobs)
+        raise CliError(Diagnostic(f"--emit {stage} -o {path}: {len(blobs)} kernels ({names}) but a binary file holds "
+                                  f"one; use --dump-dir DIR for one file per kernel"))
+    try:
+        with open(path, "wb") as f:
+            f.write(blobs[0][1])
+    except OSError as err:
+        raise CliError(Diagnostic(f"could not write output file '{path}': {err.strerror}")) from None
 
 
 def _kernel_stage(module, stage, target, chunk, timing) -> None:
