@@ -251,7 +251,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     for o in pytree.tree_leaves(outs):
         val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
-        if isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):  # data-dependent sizes: unknown
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum)

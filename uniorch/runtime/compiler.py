@@ -111,7 +111,10 @@ def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
     def empty(node) -> bool:
         vals = node.meta.get("val")
         vals = vals if isinstance(vals, (list, tuple)) else [vals]
-        return any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in vals)
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        # symbolic sizes (data-dependent outputs) are not known to be empty
+        return any(isinstance(v, torch.Tensor) and statically_known_true(v.numel() == 0) for v in vals)
 
     return [n.name for n in gm.graph.nodes
             if n.op == "call_function" and (empty(n) or any(empty(a) for a in n.all_input_nodes))]
