@@ -17,6 +17,7 @@ from typing import Any, Optional
 from .sdk import Backend, BackendError, CompiledKernel
 
 FRONT_STAGES = ("triton", "ttir")
+LINALG_KEY = "uniorch_linalg"
 # Triton options uniorch decides rather than Triton's defaults: FMA contraction stays on (Triton
 # 3.9's default, which it warns will flip in 3.10), so a kernel's numerics do not change with the
 # Triton version; every Triton parse_options call passes these (unknown keys are ignored by it).
@@ -48,10 +49,10 @@ def _triton_frontend(ks, backend: Backend, options):
     return module, metadata
 
 
-def _key(ks, backend: Backend, options) -> str:
+def _key(ks, backend: Backend, options, linalg: str = "") -> str:
     import triton
 
-    text = "\n".join([ks.source, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
+    text = "\n".join([ks.source, linalg, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
                       backend.arch, options.hash(), triton.__version__, type(backend).__qualname__,
                       repr(sorted(TRITON_PINNED.items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -141,8 +142,12 @@ def stage_names(backend: Backend) -> list[str]:
     return list(FRONT_STAGES) + [s for s in stages if s not in FRONT_STAGES]
 
 
-def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_cache: bool = True) -> CompiledKernel:
-    """Runs `ks` through TTIR and `backend`'s stages (up to `stop_after`, inclusive)."""
+def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_cache: bool = True,
+                   linalg: str = "") -> CompiledKernel:
+    """Runs `ks` through TTIR and `backend`'s stages (up to `stop_after`, inclusive).
+
+    `linalg`: the kernel's function in uniorch's linalg form, for backends whose toolchain starts
+    from linalg rather than TTIR (the stages see it as metadata["uniorch_linalg"])."""
     options = backend.parse_options({"num_warps": ks.num_warps, "num_stages": ks.num_stages})
     stages: dict = {}
     backend.add_stages(stages, options)
@@ -150,7 +155,7 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
     if stop_after is not None and stop_after not in names:
         raise BackendError(f"backend '{backend.name}' has no stage '{stop_after}'; its stages: {', '.join(names)}")
     wanted = names[: names.index(stop_after) + 1] if stop_after else names
-    path = _cache_dir(_key(ks, backend, options))
+    path = _cache_dir(_key(ks, backend, options, linalg))
     if use_cache:
         hit = _read_cache(path, ks, backend, wanted)
         if hit is not None:
@@ -158,6 +163,8 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
     target = f"{backend.name}:{backend.arch}"
     try:
         module, metadata = _triton_frontend(ks, backend, options)
+        if linalg:
+            metadata[LINALG_KEY] = linalg
     except Exception as err:
         raise BackendError(f"{target}: Triton's front end rejected kernel {ks.name}: {type(err).__name__}: {err}") from err
     asm: dict[str, Any] = {"triton": ks.source, "ttir": str(module)}

@@ -129,6 +129,11 @@ class Backend:
     def add_stages(self, stages: dict[str, Callable[[Any, dict], Any]], options: KernelOptions) -> None:
         """Fill `stages` with this backend's ordered stages after "ttir"; none by default."""
 
+    def handoff_files(self, compiled: CompiledKernel, linalg: str = "") -> dict[str, str]:
+        """Files, by name, that a toolchain outside uniorch takes in for this kernel (written into
+        AOT bundles under handoff/<kernel>/ and by `uniorch-opt --dump-dir`); none by default."""
+        return {}
+
     # -- running ----------------------------------------------------------------------------
     def load(self, kernel) -> Launcher:
         """A launcher for a freshly generated `KernelSource` (compile now, on this machine)."""

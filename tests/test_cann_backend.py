@@ -55,3 +55,25 @@ def test_stub_refuses_to_run_naming_what_is_missing():
     assert "launcher" in reason and ("torch_npu" in reason or "CANN" in reason)
     with pytest.raises(BackendError, match="cannot run kernels"):
         cann.load(None)
+
+
+def test_aot_bundle_carries_the_ascend_handoff_with_linalg(tmp_path):
+    import json
+
+    import torch
+
+    import uniorch
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU())
+    art = uniorch.compile_aot(model, (torch.randn(2, 8),), target="cann")
+    assert art.kernels and all(k.stages[-1] == "handoff" for k in art.kernels)
+    art.save(str(tmp_path / "b"))
+    for k in art.kernels:
+        d = tmp_path / "b" / "handoff" / k.name
+        stem = k.source.fn_name
+        manifest = json.loads((d / f"{stem}.manifest.json").read_text())
+        assert manifest["inputs"]["linalg"] == f"{stem}.linalg.mlir"
+        linalg = (d / f"{stem}.linalg.mlir").read_text()
+        assert "func.func" in linalg and "linalg." in linalg  # the kernel's own linalg form
+        assert "tt.func" in (d / f"{stem}.ttir.mlir").read_text()
+        assert [c["tool"] for c in manifest["commands"]] == ["triton-adapter-opt", "bishengir-compile"]

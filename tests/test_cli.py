@@ -164,7 +164,7 @@ ERRORS = {
     "nested uniorch pass": ([MM_RELU, "-p", "func.func(uniorch-op-stats)"], "put it at the top level"),
     "verify-linalg on torch": ([MM_RELU, "-p", "uniorch-verify-linalg"], "mm_relu.mlir:3:8: error: 'torch.aten.mm' is not part"),
     "split on a model": ([os.path.join(INPUTS, "mlp.py"), "--split-input-file"], "--split-input-file applies to .mlir inputs"),
-    "onnx": (["model.onnx"], "ONNX input is not supported yet"),
+    "onnx": (["model.onnx"], "model.onnx: no such file"),
     "unwritable output": ([MM_RELU, "-o", os.path.join(INPUTS, "no-such-dir", "x.mlir")], "could not write output file"),
     "missing factory": ([os.path.join(INPUTS, "mlp.py") + ":build"], "has no function 'build' (functions defined there: MLP, make)"),
     "factory raises": ([os.path.join(INPUTS, "factory_raises.py")], "factory_raises.py:6:5: error: while running"),

@@ -130,3 +130,26 @@ def test_op_uniorch_cannot_compile_falls_back_to_the_reference():
     assert rep.fallbacks and not rep.kernels, str(rep)
     with pytest.raises(uniorch.UniorchError):
         uniorch.compile(proto, target="interpret", fallback="error")(x)
+
+
+def test_uniorch_opt_takes_onnx(tmp_path):
+    from uniorch.tools.opt import main
+
+    path = tmp_path / "gated.onnx"
+    onnx.save(_helper_model(), str(path))
+    out = io.StringIO()
+    assert main([str(path), "--emit", "torch"], stdout=out) == 0
+    assert "torch.aten.matmul" in out.getvalue() or "torch.aten.mm" in out.getvalue()
+    err = io.StringIO()
+    assert main([str(path), "--emit", "scheduled"], stdout=io.StringIO(), stderr=err) == 1
+    assert "symbolic dimensions: x['batch', 6]" in err.getvalue()
+    static = tmp_path / "mlp.onnx"
+    onnx.save(_export(Mlp(), torch.randn(4, 16)), str(static))
+    out = io.StringIO()
+    assert main([str(static), "--emit", "scheduled"], stdout=out) == 0
+    assert "uniorch.kernel" in out.getvalue() and "func.func @main" in out.getvalue()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx file")
+    err = io.StringIO()
+    assert main([str(bad)], stdout=io.StringIO(), stderr=err) == 1
+    assert "bad.onnx" in err.getvalue() and "Traceback" not in err.getvalue()

@@ -51,25 +51,14 @@ def _final_stage(art) -> tuple[str, int]:
 
 
 def _ptxas(art) -> tuple[int, int]:
-    """Runs ptxas on every PTX (the check NVIDIA's own toolchain does), when ptxas is installed."""
-    import shutil
-    import subprocess
-    import tempfile
+    """(accepted, total): NVIDIA's ptxas run on every PTX, independently of the cubin stage."""
+    from uniorch.backends.cuda.ptxas import ptxas_tools, run_ptxas
 
-    ptxas = shutil.which("ptxas")
     ptx = [k.asm["ptx"] for k in art.kernels if "ptx" in k.asm]
-    if not ptx or ptxas is None:
+    if not ptx or not ptxas_tools():
         return 0, 0
     arch = art.target.split(":")[1]
-    bad = 0
-    with tempfile.TemporaryDirectory() as d:
-        for i, text in enumerate(ptx):
-            path = os.path.join(d, f"k{i}.ptx")
-            with open(path, "w") as f:
-                f.write(text)
-            r = subprocess.run([ptxas, f"-arch={arch}", path, "-o", os.devnull], capture_output=True)
-            bad += r.returncode != 0
-    return len(ptx) - bad, len(ptx)
+    return sum(run_ptxas(text, arch).returncode == 0 for text in ptx), len(ptx)
 
 
 def main(argv=None) -> int:

@@ -91,7 +91,8 @@ def compile_kernels(module, target, stop_after: Optional[str]) -> list[KernelOut
             ks = generate(op, str(target))
         except UniorchError as err:
             raise StageError(f"{name}: {err}") from None
-        out.append(KernelOutput(name, compile_kernel(ks, backend, stop_after=stop_after)))
+        out.append(KernelOutput(name, compile_kernel(ks, backend, stop_after=stop_after,
+                                                     linalg=op.get_asm(enable_debug_info=True))))
     return out
 
 
@@ -149,7 +150,7 @@ def dump(folder: str, module_texts: dict[str, str], module, target) -> None:
                    "no kernel, runs eagerly: " + ir.StringAttr(op.attributes["uniorch.unsupported"]).value)
             continue
         try:
-            ck = compile_kernel(generate(op, str(target)), backend)
+            ck = compile_kernel(generate(op, str(target)), backend, linalg=op.get_asm(enable_debug_info=True))
         except UniorchError as err:
             ck = getattr(err, "compiled", None)  # the driver attaches the stages that ran
             _write(os.path.join(kdir, f"{name}.error"), str(err))

@@ -4,8 +4,8 @@
                 [--print-ir-after-all] [--print-ir-before=P] [--print-ir-after=P] [--timing]
                 [--mlir-print-debuginfo] [--dump-dir DIR] [--list-passes] [--list-targets]
 
-INPUT is a .mlir file, `-` for stdin, or `model.py:factory` where factory() returns
-(model, example_args[, example_kwargs]). The input is brought to `--emit`'s stage (a Python model
+INPUT is a .mlir file, `-` for stdin, a `.onnx` model, or `model.py:factory` where factory()
+returns (model, example_args[, example_kwargs]). The input is brought to `--emit`'s stage (a Python model
 defaults to linalg, MLIR text stays as it is), then the pipeline runs, then the module is printed.
 
 Stages: torch, linalg, fused, scheduled print the module; every later stage is per kernel, for
@@ -306,7 +306,9 @@ def _chunks(args, ctx, timing) -> list[_Chunk]:
             raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not Python models"))
         return [_Chunk(src.path, lambda c: _from_python(src, args.emit or "linalg", ctx, timing))]
     if args.input.endswith(".onnx"):
-        raise CliError(Diagnostic(f"'{args.input}': ONNX input is not supported yet (planned: torch-mlir's ONNX importer)"))
+        if args.split_input_file:
+            raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not ONNX models"))
+        return [_Chunk(args.input, lambda c: _from_onnx(args.input, args.emit or "linalg", ctx, timing))]
     name = "<stdin>" if args.input == "-" else args.input
     text = _read(args.input)
     if not args.split_input_file:
@@ -418,6 +420,33 @@ def _name_locations(module, name: str) -> None:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+
+
+def _from_onnx(path: str, emit: str, ctx, timing):
+    """An ONNX model through torch-mlir's ONNX importer: `torch` stops after onnx-to-torch."""
+    from uniorch.frontends.onnx import ONNX_TO_TORCH, OnnxError, import_onnx, input_specs, load, to_linalg
+    from uniorch.ir.stages import run_pipeline_text
+
+    kernels = emit not in MLIR_STAGES
+    emit = emit if emit in MLIR_STAGES else "linalg"
+    try:
+        with _timed(timing, "load ONNX"):
+            proto = load(path)
+        symbolic = [f"{s.name}{list(s.shape)}" for s in input_specs(proto)
+                    if not all(isinstance(d, int) and d > 0 for d in s.shape)]
+        if kernels and symbolic:
+            raise OnnxError(f"{path}: kernel stages need static shapes, but these inputs have symbolic "
+                            f"dimensions: {', '.join(symbolic)}; uniorch.compile(model) fixes them per call")
+        with _timed(timing, f"import and lower to {emit}"):
+            if emit == "linalg":
+                return to_linalg(proto, ctx)
+            module = import_onnx(proto, ctx)
+            run_pipeline_text(module, ONNX_TO_TORCH, "converting ONNX to the torch dialect")
+            return module
+    except OnnxError as err:
+        raise CliError(err.diagnostics or [Diagnostic(str(err), file=path, line=1, col=1)]) from None
+    except LoweringError as err:
+        raise CliError(err.diagnostics or [Diagnostic(str(err))]) from None
 
 
 def _from_python(src: ModelSource, emit: str, ctx, timing):

@@ -29,6 +29,7 @@ class AotKernel:
     ops: list[str] = field(default_factory=list)  # the ATen ops fused into it
     source: Any = field(default=None, repr=False)  # uniorch KernelSource: how to launch it
     func: str = ""  # its function's symbol in the region's scheduled MLIR
+    compiled: Any = field(default=None, repr=False)  # the backend's CompiledKernel
 
     @property
     def stages(self) -> list[str]:
@@ -106,12 +107,18 @@ def _compile_region(gm, target):
     t = time.perf_counter()
     for info in cg.kernels:
         try:
-            cg.compiled[info.name] = compile_kernel(cg.plan.kernels[info.name].source, backend)
+            kernel = cg.plan.kernels[info.name]
+            cg.compiled[info.name] = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
         except BackendError as err:
             nodes = info.nodes or [n.name for n in gm.graph.nodes if n.op == "call_function"]
             raise RegionError("backend", str(err), nodes) from None
     cg.timings["backend stages"] = time.perf_counter() - t
     return cg
+
+
+def _linalg_text(func_op) -> str:
+    """The kernel function as MLIR text with its locations (what linalg-consuming toolchains read)."""
+    return func_op.get_asm(enable_debug_info=True) if func_op is not None else ""
 
 
 def _kernels(captured, program) -> list[AotKernel]:
@@ -122,7 +129,8 @@ def _kernels(captured, program) -> list[AotKernel]:
             ck = region.compiled[info.name]
             name = info.name if len(program.regions) == 1 else f"r{r}.{info.name}"  # names repeat per region
             ops = [str(nodes[n].target) for n in info.nodes if n in nodes]
-            out.append(AotKernel(name, info.kind, r, dict(ck.asm), dict(ck.metadata), ops, ck.source, info.name))
+            out.append(AotKernel(name, info.kind, r, dict(ck.asm), dict(ck.metadata), ops, ck.source, info.name,
+                                 ck))
     return out
 
 

@@ -28,7 +28,8 @@ from typing import Iterable, Optional
 FORMAT = "uniorch-cann-handoff/1"
 FLAGS_FROM = "triton-ascend 3.2 (Atlas A2/A3 path)"
 # Where the driver is expected to leave the kernel's linalg text for the stages (see report /
-# docs/backend_guide.md): metadata[LINALG_KEY]. Absent today; `write_bundle(linalg=...)` also takes it.
+# docs/backend_guide.md): metadata[LINALG_KEY], set by the driver from compile_kernel(linalg=...);
+# `write_bundle(linalg=...)` also takes it.
 LINALG_KEY = "uniorch_linalg"
 
 # bishengir-compile's --target takes a SoC name; a bare family name means its first SKU.

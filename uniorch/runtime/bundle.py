@@ -70,7 +70,12 @@ def save(art, path: str) -> str:
         regions.append({"name": name, "mlir": f"{base}/scheduled.mlir", "eager": f"{base}/eager.json",
                         "kernels": [k.name for k in art.kernels if k.region == index]})
     kernels = []
+    backend = parse_target(art.target).backend
     for k in art.kernels:
+        # what a toolchain outside uniorch takes in (the Ascend hand-off), beside the stage files
+        handoff = backend.handoff_files(k.compiled) if k.compiled is not None else {}
+        for fname, text in handoff.items():
+            files[f"handoff/{k.name}/{fname}"] = text
         stages = {}
         for stage, out in k.asm.items():
             stages[stage] = files_key = f"kernel/{k.name}.{stage}"
