@@ -77,11 +77,16 @@ def cross_compile(name: str, linalg_text: str, target_text: str, check_ptx: bool
             rep.unsupported.append(kname)
             continue
         try:
-            ck = compile_kernel(generate(op, str(target)), backend)
+            ck = compile_kernel(generate(op, str(target)), backend, linalg=op.get_asm(enable_debug_info=True))
         except Exception as err:  # noqa: BLE001 - collect every failure of the model, then report
             rep.failures.append((kname, f"{type(err).__name__}: {err}"))
             continue
         rep.kernels += 1
+        if backend.binary_stage is None:  # a hand-off (cann): the files its toolchain takes in
+            files = backend.handoff_files(ck)
+            if not any(f.endswith(".linalg.mlir") for f in files) or not any(f.endswith(".ttir.mlir") for f in files):
+                rep.failures.append((kname, f"hand-off lacks its TTIR or linalg file: {sorted(files)}"))
+            continue
         binary = ck.asm.get(backend.binary_stage)
         if not isinstance(binary, bytes) or elf_machine(binary) not in (EM_CUDA, EM_AMDGPU):
             rep.failures.append((kname, f"{backend.binary_stage} is not an ELF for the GPU"))

@@ -1,6 +1,6 @@
-"""Every zoo model cross-compiles for cuda:sm_90 and rocm:gfx942 on a CPU-only machine: captured,
-lowered, scheduled for the real target, every kernel generated and taken through the backend's
-stages to its binary (cubin / hsaco), every PTX accepted by ptxas. Kernels that codegen marks
+"""Every zoo model cross-compiles for cuda:sm_90, rocm:gfx942 and cann on a CPU-only machine:
+captured, lowered, scheduled for the real target, every kernel generated and taken through the
+backend's stages to its binary (cubin / hsaco) or hand-off (cann), every PTX accepted by ptxas. Kernels that codegen marks
 `uniorch.unsupported` run eagerly: counted, not failures.
 
 Cross-compiling costs 5-50 s per model and target on one core, so CI runs a representative subset
@@ -18,7 +18,7 @@ from test_models import MODEL_NAMES, load
 
 from uniorch import config
 
-TARGETS = ("cuda:sm_90", "rocm:gfx942")
+TARGETS = ("cuda:sm_90", "rocm:gfx942", "cann:ascend910b")
 CI_SUBSET = {"mlp", "attention_manual", "cnn_pools", "masked_cumsum_argmax"}
 PARAMS = [
     pytest.param(name, marks=pytest.mark.skipif(
