@@ -10,14 +10,15 @@ greedily from seeds, in this order:
    consumers over the same rows and other reductions over the same rows (softmax, LayerNorm,
    RMSNorm: one kernel each);
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
-4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each.
+4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each;
+5. `tm_tensor.scan` (cumsum, cumprod): one "scan" kernel each, with the fills of its outputs.
 
 An op joins a group only if `domain.Layout` places its loops on the group's domain with every
 tensor it exchanges with members at the same positions (so values stay in registers), and no
 path leaves the group and comes back (the kernel could not be launched as one unit). A producer
 that is also used outside the group is cloned into it when cheap (fills, transposes, broadcasts,
-a few arithmetic ops) and left out otherwise. Views, `tensor.empty`, constants and `tm_tensor` ops
-stay unannotated. Zero-result generics that only hold `cf.assert`s (shape checks torch-mlir emits
+a few arithmetic ops) and left out otherwise. Views, `tensor.empty`, constants and other `tm_tensor`
+ops stay unannotated. Zero-result generics that only hold `cf.assert`s (shape checks torch-mlir emits
 for batch norm) are erased: kernels cannot raise.
 """
 from __future__ import annotations
@@ -160,6 +161,9 @@ class _Fusion:
         for o in list(seeds(lambda o: pat.is_reduction(o) and not pat.is_contraction(o))):
             if o not in self.group_of:
                 self.grow(self.new_group("reduction", o))
+        for o in [o.operation for o in self.block.operations]:
+            if o.name == "tm_tensor.scan" and _static(o):
+                self.scan_group(o)
         for o in list(seeds(pat.is_pointwise)):
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
@@ -183,11 +187,12 @@ class _Fusion:
 
     def drop_dead(self) -> None:
         """Erases originals left unused by cloning, then anything that only fed them."""
-        dead = set(self.dead)
+        # filter before erasing: an erased op's address can be recycled, and hashes of ops
+        # are only meaningful while they are alive
+        for g in self.groups:
+            g.ops = [o for o in g.ops if not any(o == d for d in self.dead)]
         for o in self.dead:
             o.erase()
-        for g in self.groups:
-            g.ops = [o for o in g.ops if o not in dead]
         pure = ("linalg.generic",) + pat.COPY_OPS + VIEW_OPS
         changed = True
         while changed:
@@ -209,12 +214,26 @@ class _Fusion:
 
     def new_group(self, kind: str, op: ir.Operation) -> _Group:
         lay = Layout()
-        if kind != "copy":
+        if kind not in ("copy", "scan"):
             lay.seed(op)
         g = _Group(kind, op, lay, [op])
         self.groups.append(g)
         self.group_of[op] = len(self.groups) - 1
         return g
+
+    def scan_group(self, op: ir.Operation) -> None:
+        """A scan is a kernel of its own (codegen/scan.py); the fills of its `outs` (the output's
+        and the accumulator's initial values) come along when nothing else reads them, so they are
+        not launched as kernels of their own."""
+        g = self.new_group("scan", op)
+        for v in list(op.operands)[1:]:
+            if isinstance(v.owner, ir.Block):
+                continue
+            p = pat.op_of(v.owner)
+            if (self.top(p) == p and p not in self.group_of and pat.is_generic(p) and pat.is_fill(p)
+                    and all(pat.op_of(u.owner) == op for r in p.results for u in r.uses)):
+                g.ops.insert(0, p)
+                self.group_of[p] = self.groups.index(g)
 
     def candidates(self, g: _Group):
         members = set(g.ops)
@@ -340,13 +359,17 @@ class _Fusion:
             if pat.is_generic(m) and any(not isinstance(v.owner, ir.Block) and self.top(v.owner) == x
                                          for v in pat.captured_values(m)):
                 return False
-        outside_users = [u for r in x.results for u in r.uses if self.top(u.owner) not in members]
+        # users already marked dead (originals left unused by a clone, erased in drop_dead) do
+        # not count: a dead unit view must neither force a clone nor be adopted into this group
+        outside_users = [u for r in x.results for u in r.uses if self.top(u.owner) not in members
+                         and self.group_of.get(self.top(u.owner)) != -1]
         # unit views of x read only by the group come along (softmax's keepdim reshapes)
         views = []
         if self.views and g.kind != "contraction":
             for u in outside_users:
                 v = pat.op_of(u.owner)
-                if (self.top(v) == v and is_unit_view(v) and v not in views
+                if (self.top(v) == v and is_unit_view(v) and v not in views and v not in self.group_of
+                        and list(v.results[0].uses)
                         and all(self.top(w.owner) in members for w in v.results[0].uses)):
                     views.append(v)
         outside_users = [u for u in outside_users if pat.op_of(u.owner) not in views]
@@ -537,6 +560,10 @@ class _Fusion:
             if g.kind == "copy":
                 par = list(ir.RankedTensorType(anchor.results[0].type).shape)
                 red = []
+            elif g.kind == "scan":  # rows of the scanned dim, each scanned serially
+                shape = list(ir.RankedTensorType(anchor.results[0].type).shape)
+                dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
+                par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
             else:
                 dom = g.layout.domain
                 par = [dom.sizes[d] for d in dom.parallel]

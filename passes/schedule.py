@@ -42,14 +42,19 @@ class Schedule(Pass):
 
 
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+# views of a `tensor.empty` are shapes too; the launch plan has no value for an empty tensor, so
+# a view of one left in @main would read a value no step produces (circular padding inserts into
+# `extract_slice(tensor.empty)`)
+SHAPE_VIEWS = RESHAPES + ("tensor.extract_slice",)
 
 
 def _clonable(op: ir.Operation) -> bool:
     """Defined outside but cheaper to recreate inside than to pass: scalar constants and shapes
-    (`tensor.empty`, also reshaped: elementwise fusion leaves `expand_shape(tensor.empty)` inits)."""
+    (`tensor.empty`, also reshaped or sliced: elementwise fusion leaves `expand_shape(tensor.empty)`
+    inits)."""
     if op.name == "tensor.empty":
         return True
-    if op.name in RESHAPES:
+    if op.name in SHAPE_VIEWS and len(op.operands) == 1:
         src = op.operands[0].owner
         return not isinstance(src, ir.Block) and _clonable(src)
     return op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType)
@@ -60,7 +65,7 @@ def _clone_into(v, mapping: dict):
     if v in mapping:
         return mapping[v]
     op = v.owner
-    if op.name in RESHAPES:  # a reshaped empty tensor is an empty tensor of the new shape
+    if op.name in SHAPE_VIEWS:  # a reshaped or sliced empty tensor is an empty tensor of its shape
         t = ir.RankedTensorType(v.type)
         mapping[v] = tensor.EmptyOp(list(t.shape), t.element_type).result
         return mapping[v]

@@ -623,3 +623,24 @@ def test_unsupported_patterns_raise(ctx, text, why):
     _, f = kernel_of(text.format(attrs=ATTRS) if "{attrs}" in text else text, ctx)
     with pytest.raises(CodegenError, match=why):
         generate_contraction(f, "interpret")
+
+
+def test_bf16_linear_gelu_epilogue_with_inlined_constants():
+    """Regression: bf16 epilogue arithmetic upcasts each operand with `.to(tl.float32)`, which the
+    template also applied to constants it inlines as Python literals (`1.0.to(...)`: the kernel
+    failed at its first launch and the whole Linear+GELU ran eagerly)."""
+    import uniorch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU()).bfloat16()
+    x = torch.randn(8, 64).bfloat16()
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep
+    assert any(k.kind == "contraction" for k in rep.kernels)
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(8, 64).bfloat16()
+    out = cm(x)
+    # bf16 ulps differ with the accumulation order; against the fp32 computation from the same
+    # bf16 weights, both eager and the kernel are within two bf16 roundings
+    ref = model.float()(x.float())
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)

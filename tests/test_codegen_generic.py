@@ -380,3 +380,39 @@ def test_compiles_for_cuda(which):
         assert "tt.reduce" in ttir
         if sched is not None:
             assert "scf.for" in ttir
+
+
+# -- dot products: reductions, not contractions (no M or N dimension for tl.dot) -----------------
+@pytest.mark.parametrize("schedule", [None, LOOPED])
+@pytest.mark.parametrize("case", ["dot", "batched", "half_mul_sum"])
+def test_dot_products_are_reductions(case, schedule):
+    from kernel_util import groups as _groups
+    from torch_mlir import ir
+
+    fn, args, tol = {
+        "dot": (lambda a, b: torch.matmul(a, b), (torch.randn(37), torch.randn(37)), {}),
+        "batched": (lambda a, b: (a * b).sum(-1), (torch.randn(3, 5, 41), torch.randn(3, 5, 41)), {}),
+        "half_mul_sum": (lambda x, y: (x * y).sum(-1), (torch.randn(4, 33).half(), torch.randn(4, 33).half()),
+                         {"rtol": 2e-3, "atol": 2e-3}),
+    }[case]
+    module = capture(fn, args)
+    kinds = [ir.StringAttr(o.attributes["uniorch.kind"]).value
+             for ops in _groups(module).values() for o in ops if "uniorch.kind" in o.attributes]
+    assert kinds == ["reduction"]
+    _check(fn, tuple(torch.randn_like(a) for a in args), schedule=schedule, **tol)
+
+
+@pytest.mark.parametrize("shape,pad", [((2, 3, 4, 5), (1, 1, 2, 0)), ((1, 1, 4, 4, 4), (1, 1, 1, 1, 1, 1)),
+                                       ((1, 2, 5), (1, 2))])
+def test_circular_pad_inserts_into_a_slice_of_an_empty_tensor(shape, pad):
+    """Regression: circular padding inserts the input into `extract_slice(tensor.empty)`; that
+    view stayed in @main, where the launch plan has no value for an empty tensor ("uses a value
+    that no step produces"). uniorch-schedule now recreates it inside the kernel as an empty."""
+    import uniorch
+
+    fn = lambda x: F.pad(x, pad, mode="circular")  # noqa: E731
+    rep = uniorch.explain(fn, torch.randn(*shape), target="interpret")
+    assert not rep.fallbacks, rep
+    cm = uniorch.compile(fn, target="interpret")
+    x = torch.randn(*shape)
+    torch.testing.assert_close(cm(x), fn(x), rtol=0, atol=0)

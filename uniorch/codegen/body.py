@@ -321,6 +321,16 @@ def helpers_used(text: str) -> list[str]:
     return [h for h in HELPERS if h + "(" in text]
 
 
+def _upcast(text: str) -> str:
+    """`text` as fp32. Python literals (constants the contraction template inlines) are weakly
+    typed and have no `.to`: they take the other operand's fp32 type as they are."""
+    try:
+        float(text)
+        return text
+    except ValueError:
+        return f"{text}.to(tl.float32)"
+
+
 def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_type: str,
                const_of=lambda i: None) -> str:
     """Triton text computing `op`'s (single) result from operand texts.
@@ -332,7 +342,7 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
     if "bf16" in arg_types + [result_type] and name not in _BITS_ONLY:
         # bf16 arithmetic per op in fp32, rounded back: torch's own per-op rounding, and the only
         # form Triton's interpreter gets right (it computes bf16 on raw bits)
-        up = [f"{a}.to(tl.float32)" if t == "bf16" else a for a, t in zip(args, arg_types)]
+        up = [_upcast(a) if t == "bf16" else a for a, t in zip(args, arg_types)]
         up_types = ["f32" if t == "bf16" else t for t in arg_types]
         text = expression(op, up, up_types, "f32" if result_type == "bf16" else result_type, const_of)
         return f"({text}).to(tl.bfloat16)" if result_type == "bf16" else text
@@ -382,7 +392,7 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
     if name == "math.tanh" and src == "f64":
         template = "_tanh64({0})"
     if name in FLOAT_MATH and src in ("f16", "bf16"):
-        up = [f"{a}.to(tl.float32)" if t in ("f16", "bf16") else a for a, t in zip(args, arg_types)]
+        up = [_upcast(a) if t in ("f16", "bf16") else a for a, t in zip(args, arg_types)]
         return f"({fmt(template, up)}).to({fill['T']})"
     return fmt(template, args)
 

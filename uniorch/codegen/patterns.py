@@ -296,6 +296,9 @@ def contraction_dims(op) -> ContractionDims | None:
                 n_.append(d)
             else:
                 return None  # broadcast into the output only: not a contraction
+    if not m_ and not n_:
+        # a (batched) dot product: no tile of tl.dot to fill; the reduction template sums it
+        return None
     return ContractionDims(tuple(batch), tuple(m_), tuple(n_), tuple(k_), 0, 1)
 
 
