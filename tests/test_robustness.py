@@ -122,3 +122,15 @@ def test_non_tensor_arguments_export_cannot_take_are_constants():
         torch.testing.assert_close(got, fn(x, dt, torch.device("cpu")))
     assert cm.cache_size == 2  # the dtype is a guard: a new one recompiles
     assert not cm.explain(x, torch.float64, torch.device("cpu")).fallbacks
+
+
+def test_uint8_keeps_its_dtype_and_unsigned_semantics():
+    def fn(x, y):
+        s = x + y  # wraps modulo 256 like eager
+        return s, s > 100, (x.float() * 0.5).to(torch.uint8), x.byte()
+
+    x = torch.randint(0, 256, (6, 7), dtype=torch.uint8)
+    y = torch.randint(0, 256, (6, 7), dtype=torch.uint8)
+    got, want = uniorch.compile(fn, target="interpret")(x, y), fn(x, y)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w)

@@ -10,7 +10,8 @@ Each sample lands in one class:
   compiled   every captured ATen op ran in uniorch kernels, and the result matches eager
   partial    some ops fell back to eager (explain says which and why), and the result matches
   eager      nothing was compiled (capture or every region fell back), and the result matches
-  random     the op is nondeterministic (eager differs from itself); only shapes/dtypes compared
+  random     the op is nondeterministic (random numbers, or uninitialized memory from `empty`);
+             only shapes and dtypes are compared
   MISMATCH   a wrong answer: the compiled result differs from eager. Must never happen.
   error      uniorch raised where eager did not (a missing fallback)
 
@@ -92,8 +93,16 @@ def _seeded_random(cm, inputs) -> bool:
     entry = cm.entry(_clone(inputs), {})
     if entry is None or entry.captured is None:
         return False
-    return any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+    uninitialized = ("empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided")
+    return any(isinstance(n.target, torch._ops.OpOverload)
+               and (torch.Tag.nondeterministic_seeded in n.target.tags
+                    or n.target._opname in uninitialized and not _overwritten(n))  # garbage in eager too
                for n in entry.captured.graph_module.graph.nodes)
+
+
+def _overwritten(node) -> bool:
+    """Whether an `empty` is fully written before it is read (then its values are defined)."""
+    return bool(node.users) and all(getattr(u.target, "_opname", "") in ("fill", "copy", "zero") for u in node.users)
 
 
 def run_sample(op, index: int, sample, dtype) -> SampleResult | None:

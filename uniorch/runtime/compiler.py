@@ -54,9 +54,15 @@ class CompiledGraph:
     timings: dict[str, float] = field(default_factory=dict)
     # kernel name -> the backend's CompiledKernel (every stage), when compiled ahead of time
     compiled: dict = field(default_factory=dict)
+    # per output, the dtype PyTorch gives it; MLIR's signless integers cannot say uint8 from int8
+    out_dtypes: list = field(default_factory=list)
 
     def __call__(self, *inputs):
-        return tuple(self.plan(list(inputs)))
+        outs = self.plan(list(inputs))
+        if self.out_dtypes:
+            outs = [o.view(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d
+                    and o.element_size() == d.itemsize else o for o, d in zip(outs, self.out_dtypes)]
+        return tuple(outs)
 
 
 def _nodes_in(op) -> list[str]:
@@ -104,7 +110,11 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
                 specs = None  # symbolic or non-tensor inputs: the first real call checks the kernels
                 break
             specs.append((tuple(val.shape), val.dtype))
-    return compile_module(module, target, run, specs, all_nodes, timings)
+    compiled = compile_module(module, target, run, specs, all_nodes, timings)
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    compiled.out_dtypes = [getattr(a.meta.get("val"), "dtype", None) if isinstance(a, torch.fx.Node) else None
+                           for a in torch.fx.graph.map_arg(out.args[0], lambda n: n) or ()]
+    return compiled
 
 
 def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
