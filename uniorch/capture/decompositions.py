@@ -74,6 +74,29 @@ def _gelu(x, approximate="none"):
     return (0.5 * x * (1.0 + torch.tanh(inner))).to(dtype)
 
 
+# Ops torch-mlir cannot take to linalg ("failed to legalize" at the backend contract, found by
+# PyTorch's OpInfo suite: python -m uniorch.tools.opinfo_coverage), for which PyTorch's own
+# decomposition table has a rewrite into ops it can. Only ops that fail today are listed, so
+# nothing torch-mlir already lowers changes shape.
+TORCH_DECOMPOSED = (
+    "addmv", "copysign", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
+    "dist", "empty_strided",
+)
+
+
+def _from_torch(names) -> dict:
+    from torch._decomp import decomposition_table as torch_table
+
+    out = {}
+    for name in names:
+        packet = getattr(aten, name)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if op in torch_table and not overload.endswith("out"):
+                out[op] = torch_table[op]
+    return out
+
+
 @functools.cache
 def decomposition_table() -> dict:
     table = dict(get_decomposition_table())
@@ -82,4 +105,5 @@ def decomposition_table() -> dict:
     from .nan_semantics import TABLE as nan_preserving
 
     table.update(nan_preserving)
+    table.update(_from_torch(TORCH_DECOMPOSED))
     return table
