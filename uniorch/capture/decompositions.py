@@ -80,7 +80,7 @@ def _gelu(x, approximate="none"):
 # nothing torch-mlir already lowers changes shape.
 TORCH_DECOMPOSED = (
     "addmv", "copysign", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
-    "dist", "empty_strided",
+    "dist",
 )
 
 
