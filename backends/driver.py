@@ -88,10 +88,12 @@ def _read_cache(path: str, ks, backend: Backend, wanted: list[str]) -> Optional[
             return None
         asm = {}
         for stage in info["stages"]:
-            binary = stage in info.get("binary", [])
-            with open(os.path.join(path, f"{ks.fn_name}.{stage}"), "rb" if binary else "r") as f:
-                asm[stage] = f.read()
-    except (OSError, ValueError, KeyError):
+            with open(os.path.join(path, f"{ks.fn_name}.{stage}"), "rb") as f:
+                data = f.read()
+            if hashlib.sha256(data).hexdigest() != info["sha256"][stage]:
+                return None  # truncated or altered after it was written: never load it
+            asm[stage] = data if stage in info.get("binary", []) else data.decode()
+    except (OSError, ValueError, KeyError, UnicodeDecodeError):
         return None
     return CompiledKernel(ks.name, f"{backend.name}:{backend.arch}", ks, asm, info["metadata"])
 
@@ -99,14 +101,16 @@ def _read_cache(path: str, ks, backend: Backend, wanted: list[str]) -> Optional[
 def _write_cache(path: str, ck: CompiledKernel) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(path))
-    binary = []
+    binary, sums = [], {}
     for stage, out in ck.asm.items():
         if isinstance(out, bytes):
             binary.append(stage)
-        with open(os.path.join(tmp, f"{ck.source.fn_name}.{stage}"), "wb" if isinstance(out, bytes) else "w") as f:
-            f.write(out)
+        data = out if isinstance(out, bytes) else out.encode()
+        sums[stage] = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(tmp, f"{ck.source.fn_name}.{stage}"), "wb") as f:
+            f.write(data)
     with open(os.path.join(tmp, "metadata.json"), "w") as f:
-        json.dump({"stages": list(ck.asm), "binary": binary, "metadata": ck.metadata}, f, indent=1)
+        json.dump({"stages": list(ck.asm), "binary": binary, "sha256": sums, "metadata": ck.metadata}, f, indent=1)
     import shutil
 
     try:
@@ -116,7 +120,7 @@ def _write_cache(path: str, ck: CompiledKernel) -> None:
         pass
     # `path` exists. An entry with fewer stages (an earlier compile stopped sooner, e.g. at "ttir"
     # for a listing) is replaced, or every later full compile of the kernel would miss the cache.
-    if set(ck.asm) > set(_cached_stages(path)):
+    if set(ck.asm) > set(_cached_stages(path)) or not _intact(path, ck.source.fn_name):
         trash = tempfile.mkdtemp(dir=os.path.dirname(path))
         try:
             os.replace(path, os.path.join(trash, "old"))
@@ -125,6 +129,20 @@ def _write_cache(path: str, ck: CompiledKernel) -> None:
             pass
         shutil.rmtree(trash, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _intact(path: str, fn_name: str) -> bool:
+    """Whether every stage file of the entry still has the checksum it was written with."""
+    try:
+        with open(os.path.join(path, "metadata.json")) as f:
+            info = json.load(f)
+        for stage in info["stages"]:
+            with open(os.path.join(path, f"{fn_name}.{stage}"), "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != info["sha256"][stage]:
+                    return False
+        return True
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def _cached_stages(path: str) -> list[str]:

@@ -297,3 +297,17 @@ def test_dump_dir_keeps_the_stages_before_a_failure(tmp_path, monkeypatch):
     files = sorted(p.name for p in (dump / "k0_contraction").iterdir())
     assert files == [f"k0_contraction.{s}" for s in ("error", "json", "llir", "triton", "ttgir", "ttir")]
     assert (dump / "module.scheduled.mlir").exists()
+
+
+def test_corrupt_cache_entry_is_rebuilt_not_loaded(one_kernel, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
+    target, ks = one_kernel
+    full = compile_kernel(ks, target.backend)
+    cubins = [p for p in tmp_path.rglob(f"{ks.fn_name}.cubin")]
+    assert len(cubins) == 1
+    cubins[0].write_bytes(full.asm["cubin"][:100])  # a truncated write
+    again = compile_kernel(ks, target.backend)
+    assert again.asm["cubin"] == full.asm["cubin"]
+    assert cubins[0].read_bytes() == full.asm["cubin"]  # the damaged entry was replaced
+    (cubins[0].parent / "metadata.json").write_text("{not json")
+    assert compile_kernel(ks, target.backend).asm["cubin"] == full.asm["cubin"]
