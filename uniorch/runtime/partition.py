@@ -84,7 +84,13 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
     """`compile_region` compiles one run of nodes or raises RegionError naming the nodes that
     must run eagerly; ahead-of-time compilation passes one that stops before loading kernels."""
     compile_region = compile_region or compile_graph
+    from .eager_only import reason as eager_only
+
     eager: dict[str, Fallback] = {}
+    for n in _calls(gm):
+        why = eager_only(n.target)
+        if why:
+            eager[n.name] = Fallback([n.name], [str(n.target)], "import", why)
     cache: dict[frozenset, CompiledGraph] = {}
     timings: dict[str, float] = {}
     for _ in range(MAX_ATTEMPTS):
