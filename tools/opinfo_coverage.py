@@ -170,6 +170,9 @@ def run(dtype, samples: int, names=None, log=sys.stderr, journal: str | None = N
                 if "started" in rec:  # its result never came: it killed the process
                     started.add(rec["started"])
                     continue
+                if "finished" in rec:  # no sample counted (e.g. eager rejects every one)
+                    done.add(rec["finished"])
+                    continue
                 r = SampleResult(**rec)
                 results.append(r)
                 done.add(r.op)
@@ -193,6 +196,7 @@ def run(dtype, samples: int, names=None, log=sys.stderr, journal: str | None = N
         except Exception as err:  # noqa: BLE001
             print(f"{label}: cannot make samples: {err}", file=log)
             continue
+        counted = len(results)
         for i, s in enumerate(picked):
             try:
                 r = run_sample(op, i, s, dtype)
@@ -206,6 +210,9 @@ def run(dtype, samples: int, names=None, log=sys.stderr, journal: str | None = N
                 with open(journal, "a") as f:
                     f.write(json.dumps(asdict(r)) + "\n")
             print(f"{label}[{i}]: {r.cls} {r.reason[:120]} ({r.seconds:.1f}s)", file=log, flush=True)
+        if journal and len(results) == counted:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"finished": label}) + "\n")
     return results
 
 

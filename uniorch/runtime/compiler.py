@@ -106,7 +106,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             val = n.meta.get("val")
-            if not isinstance(val, torch.Tensor):
+            if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
                 specs = None  # symbolic or non-tensor inputs: the first real call checks the kernels
                 break
             specs.append((tuple(val.shape), val.dtype))
