@@ -11,7 +11,8 @@ greedily from seeds, in this order:
    RMSNorm: one kernel each);
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
 4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each;
-5. `tm_tensor.scan` (cumsum, cumprod): one "scan" kernel each, with the fills of its outputs.
+5. `tm_tensor.scan` (cumsum, cumprod): one "scan" kernel each, with the fills of its outputs;
+   `tm_tensor.sort` / `topk` likewise one "sort" kernel each (the index iota, topk's initial outs).
 
 An op joins a group only if `domain.Layout` places its loops on the group's domain with every
 tensor it exchanges with members at the same positions (so values stay in registers), and no
@@ -163,7 +164,9 @@ class _Fusion:
                 self.grow(self.new_group("reduction", o))
         for o in [o.operation for o in self.block.operations]:
             if o.name == "tm_tensor.scan" and _static(o):
-                self.scan_group(o)
+                self.scan_group(o, "scan")
+            elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o):
+                self.scan_group(o, "sort")
         for o in list(seeds(pat.is_pointwise)):
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
@@ -214,18 +217,19 @@ class _Fusion:
 
     def new_group(self, kind: str, op: ir.Operation) -> _Group:
         lay = Layout()
-        if kind not in ("copy", "scan"):
+        if kind not in ("copy", "scan", "sort"):
             lay.seed(op)
         g = _Group(kind, op, lay, [op])
         self.groups.append(g)
         self.group_of[op] = len(self.groups) - 1
         return g
 
-    def scan_group(self, op: ir.Operation) -> None:
-        """A scan is a kernel of its own (codegen/scan.py); the fills of its `outs` (the output's
-        and the accumulator's initial values) come along when nothing else reads them, so they are
-        not launched as kernels of their own."""
-        g = self.new_group("scan", op)
+    def scan_group(self, op: ir.Operation, kind: str) -> None:
+        """A scan or sort is a kernel of its own (codegen/scan.py, sort.py); the fills of its
+        operands after the first (a scan's initial output and accumulator, a sort's index iota,
+        topk's initial outs) come along when nothing else reads them, so they are not launched as
+        kernels of their own."""
+        g = self.new_group(kind, op)
         for v in list(op.operands)[1:]:
             if isinstance(v.owner, ir.Block):
                 continue
@@ -562,6 +566,10 @@ class _Fusion:
                 red = []
             elif g.kind == "scan":  # rows of the scanned dim, each scanned serially
                 shape = list(ir.RankedTensorType(anchor.results[0].type).shape)
+                dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
+                par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
+            elif g.kind == "sort":  # rows of the sorted dim (the input's: topk keeps fewer)
+                shape = list(ir.RankedTensorType(anchor.operands[0].type).shape)
                 dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
                 par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
             else:

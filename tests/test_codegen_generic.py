@@ -402,6 +402,35 @@ def test_dot_products_are_reductions(case, schedule):
     _check(fn, tuple(torch.randn_like(a) for a in args), schedule=schedule, **tol)
 
 
+# -- 16-bit floats accumulate in fp32 (as PyTorch does), rounding once ------------------------
+@pytest.mark.parametrize("schedule", [None, {"block_p": 2, "block_r": 1024, "looped": True, "num_warps": 4}],
+                         ids=["default", "looped"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_sums_accumulate_in_fp32(dtype, schedule):
+    """Ones (halves in fp16): a 16-bit running sum saturates (fp16 at 1024 when adding 0.5, bf16 at
+    256), an fp32 one is exact. 65536 is too long to stay in registers, so the default schedule
+    loops too; the sum of squares is a dot product (reduction of `out + x*x`)."""
+    x = torch.ones(2, 65536, dtype=dtype) * (0.5 if dtype == torch.float16 else 1.0)
+    src = _check(lambda x: x.sum(-1), (x,), schedule=schedule, rtol=1e-3, atol=0)
+    assert "acc1_0.to(" in src.source  # rounded once, after the loop
+    if schedule is not None:
+        return  # the rest only checks the default schedule (the interpreter is slow)
+    _check(lambda x: (x * x).sum(-1), (x[:, :8192],), schedule=schedule, rtol=1e-3, atol=0)
+    y = torch.rand(2, 4096, dtype=dtype) + 0.5
+    tol = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-3, "atol": 1e-3}
+    _check(lambda y: y.mean(-1), (y,), schedule=schedule, **tol)
+    _check(lambda y: y.sum(), (y,), schedule=schedule, **tol, expect_groups=None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_softmax_and_layer_norm_long_rows(dtype):
+    """torch-mlir already computes these in fp32 (extf before the reductions); long rows loop."""
+    x = torch.randn(2, 6000, dtype=dtype)
+    tol = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-3, "atol": 1e-3}
+    _check(lambda x: torch.softmax(x, -1), (x,), **tol)
+    _check(lambda x: F.layer_norm(x, (6000,)), (x,), **tol)
+
+
 @pytest.mark.parametrize("shape,pad", [((2, 3, 4, 5), (1, 1, 2, 0)), ((1, 1, 4, 4, 4), (1, 1, 1, 1, 1, 1)),
                                        ((1, 2, 5), (1, 2))])
 def test_circular_pad_inserts_into_a_slice_of_an_empty_tensor(shape, pad):

@@ -1,8 +1,8 @@
 """Kernel code generation: one outlined kernel function (docs/kernels.md) → Triton source → TTIR.
 
 `choose_schedule` and `generate` dispatch on the kernel's `uniorch.kind`: contractions use the
-tiled-`tl.dot` template (contraction.py), scans `tl.associative_scan` (scan.py), everything
-else the generic loop-nest emitter (generic.py).
+tiled-`tl.dot` template (contraction.py), scans `tl.associative_scan` (scan.py), sorts a
+bitonic network (sort.py), everything else the generic loop-nest emitter (generic.py).
 """
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def _module_for(kernel):
         from . import scan
 
         return scan, "scan"
+    if _kind(kernel) == "sort":
+        from . import sort
+
+        return sort, "sort"
     from . import generic
 
     return generic, "generic"

@@ -30,6 +30,7 @@ from . import patterns as pat
 from .source import CodegenError, KernelSource
 
 PERSISTENT_MAX = 4096  # largest row (elements, 32-bit) reduced in registers
+WIDE_COMBINERS = ("arith.addf", "arith.mulf")  # f16/bf16 ones accumulate in fp32 (min/max are exact)
 LOOP_BLOCK_R = 1024  # chunk of a looped reduction
 ALLOWED = ("linalg.generic", "tensor.empty", "arith.constant") + D.VIEW_OPS
 
@@ -52,6 +53,11 @@ def _vendor(target: str) -> str:
 
 def _warp_size(target: str) -> int:
     return 64 if _vendor(target) == "rocm" else 32
+
+
+def _widen(ty: str, acc_ty: str) -> str:
+    """Suffix converting a value of type `ty` to the accumulator type, if they differ."""
+    return "" if ty == acc_ty else f".to({B.tl_type(acc_ty)})"
 
 
 def _sym_name(func) -> str:
@@ -732,23 +738,29 @@ class _Emitter:
             for j, (comb, _) in enumerate(k.combiners[g]):
                 init = self.operand(root, g, inf.n_in + j)
                 ty = B.elem_name(g.results[j].type)
+                # sums and products of f16/bf16 accumulate in fp32 and round once at the end, as
+                # PyTorch's kernels do: a 16-bit running sum stops growing once the increments
+                # fall below half its ulp (65536 ones sum to 2048 in fp16, 256 in bf16)
+                acc_ty = "f32" if ty in ("f16", "bf16") and comb in WIDE_COMBINERS else ty
                 acc = f"acc{k.generics.index(g)}_{j}"
+                start = f"tl.broadcast_to({init.code}, (BLOCK_P, 1))" + _widen(ty, acc_ty)
                 if not self.persistent:
-                    root.emit(f"{acc} = tl.broadcast_to({init.code}, (BLOCK_P, 1))  # init of {self.op_label(g)}#{j}")
-                accs[(g, j)] = (acc, init, comb, ty)
+                    root.emit(f"{acc} = {start}  # init of {self.op_label(g)}#{j}")
+                accs[(g, j)] = (acc, start, comb, acc_ty)
         sc, lines = self.chunk_scope()
         for g in tree:
             sc.emit(f"# {self.op_label(g)}: reduction at {_short_loc(g)}")
             env = self.bind_args(sc, g, skip_outs=True)
             for j, (comb, other) in enumerate(k.combiners[g]):
-                acc, init, _, ty = accs[(g, j)]
+                acc, start, _, acc_ty = accs[(g, j)]
                 v = self.body_value(sc, g, env, other)
-                fn = self.combine_fn(comb, g, ty)
-                ident = B.constant_expr(B.identity_value(pat.COMBINERS[comb], ty), ty)
+                fn = self.combine_fn(comb, g, acc_ty)
+                ident = B.constant_expr(B.identity_value(pat.COMBINERS[comb], acc_ty), acc_ty)
                 part = self.fresh("part")
-                sc.emit(f"{part} = tl.reduce(tl.where(row_mask & col_mask, {v.code}, {ident}), 1, {fn}, keep_dims=True)")
+                x = f"({v.code}){_widen(v.ty, acc_ty)}"
+                sc.emit(f"{part} = tl.reduce(tl.where(row_mask & col_mask, {x}, {ident}), 1, {fn}, keep_dims=True)")
                 if self.persistent:
-                    sc.emit(f"{acc} = {fn}(tl.broadcast_to({init.code}, (BLOCK_P, 1)), {part})")
+                    sc.emit(f"{acc} = {fn}({start}, {part})")
                 else:
                     sc.emit(f"{acc} = {fn}({acc}, {part})")
         for idx, g, r in stores:
@@ -757,8 +769,12 @@ class _Emitter:
             self.flush()
             self.out.append(f"    for r_start in range(0, {k.nr}, BLOCK_R):  # phase {phase}")
             self.out.extend(lines)
-        for (g, j), (acc, *_rest) in accs.items():
-            root.memo[(g, j)] = Val(acc, B.elem_name(g.results[j].type), frozenset({"p"}))
+        for (g, j), (acc, _start, _comb, acc_ty) in accs.items():
+            ty = B.elem_name(g.results[j].type)
+            if acc_ty != ty:  # the single rounding of a widened accumulator
+                root.emit(f"{acc}_out = {acc}.to({B.tl_type(ty)})")
+                acc = f"{acc}_out"
+            root.memo[(g, j)] = Val(acc, ty, frozenset({"p"}))
 
     def serial_loop(self, reds: list, stores: list) -> None:
         k = self.k

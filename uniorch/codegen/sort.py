@@ -1,0 +1,285 @@
+"""Sort kernels: `tm_tensor.sort` (aten.sort, argsort, msort, topk = sort + slice) and
+`tm_tensor.topk` (aten.kthvalue) along one dimension.
+
+One program sorts BLOCK_P rows, each padded to a power-of-two BLOCK_R >= its length, with a
+bitonic network written out in the generated source (`tl.sort` is a library wrapper Triton's
+interpreter cannot call, docs/kernels.md §4). What is sorted are (key, index) pairs:
+
+* the key is an integer whose signed order is the order PyTorch sorts by: an integer value as
+  is; a float's bits with the magnitude bits flipped for negatives (fp16/bf16 widened to fp32
+  first), -0.0 made +0.0 and every NaN one positive NaN, so NaNs come after +inf, where PyTorch
+  puts them; descending sorts complement the key (NaN first, as PyTorch);
+* the index (the lane) breaks ties, so the sort is stable: what `stable=True` asks and a valid
+  answer when it is not asked. Padding lanes get the largest key and indices past the row.
+
+Values are then gathered from the input by the sorted indices, so they are the input's own bits.
+A row longer than one block is left to eager (CodegenError from choose_schedule).
+
+Kernel shape (what uniorch-fuse groups): the sort or topk, whose sorted input is a kernel
+argument, and fills of its other operands (the index iota, topk's initial values).
+"""
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir
+
+from . import body as B
+from . import patterns as pat
+from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape
+from .source import CodegenError, KernelSource
+
+ROW_MAX = 8192  # longest row sorted in one block (32-bit keys); 64-bit keys: half
+OPS = ("tm_tensor.sort", "tm_tensor.topk")
+
+# comparison predicates by enum value: which order "a before b" means (cmpf / cmpi)
+_CMPF = {4: "asc", 5: "asc", 12: "asc", 13: "asc", 2: "desc", 3: "desc", 10: "desc", 11: "desc"}
+_CMPI = {2: "asc", 3: "asc", 4: "desc", 5: "desc"}
+_INTS = ("i1", "i8", "i16", "i32", "i64", "ui8")
+
+
+class _Sort:
+    """The parts of a sort/topk kernel function codegen needs, checked."""
+
+    def __init__(self, func):
+        self.func = pat.op_of(func)
+        self.name = ir.StringAttr(self.func.attributes["sym_name"]).value
+        blk = self.func.regions[0].blocks[0]
+        ops = [pat.op_of(o) for o in blk.operations]
+        sorts = [o for o in ops if o.name in OPS]
+        if len(sorts) != 1:
+            raise CodegenError(self.func, "a sort kernel holds exactly one tm_tensor.sort or topk")
+        op = self.op = sorts[0]
+        self.topk = op.name == "tm_tensor.topk"
+        self.args = list(blk.arguments)
+        operands = list(op.operands)
+        if self.topk and len(operands) != 3:
+            raise CodegenError(op, "topk with input indices")
+        if not self.topk and len(operands) not in (1, 2):
+            raise CodegenError(op, "sort of more than a value and an index tensor")
+        src = operands[0]
+        self.input = self._arg_index(src)
+        if self.input is None:
+            raise CodegenError(op, "the sorted tensor is not a kernel argument")
+        self.dim = ir.IntegerAttr(op.attributes["dimension"]).value
+        self.shape = _shape(src)
+        self.ty = B.elem_name(src.type)
+        if self.ty not in B.FLOATS + _INTS:
+            raise CodegenError(op, f"sort of element type {self.ty}")
+        self.n = self.shape[self.dim]
+        self.k = _shape(op.results[0])[self.dim]  # columns written: n (sort) or k (topk)
+        self.order = self._order()
+        # where result indices come from: the lane (an iota fill, topk), or a gather from an argument
+        self.index_src = None
+        if self.topk:
+            self._check_topk_init(operands[1], operands[2])
+        elif len(operands) == 2:
+            self.index_src = self._index_source(operands[1])
+        for o in ops:
+            if o == op or o.name in ("tensor.empty", "arith.constant", "func.return"):
+                continue
+            if not (pat.is_generic(o) and pat.is_fill(o)
+                    and all(pat.op_of(u.owner) == op for r in o.results for u in r.uses)):
+                raise CodegenError(o, "only fills of the sort's operands can share its kernel")
+        ret = ops[-1]
+        self.results = []  # per kernel result: 0 = values, 1 = indices
+        for v in ret.operands:
+            j = next((i for i, r in enumerate(op.results) if r == v), None)
+            if j is None:
+                raise CodegenError(ret, "a sort kernel returns only the sort's results")
+            self.results.append(j)
+        self.res_types = [B.elem_name(op.results[j].type) for j in self.results]
+        self.outer = [s for d, s in enumerate(self.shape) if d != self.dim]
+        self.rows = math.prod(self.outer) if self.outer else 1
+
+    def _arg_index(self, v):
+        return next((i for i, a in enumerate(self.args) if a == v), None)
+
+    def _order(self) -> str:
+        blk = self.op.regions[0].blocks[0]
+        body = [pat.op_of(o) for o in blk.operations]
+        a, b = list(blk.arguments)[:2]
+        if len(body) != 2 or body[0].name not in ("arith.cmpf", "arith.cmpi") or body[1].operands[0] != body[0].results[0]:
+            raise CodegenError(self.op, "comparator is not a single comparison")
+        cmp = body[0]
+        pred = ir.IntegerAttr(cmp.attributes["predicate"]).value
+        order = (_CMPF if cmp.name == "arith.cmpf" else _CMPI).get(pred)
+        if order is None:
+            raise CodegenError(self.op, f"comparator predicate {pred} of {cmp.name} (unsigned or equality)")
+        ops = list(cmp.operands)
+        if ops == [b, a]:
+            order = "desc" if order == "asc" else "asc"
+        elif ops != [a, b]:
+            raise CodegenError(self.op, "comparator does not compare the two values")
+        return order
+
+    def _fill_body(self, v):
+        """The fill generic defining `v` inside the kernel and its body ops, or None."""
+        if isinstance(v.owner, ir.Block):
+            return None
+        o = pat.op_of(v.owner)
+        return (o, pat.body_ops(o)) if pat.is_generic(o) and pat.is_fill(o) else None
+
+    def _index_source(self, v):
+        """None when `v` is the iota along the sorted dim (the lane is the index), else the argument
+        index to gather the initial indices from."""
+        i = self._arg_index(v)
+        if i is not None:
+            return i
+        fb = self._fill_body(v)
+        if fb is not None:
+            o, ops = fb
+            y = pat.yield_op(o).operands[0]
+            if (len(ops) in (1, 2) and ops[0].name == "linalg.index"
+                    and ir.IntegerAttr(ops[0].attributes["dim"]).value == self.dim
+                    and (len(ops) == 1 or ops[1].name == "arith.index_cast")
+                    and y == ops[-1].results[0]):
+                return None
+        raise CodegenError(self.op, "sort indices start from something other than an iota or an argument")
+
+    def _check_topk_init(self, vals, idxs):
+        """topk merges its outs' initial entries into the result; a fill with the worst value
+        (+inf ascending, -inf descending) never wins, so it is left out."""
+        for v, want in ((vals, "worst"), (idxs, None)):
+            fb = self._fill_body(v)
+            if fb is None or fb[1]:
+                raise CodegenError(self.op, "topk's initial outputs are not constant fills")
+            if want is None:
+                continue
+            c = pat.yield_op(fb[0]).operands[0]
+            if isinstance(c.owner, ir.Block) or pat.op_of(c.owner).name != "arith.constant":
+                c = pat.inputs(fb[0])[0] if pat.inputs(fb[0]) else c
+            val = None
+            if not isinstance(c.owner, ir.Block) and pat.op_of(c.owner).name == "arith.constant":
+                a = pat.op_of(c.owner).attributes["value"]
+                val = ir.FloatAttr(a).value if isinstance(a, ir.FloatAttr) else ir.IntegerAttr(a).value
+            if self.ty in B.FLOATS:
+                worst = float("inf") if self.order == "asc" else float("-inf")
+            elif self.ty in ("i1", "ui8"):
+                raise CodegenError(self.op, f"topk of {self.ty}")
+            else:
+                top = (1 << (B.BITS[self.ty] - 1)) - 1
+                worst = top if self.order == "asc" else -top - 1
+            if val != worst:
+                raise CodegenError(self.op, f"topk's initial values are {val}, not {worst}")
+
+    def key_bits(self) -> int:
+        return 64 if self.ty in ("f64", "i64") else 32
+
+
+def choose_schedule(kernel_func, target: str) -> dict:
+    s = _Sort(kernel_func)
+    interp = (target or "interpret").split(":", 1)[0] == "interpret"
+    limit = ROW_MAX if s.key_bits() == 32 else ROW_MAX // 2
+    block_r = _next_pow2(max(s.n, 2))
+    if block_r > limit:
+        raise CodegenError(s.op, f"row of {s.n} is longer than one block ({limit}); sorting it runs eagerly")
+    budget = 16384 if interp else 4096
+    block_p = max(1, min(_next_pow2(s.rows), budget // block_r, 1024 if interp else 64))
+    elems = block_p * block_r
+    warps = 8 if elems >= 4096 else 4 if elems >= 512 else 2 if elems >= 128 else 1
+    if (target or "").startswith("rocm"):
+        warps = max(1, warps // 2)
+    return {"block_p": block_p, "block_r": block_r, "block_k": 0, "num_warps": warps, "num_stages": 1,
+            "looped": False, "grid": [_cdiv(s.rows, block_p), 1, 1]}
+
+
+# the compare-exchange step every sort kernel carries. Only builtins: a tl.reduce with our own
+# combine function would do, but Triton's interpreter runs those one element at a time in Python
+_HELPERS = '''@jit
+def _exchange(key, idx, P: tl.constexpr, N: tl.constexpr, D: tl.constexpr, BLK: tl.constexpr):
+    # bitonic step on (key, index) pairs D lanes apart, in blocks of BLK lanes sorted ascending
+    # where lane & BLK == 0: lanes j and j ^ D are the halves of axis 1 of a [M, 2, D] view,
+    # moved last and split
+    M: tl.constexpr = P * N // (2 * D)
+    klo, khi = tl.split(tl.permute(tl.reshape(key, (M, 2, D)), (0, 2, 1)))
+    ilo, ihi = tl.split(tl.permute(tl.reshape(idx, (M, 2, D)), (0, 2, 1)))
+    asc = (((tl.arange(0, M)[:, None] * (2 * D)) % N) & BLK) == 0
+    # indices differ, so pairs are never equal: swap exactly when out of order for the direction
+    swap = ((klo > khi) | ((klo == khi) & (ilo > ihi))) == asc
+    key = tl.join(tl.where(swap, khi, klo), tl.where(swap, klo, khi))
+    idx = tl.join(tl.where(swap, ihi, ilo), tl.where(swap, ilo, ihi))
+    return (tl.reshape(tl.permute(key, (0, 2, 1)), (P, N)),
+            tl.reshape(tl.permute(idx, (0, 2, 1)), (P, N)))
+'''
+
+
+def _key_lines(ty: str, bits: int) -> list[str]:
+    """Lines turning the loaded `x` into `key` (see the module docstring)."""
+    it = f"tl.int{bits}"
+    if ty in _INTS:
+        return [f"key = x.to({it})"]
+    sign, nan = (31, "0x7FC00000") if bits == 32 else (63, "0x7FF8000000000000")
+    mag = "0x7FFFFFFF" if bits == 32 else "0x7FFFFFFFFFFFFFFF"
+    up = ".to(tl.float32)" if ty in ("f16", "bf16") else ""
+    return [f"xf = x{up}",
+            f"bits = xf.to({it}, bitcast=True)",
+            f"key = bits ^ ((bits >> {sign}) & {mag})",
+            f"key = tl.where(xf != xf, {nan}, tl.where(xf == 0, 0, key))"]
+
+
+def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
+    s = _Sort(kernel_func)
+    sched = schedule or _sched_from_attr(s.func) or choose_schedule(s.func, target)
+    block_p, block_r = int(sched["block_p"]), int(sched["block_r"])
+    if block_r < s.n or block_r & (block_r - 1):
+        raise CodegenError(s.op, f"row of {s.n} needs a power-of-two BLOCK_R >= it, got {block_r}")
+    fn = "".join(c if c.isalnum() or c == "_" else "_" for c in s.name)
+    ranks = [len(_shape(a)) for a in s.args]
+    out_ranks = [len(s.shape)] * len(s.results)
+    params = []
+    for prefix, rs in (("in", ranks), ("out", out_ranks)):
+        for i, r in enumerate(rs):
+            params += [f"{prefix}{i}_ptr"] + [f"{prefix}{i}_s{d}" for d in range(r)]
+    params += ["BLOCK_P: tl.constexpr", "BLOCK_R: tl.constexpr"]
+    outer_dims = [d for d in range(len(s.shape)) if d != s.dim]
+    coords, rest = {}, "rows"
+    for j, d in enumerate(outer_dims):
+        inner = math.prod(s.outer[j + 1:]) if j + 1 < len(s.outer) else 1
+        coords[d] = f"({rest}) // {inner}" if inner > 1 else f"({rest})"
+        if j + 1 < len(outer_dims):
+            rest = f"rows % {inner}"
+
+    def offset(prefix, i, col) -> str:
+        terms = [f"c{d} * {prefix}{i}_s{d}" for d in outer_dims] + [f"{col} * {prefix}{i}_s{s.dim}"]
+        return " + ".join(terms)
+
+    bits = s.key_bits()
+    kmax = (1 << (bits - 1)) - 1
+    what = f"{'topk' if s.topk else 'sort'} ({'ascending' if s.order == 'asc' else 'descending'})"
+    lines = [
+        f'"""Generated by uniorch from kernel @{s.name} (sort). Do not edit."""',
+        "import triton.language as tl", "", "", _HELPERS, "",
+        "@jit", f"def {fn}({', '.join(params)}):",
+        f"    # {what} along dim {s.dim} of {s.shape} ({s.ty}), {s.k} of {s.n} columns kept; at {s.op.location}",
+        "    rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]",
+        f"    row_mask = rows < {s.rows}",
+    ]
+    lines += [f"    c{d} = {coords[d]}" for d in outer_dims]
+    lines += [
+        "    lane = tl.arange(0, BLOCK_R)[None, :]",
+        f"    mask = row_mask & (lane < {s.n})",
+        f"    x = tl.load(in{s.input}_ptr + {offset('in', s.input, 'lane')}, mask=mask, other=0)",
+    ]
+    lines += ["    " + ln for ln in _key_lines(s.ty, bits)]
+    if s.order == "desc":
+        lines.append("    key = ~key  # descending: the complement reverses the order")
+    lines += [f"    key = tl.where(mask, key, {kmax})  # padding sorts last",
+              "    idx = lane + rows * 0"]
+    m = block_r.bit_length() - 1
+    for stage in range(1, m + 1):
+        for sub in range(stage - 1, -1, -1):
+            lines.append(f"    key, idx = _exchange(key, idx, BLOCK_P, BLOCK_R, {1 << sub}, {1 << stage})")
+    lines.append(f"    out_mask = row_mask & (lane < {s.k})")
+    for j, r in enumerate(s.results):
+        dst = f"out{j}_ptr + {offset('out', j, 'lane')}"
+        if r == 0:
+            val = f"tl.load(in{s.input}_ptr + {offset('in', s.input, 'idx')}, mask=out_mask)"
+        elif s.index_src is not None:
+            val = f"tl.load(in{s.index_src}_ptr + {offset('in', s.index_src, 'idx')}, mask=out_mask)"
+        else:
+            val = f"idx.to({B.tl_type(s.res_types[j])})"
+        lines.append(f"    tl.store({dst}, {val}, mask=out_mask)")
+    source = "\n".join(lines) + "\n"
+    return KernelSource(s.name, fn, source, ranks, out_ranks, (_cdiv(s.rows, block_p),),
+                        {"BLOCK_P": block_p, "BLOCK_R": block_r}, int(sched.get("num_warps", 4)), 1)
