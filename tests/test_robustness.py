@@ -144,3 +144,15 @@ def test_logcumsumexp_on_large_inputs_follows_eager():
     cm = uniorch.compile(fn, target="interpret")
     torch.testing.assert_close(cm(x), fn(x))
     assert any("logcumsumexp" in f.op for f in cm.explain(x).fallbacks)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_mean_of_a_long_row(dtype):
+    def fn(x):
+        return x.mean(dim=-1), x.mean()
+
+    x = (torch.rand(2, 70000) + 0.5).to(dtype)
+    got, want = uniorch.compile(fn, target="interpret")(x), fn(x)
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2)

@@ -84,6 +84,21 @@ TORCH_DECOMPOSED = (
 )
 
 
+def _half_mean(x, dim=None, keepdim=False, dtype=None):
+    """fp16/bf16 `mean` as an fp32 sum divided in fp32, rounded once, as ATen computes it.
+
+    Why: torch-mlir divides by the element count in the input's dtype; 65536 overflows fp16 to
+    inf, so a long fp16 mean came out NaN (and shorter ones were rounded twice)."""
+    if dtype is not None or x.dtype not in (torch.float16, torch.bfloat16):
+        return NotImplemented
+    dims = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    return (torch.sum(x, dims, keepdim, dtype=torch.float32) / count).to(x.dtype)
+
+
 def _from_torch(names) -> dict:
     from torch._decomp import decomposition_table as torch_table
 
@@ -106,4 +121,6 @@ def decomposition_table() -> dict:
 
     table.update(nan_preserving)
     table.update(_from_torch(TORCH_DECOMPOSED))
+    table[aten.mean.dim] = _half_mean
+    table[aten.mean.default] = lambda x, dtype=None: _half_mean(x, None, False, dtype)
     return table
