@@ -89,6 +89,8 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
     eager: dict[str, Fallback] = {}
     for n in _calls(gm):
         why = eager_only(n.target)
+        if why and fallback == "error":
+            raise RegionError("import", f"{n.target}: {why}", [n.name])
         if why:
             eager[n.name] = Fallback([n.name], [str(n.target)], "import", why)
     cache: dict[frozenset, CompiledGraph] = {}
