@@ -18,6 +18,7 @@ from torch_mlir import ir
 
 from . import body as B
 from . import patterns as pat
+from .rows import row_coords, row_params
 from .source import CodegenError, KernelSource
 
 ROW_MAX = 4096  # longest row (32-bit elements) scanned in registers; longer rows loop
@@ -147,20 +148,10 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
     fn = "".join(c if c.isalnum() or c == "_" else "_" for c in s.name)
     ranks = [len(_shape(a)) for a in s.args]
     out_ranks = [len(s.shape) if k == 0 else len(s.shape) - 1 for k in s.results]
-    params = []
-    for prefix, rs in (("in", ranks), ("out", out_ranks)):
-        for i, r in enumerate(rs):
-            params += [f"{prefix}{i}_ptr"] + [f"{prefix}{i}_s{d}" for d in range(r)]
-    params += ["BLOCK_P: tl.constexpr", "BLOCK_R: tl.constexpr"]
+    params = row_params(ranks, out_ranks)
 
     # row coordinates: the non-scanned dims, row-major over the linear row index
-    outer_dims = [d for d in range(len(s.shape)) if d != s.dim]
-    coords, rest = {}, "rows"
-    for j, d in enumerate(outer_dims):
-        inner = math.prod(s.outer[j + 1:]) if j + 1 < len(s.outer) else 1
-        coords[d] = f"({rest}) // {inner}" if inner > 1 else f"({rest})"
-        if j + 1 < len(outer_dims):
-            rest = f"rows % {inner}"
+    outer_dims, coords = row_coords(len(s.shape), s.dim, s.outer)
 
     def full_offset(prefix, idx) -> str:
         terms = [f"c{d} * {prefix}{idx}_s{d}" for d in range(len(s.shape)) if d != s.dim]

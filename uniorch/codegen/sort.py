@@ -27,6 +27,7 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape
+from .rows import row_coords, row_params
 from .source import CodegenError, KernelSource
 
 ROW_MAX = 8192  # longest row sorted in one block (32-bit keys); 64-bit keys: half
@@ -227,18 +228,8 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
     fn = "".join(c if c.isalnum() or c == "_" else "_" for c in s.name)
     ranks = [len(_shape(a)) for a in s.args]
     out_ranks = [len(s.shape)] * len(s.results)
-    params = []
-    for prefix, rs in (("in", ranks), ("out", out_ranks)):
-        for i, r in enumerate(rs):
-            params += [f"{prefix}{i}_ptr"] + [f"{prefix}{i}_s{d}" for d in range(r)]
-    params += ["BLOCK_P: tl.constexpr", "BLOCK_R: tl.constexpr"]
-    outer_dims = [d for d in range(len(s.shape)) if d != s.dim]
-    coords, rest = {}, "rows"
-    for j, d in enumerate(outer_dims):
-        inner = math.prod(s.outer[j + 1:]) if j + 1 < len(s.outer) else 1
-        coords[d] = f"({rest}) // {inner}" if inner > 1 else f"({rest})"
-        if j + 1 < len(outer_dims):
-            rest = f"rows % {inner}"
+    params = row_params(ranks, out_ranks)
+    outer_dims, coords = row_coords(len(s.shape), s.dim, s.outer)
 
     def offset(prefix, i, col) -> str:
         terms = [f"c{d} * {prefix}{i}_s{d}" for d in outer_dims] + [f"{col} * {prefix}{i}_s{s.dim}"]
