@@ -191,6 +191,7 @@ class Report:
     compiled_ops: int
     bytes_moved: int
     bytes_minimum: int
+    allocated_ops: int = 0  # ops with zero-element outputs: allocated, no kernel, no ATen call
 
     @property
     def compiled_fraction(self) -> float:
@@ -199,7 +200,8 @@ class Report:
     def __str__(self) -> str:
         lines = [f"uniorch explain (target {self.target}): {len(self.kernels)} kernels, "
                  f"{self.compiled_ops}/{self.captured_ops} ATen ops compiled ({100 * self.compiled_fraction:.0f}%), "
-                 f"{len(self.fallbacks)} eager fallbacks",
+                 f"{len(self.fallbacks)} eager fallbacks"
+                 + (f", {self.allocated_ops} zero-element ops allocated without a kernel" if self.allocated_ops else ""),
                  f"bytes moved {_mb(self.bytes_moved)} vs minimum {_mb(self.bytes_minimum)} "
                  f"({self.bytes_moved / max(1, self.bytes_minimum):.2f}x)", "",
                  f"{'kernel':<28} {'kind':<12} {'ops':>4} {'read':>10} {'written':>10}  fused ATen ops"]
@@ -254,7 +256,8 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
         if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):  # data-dependent sizes: unknown
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)
-    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum)
+    allocated = sum(1 for n in aten if n.name in program.allocated_nodes)
+    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated)
 
 
 def _where_model() -> str:

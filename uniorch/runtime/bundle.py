@@ -123,7 +123,26 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _name_return_types() -> None:
+    """Gives ATen's named result tuples (torch.return_types.topk, .sort, ...) serialized names.
+
+    PyTorch registers them as pytree nodes without one, so a model returning `torch.topk(...)`
+    could not be bundled. Their context is None, so loading resolves a name, never runs code."""
+    import torch.return_types as rt
+
+    for name in dir(rt):
+        cls = getattr(rt, name)
+        if not (isinstance(cls, type) and pytree.is_structseq_class(cls)):
+            continue
+        key = f"torch.return_types.{name}"
+        node = pytree.SUPPORTED_SERIALIZED_TYPES.get(cls)
+        if cls in pytree.SUPPORTED_NODES and (node is None or node.serialized_type_name == pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
+            pytree.SUPPORTED_SERIALIZED_TYPES[cls] = pytree._SerializeNodeDef(cls, key, None, None)
+            pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[key] = cls
+
+
 def _treespec(spec, what: str) -> str:
+    _name_return_types()
     try:
         return pytree.treespec_dumps(spec)
     except Exception as err:  # noqa: BLE001 - custom pytree nodes without a serialized name
@@ -374,6 +393,7 @@ class LoadedModel:
         self.program = gm
         self._weights, self._model, self._device = weights, model, device
         self._inputs = manifest["inputs"]
+        _name_return_types()
         self._in_spec = pytree.treespec_loads(manifest["in_spec"])
         self._out_spec = pytree.treespec_loads(manifest["out_spec"])
         self._constants = {int(i): v for i, v in manifest.get("constant_args", [])}

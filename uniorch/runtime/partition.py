@@ -1,7 +1,9 @@
 """Region fallback: compile what compiles, run the rest eagerly, and say why.
 
 The captured graph is cut into runs of consecutive nodes (in topological order) that are either
-compiled or eager. Every compiled run becomes one `CompiledGraph`; when compiling a run fails, the
+compiled, eager, or allocations (ops whose every output has zero elements: there is nothing to
+compute, so the runtime allocates the empty result with eager's shape, strides and dtype and no
+kernel; torch-mlir's lowering of some such views divides by zero, killing the process). Every compiled run becomes one `CompiledGraph`; when compiling a run fails, the
 FX nodes named by the failure (or, without names, the whole run) become eager and the graph is cut
 again. The result is an FX GraphModule calling compiled regions and plain ATen ops in order.
 """
@@ -35,8 +37,9 @@ class Program:
     module: fx.GraphModule  # calls regions (submodules named region_i) and eager ATen ops
     regions: list[CompiledGraph]
     fallbacks: list[Fallback]
-    compiled_nodes: set[str]
+    compiled_nodes: set[str]  # allocated ones included: no ATen op runs for them
     timings: dict[str, float] = field(default_factory=dict)
+    allocated_nodes: set[str] = field(default_factory=set)
 
     def __call__(self, *inputs):
         return self.module(*inputs)
@@ -93,14 +96,15 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
             raise RegionError("import", f"{n.target}: {why}", [n.name])
         if why:
             eager[n.name] = Fallback([n.name], [str(n.target)], "import", why)
+    allocated = {n.name for n in _calls(gm) if n.name not in eager and allocation(n) is not None}
     cache: dict[frozenset, CompiledGraph] = {}
     timings: dict[str, float] = {}
     for _ in range(MAX_ATTEMPTS):
-        runs = _runs(gm, {n for f in eager.values() for n in f.nodes})
+        runs = _runs(gm, {n for f in eager.values() for n in f.nodes}, allocated)
         failed = False
-        for compiled, nodes in runs:
+        for kind, nodes in runs:
             key = frozenset(n.name for n in nodes)
-            if not compiled or key in cache:
+            if kind != COMPILED or key in cache:
                 continue
             sub = _subgraph(gm, nodes)
             t = time.perf_counter()
@@ -125,23 +129,66 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
         raise RegionError("partition", f"gave up after {MAX_ATTEMPTS} attempts", [])
     top, regions, compiled_nodes = _assemble(gm, runs, cache, fallback)
     fallbacks = list({id(f): f for f in eager.values()}.values())
-    return Program(top, regions, fallbacks, compiled_nodes, timings)
+    done = {n.name for kind, nodes in runs if kind == ALLOCATED for n in nodes}
+    return Program(top, regions, fallbacks, compiled_nodes | done, timings, done)
 
 
-def _runs(gm, eager_names: set[str]) -> list[tuple[bool, list[fx.Node]]]:
+COMPILED, EAGER, ALLOCATED = "compiled", "eager", "allocated"
+
+
+def allocation(node: fx.Node):
+    """(shape, stride, dtype, device) of each output when every output of `node` is a tensor with
+    zero elements and static sizes, else None. A single tensor gives one tuple, not a list."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return None
+    if node.target is torch.ops.aten._assert_tensor_metadata.default:
+        # a check with no result, which the guards already make; on an empty tensor it would
+        # otherwise be the one op of its region left to PyTorch
+        return [] if any(_empty(a) for a in node.all_input_nodes) else None
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    if not vals:
+        return None
+    specs = []
+    for v in vals:
+        if not isinstance(v, torch.Tensor) or v.is_sparse or v.layout != torch.strided:
+            return None
+        if not all(isinstance(d, int) for d in (*v.shape, *v.stride())) or v.numel() != 0:
+            return None
+        specs.append((tuple(v.shape), tuple(v.stride()), v.dtype, v.device))
+    return specs if isinstance(val, (list, tuple)) else specs[0]
+
+
+def _empty(node: fx.Node) -> bool:
+    v = node.meta.get("val")
+    return isinstance(v, torch.Tensor) and isinstance(v.numel(), int) and v.numel() == 0
+
+
+def _allocate(g: fx.Graph, spec):
+    """Nodes creating the empty result(s) of an op whose outputs have no elements: an ATen
+    `empty_strided`, so ahead-of-time bundles store them like any op (the capture's fake tensors
+    carry the real device, and the guards check input devices)."""
+    if isinstance(spec, list):
+        return tuple(_allocate(g, s) for s in spec)
+    shape, stride, dtype, device = spec
+    return g.call_function(torch.ops.aten.empty_strided.default, (list(shape), list(stride)),
+                           {"dtype": dtype, "device": device})
+
+
+def _runs(gm, eager_names: set[str], allocated: set[str] = frozenset()) -> list[tuple[str, list[fx.Node]]]:
     """Consecutive call nodes with the same status; a getitem follows its source's status."""
-    runs: list[tuple[bool, list[fx.Node]]] = []
-    status: dict[fx.Node, bool] = {}
+    runs: list[tuple[str, list[fx.Node]]] = []
+    status: dict[fx.Node, str] = {}
     for n in _calls(gm):
         if n.target is operator.getitem and isinstance(n.args[0], fx.Node) and n.args[0] in status:
-            ok = status[n.args[0]]
+            kind = status[n.args[0]]
         else:
-            ok = n.name not in eager_names
-        status[n] = ok
-        if runs and runs[-1][0] == ok:
+            kind = EAGER if n.name in eager_names else ALLOCATED if n.name in allocated else COMPILED
+        status[n] = kind
+        if runs and runs[-1][0] == kind:
             runs[-1][1].append(n)
         else:
-            runs.append((ok, [n]))
+            runs.append((kind, [n]))
     return runs
 
 
@@ -180,8 +227,15 @@ def _assemble(gm, runs, cache, fallback):
         if n.op == "placeholder":
             env[n] = g.placeholder(n.name)
             env[n].meta = dict(n.meta)
-    for compiled, nodes in runs:
-        if not compiled:
+    for kind, nodes in runs:
+        if kind == ALLOCATED:
+            for n in nodes:
+                if n.target is operator.getitem:
+                    env[n] = g.node_copy(n, lambda x: env[x])
+                    continue
+                env[n] = _allocate(g, allocation(n))
+            continue
+        if kind == EAGER:
             for n in nodes:
                 env[n] = g.node_copy(n, lambda x: env[x])
             continue

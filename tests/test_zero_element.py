@@ -1,0 +1,54 @@
+"""Ops whose outputs have no elements: allocated with eager's shape, strides and dtype, no kernel
+and no ATen call; ops reading an empty tensor into a non-empty result still compute correctly."""
+import torch
+
+import uniorch
+
+
+def _check_like(got, ref):
+    if isinstance(ref, (tuple, list)):
+        assert type(got) is type(ref)  # torch.return_types.topk stays a named result, bundled too
+        assert len(got) == len(ref)
+        for g, r in zip(got, ref):
+            _check_like(g, r)
+        return
+    assert got.shape == ref.shape and got.stride() == ref.stride() and got.dtype == ref.dtype
+    assert got.device == ref.device
+    torch.testing.assert_close(got, ref)
+
+
+def fn(x, y):
+    a = x.sum(1)                 # [0]
+    b = torch.cat([a, a]) * 3    # [0]
+    c = torch.softmax(y, -1)     # non-empty: a real kernel
+    return b, c, x.t().contiguous(), torch.topk(x, 0, dim=1), x.to(torch.int8)
+
+
+def test_zero_element_ops_are_allocated_not_run():
+    x, y = torch.randn(0, 5), torch.randn(3, 7)
+    cm = uniorch.compile(fn, target="interpret", fallback="error")
+    _check_like(cm(x, y), fn(x, y))
+    rep = cm.explain(x, y)
+    assert not rep.fallbacks
+    assert rep.compiled_ops == rep.captured_ops
+    assert rep.allocated_ops >= 5
+    assert "zero-element ops allocated" in str(rep)
+    assert [k.kind for k in rep.kernels] != []  # the softmax still compiles to a kernel
+
+
+def test_reductions_of_empty_tensors_into_values_stay_exact():
+    # outputs with elements computed from empty inputs: not allocations; eager's value must come back
+    def g(x):
+        return x.sum(0), x.prod(0), x.mean(0)
+    x = torch.randn(0, 4)
+    cm = uniorch.compile(g, target="interpret")
+    for got, ref in zip(cm(x), g(x)):
+        torch.testing.assert_close(got, ref, equal_nan=True)
+
+
+def test_zero_element_bundle_round_trip(tmp_path):
+    x, y = torch.randn(0, 5), torch.randn(3, 7)
+    art = uniorch.compile_aot(fn, (x, y), target="interpret")
+    art.save(str(tmp_path / "b"))
+    loaded = uniorch.load(str(tmp_path / "b"))
+    _check_like(loaded(x, y), fn(x, y))
