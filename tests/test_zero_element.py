@@ -1,5 +1,6 @@
-"""Ops whose outputs have no elements: allocated with eager's shape, strides and dtype, no kernel
-and no ATen call; ops reading an empty tensor into a non-empty result still compute correctly."""
+"""Outputs without computed elements: zero-element tensors (allocated with eager's shape, strides
+and dtype, no kernel and no ATen call) and torch.Size results; ops reading an empty tensor into a
+non-empty result still compute correctly."""
 import torch
 
 import uniorch
@@ -52,3 +53,18 @@ def test_zero_element_bundle_round_trip(tmp_path):
     art.save(str(tmp_path / "b"))
     loaded = uniorch.load(str(tmp_path / "b"))
     _check_like(loaded(x, y), fn(x, y))
+
+
+def test_size_outputs_stay_torch_size(tmp_path):
+    # torch's pytree rebuilds torch.Size as a tuple; eager code calls .numel() on these
+    def g(x):
+        return torch.broadcast_shapes((3, 1), (1, 4)), {"s": [x.shape]}, x + 1
+    x = torch.randn(2, 3)
+    for fn_ in (uniorch.compile(g, target="interpret"),):
+        got = fn_(x)
+        assert type(got[0]) is torch.Size and got[0] == torch.Size([3, 4])
+        assert type(got[1]["s"][0]) is torch.Size
+    art = uniorch.compile_aot(g, (x,), target="interpret")
+    art.save(str(tmp_path / "s"))
+    got = uniorch.load(str(tmp_path / "s"))(x)
+    assert type(got[0]) is torch.Size and type(got[1]["s"][0]) is torch.Size

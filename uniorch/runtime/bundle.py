@@ -466,7 +466,9 @@ class LoadedModel:
                     flat[spec["target"]].copy_(value)
                 else:
                     user_out.append(value)
-        return pytree.tree_unflatten(user_out, self._out_spec)
+        from uniorch.capture.graph import restore_sizes
+
+        return restore_sizes(pytree.tree_unflatten(user_out, self._out_spec), self._out_spec)
 
     def __repr__(self) -> str:
         return (f"<uniorch bundle {self.manifest.get('name', '')} for {self.target}: "
