@@ -8,6 +8,7 @@ so the caller can run exactly those eagerly and compile the rest.
 """
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 
@@ -126,8 +127,22 @@ def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
         # symbolic sizes (data-dependent outputs) are not known to be empty
         return any(isinstance(v, torch.Tensor) and statically_known_true(v.numel() == 0) for v in vals)
 
+    def empty_output(node) -> bool:
+        if node.target is operator.getitem:  # its source's used results decide
+            return False
+        vals = node.meta.get("val")
+        if not isinstance(vals, (list, tuple)):
+            return empty(node)
+        # an unused empty result of a multi-result op (embedding_bag's offset2bag) is never lowered
+        used = {u.args[1] for u in node.users if u.target is operator.getitem}
+        return any(isinstance(v, torch.Tensor) and i in used and statically_known_true(v.numel() == 0)
+                   for i, v in enumerate(vals))
+
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     return [n.name for n in gm.graph.nodes
-            if n.op == "call_function" and (empty(n) or any(empty(a) for a in n.all_input_nodes))]
+            if n.op == "call_function" and (empty_output(n) or any(empty(a) for a in n.all_input_nodes
+                                                                   if n.target is not operator.getitem))]
 
 
 def compile_module(module: ir.Module, target: Target, run: bool = True, input_specs=None,

@@ -115,8 +115,12 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
             except RegionError as err:
                 if fallback == "error":
                     raise
-                named = [n for n in err.nodes if n in key] or sorted(key)
                 by_name = {n.name: n for n in nodes}
+                # a getitem follows its source's status: blame the source, or nothing would change
+                named = list(dict.fromkeys(
+                    by_name[n].args[0].name if by_name[n].target is operator.getitem else n
+                    for n in err.nodes if n in key)) or sorted(key)
+                named = [n for n in named if n in key] or sorted(key)
                 fb = Fallback(named, [str(by_name[n].target) for n in named], err.stage, err.reason)
                 for n in named:
                     eager[n] = fb
