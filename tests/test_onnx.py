@@ -153,3 +153,44 @@ def test_uniorch_opt_takes_onnx(tmp_path):
     err = io.StringIO()
     assert main([str(bad)], stdout=io.StringIO(), stderr=err) == 1
     assert "bad.onnx" in err.getvalue() and "Traceback" not in err.getvalue()
+
+
+def test_compile_aot_takes_onnx_and_the_bundle_loads(tmp_path):
+    import subprocess
+    import sys
+
+    proto = _helper_model()
+    x, gate = torch.randn(4, 6), torch.randn(4, 5)
+    art = uniorch.compile_aot(proto, (x, gate), target="interpret")
+    assert art.kernels and not art.fallbacks
+    art.save(str(tmp_path / "gated"))
+    x2, gate2 = torch.randn(4, 6), torch.randn(4, 5)  # fresh values, same shapes
+    ref = _ort(proto, x2, gate2)
+    for g, r in zip(uniorch.load(str(tmp_path / "gated"))(x2, gate2), ref):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+    # a fresh process with compiling disabled: the bundle needs nothing but itself
+    torch.save((x2, gate2, ref), tmp_path / "io.pt")
+    code = ("import sys, torch, uniorch, uniorch.runtime.compiler as c\n"
+            "c.compile_module = c.compile_graph = None\n"
+            "x, g, ref = torch.load(sys.argv[2])\n"
+            "out = uniorch.load(sys.argv[1])(x, g)\n"
+            "[torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(out, ref)]\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "gated"), str(tmp_path / "io.pt")], check=True)
+    with pytest.raises(uniorch.UniorchError, match="compiled for"):
+        uniorch.load(str(tmp_path / "gated"))(torch.randn(5, 6), torch.randn(5, 5))
+
+
+@pytest.mark.parametrize("target,last", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+def test_compile_aot_of_onnx_for_gpu_targets(target, last):
+    art = uniorch.compile_aot(_export(Mlp(), torch.randn(4, 16)), (torch.randn(4, 16),), target=target)
+    assert art.kernels and all(isinstance(k.asm[last], bytes) and k.asm[last][:4] == b"\x7fELF" for k in art.kernels)
+    assert all("ttir" in k.asm for k in art.kernels)
+
+
+def test_compile_aot_of_an_onnx_model_it_cannot_compile_is_an_error():
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["d"], name="det")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    with pytest.raises(OnnxError, match="needs every node compiled"):
+        uniorch.compile_aot(proto, (torch.randn(3, 3),), target="interpret")

@@ -83,6 +83,12 @@ def compile_aot(model_or_fn: Any, args: Any = (), target: str = "auto", kwargs: 
     if fallback not in ("eager", "error"):
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
     tgt = parse_target(target)
+    from .frontends.onnx import is_onnx
+
+    if is_onnx(model_or_fn):
+        from .frontends.onnx_aot import compile_onnx_aot
+
+        return compile_onnx_aot(model_or_fn, args, tgt, kwargs)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -98,11 +104,18 @@ def compile_aot(model_or_fn: Any, args: Any = (), target: str = "auto", kwargs: 
 def _compile_region(gm, target):
     """One region to its scheduled MLIR and generated kernels, then each kernel through every stage
     of the backend; a stage that fails makes that kernel's ATen ops eager, like a codegen failure."""
-    from .backends.driver import compile_kernel
-    from .backends.sdk import BackendError
-    from .runtime.compiler import RegionError, compile_graph
+    from .runtime.compiler import compile_graph
 
     cg = compile_graph(gm, target, run=False)
+    return through_backend(cg, target, [n.name for n in gm.graph.nodes if n.op == "call_function"])
+
+
+def through_backend(cg, target, all_nodes: list[str]):
+    """Every kernel of a compiled (not loaded) region through the backend's stages to its last."""
+    from .backends.driver import compile_kernel
+    from .backends.sdk import BackendError
+    from .runtime.compiler import RegionError
+
     backend = target.backend
     t = time.perf_counter()
     for info in cg.kernels:
@@ -110,8 +123,7 @@ def _compile_region(gm, target):
             kernel = cg.plan.kernels[info.name]
             cg.compiled[info.name] = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
         except BackendError as err:
-            nodes = info.nodes or [n.name for n in gm.graph.nodes if n.op == "call_function"]
-            raise RegionError("backend", str(err), nodes) from None
+            raise RegionError("backend", str(err), info.nodes or all_nodes) from None
     cg.timings["backend stages"] = time.perf_counter() - t
     return cg
 

@@ -65,9 +65,11 @@ def save(art, path: str) -> str:
     for name, mod in program.module.named_children():
         base = f"regions/{name}"
         files[f"{base}/scheduled.mlir"] = str(mod.compiled.module)
-        files[f"{base}/eager.json"] = _graph_json(mod.eager.graph)
+        if mod.eager is not None:  # ONNX regions have no ATen ops to fall back on
+            files[f"{base}/eager.json"] = _graph_json(mod.eager.graph)
         index = len(regions)
-        regions.append({"name": name, "mlir": f"{base}/scheduled.mlir", "eager": f"{base}/eager.json",
+        regions.append({"name": name, "mlir": f"{base}/scheduled.mlir",
+                        "eager": f"{base}/eager.json" if mod.eager is not None else None,
                         "kernels": [k.name for k in art.kernels if k.region == index]})
     kernels = []
     backend = parse_target(art.target).backend
@@ -323,7 +325,9 @@ def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str
         ck = CompiledKernel(e["func"], target, ks, asm, info["metadata"])
         kernels[e["func"]] = Kernel(e["func"], ks, backend.load_compiled(ck), inplace_of(funcs[e["func"]]), funcs[e["func"]])
     plan = build_plan(module, main, kernels, lambda kernel, ins, outs: kernel.fn(ins, outs))
-    eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device))
+    eager = None
+    if reg.get("eager"):
+        eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device))
     return _LoadedRegion(reg["name"], plan, eager)
 
 
@@ -332,7 +336,7 @@ class _LoadedRegion(torch.nn.Module):
     runs its ATen ops eagerly from then on (kernels write only their own buffers, so a retry is
     safe), with a warning, since a loaded bundle has no `explain` to report it."""
 
-    def __init__(self, name: str, plan, eager: fx.GraphModule):
+    def __init__(self, name: str, plan, eager: Optional[fx.GraphModule]):
         super().__init__()
         self.name, self.plan, self.eager = name, plan, eager
         self.failure: Optional[str] = None
@@ -342,6 +346,9 @@ class _LoadedRegion(torch.nn.Module):
             try:
                 return tuple(self.plan(list(inputs)))
             except Exception as err:  # noqa: BLE001 - any launch failure means: not these kernels
+                if self.eager is None:
+                    raise BundleError(f"{self.name} of the loaded bundle failed to launch, and it has no eager "
+                                      f"fallback (compiled from ONNX): {type(err).__name__}: {err}") from err
                 self.failure = f"{type(err).__name__}: {err}"
                 warnings.warn(f"uniorch: {self.name} of the loaded bundle failed to launch and runs eagerly "
                               f"from now on: {self.failure}", RuntimeWarning, stacklevel=2)
