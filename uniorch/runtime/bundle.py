@@ -33,6 +33,7 @@ import torch.utils._pytree as pytree
 from uniorch.errors import UniorchError
 
 from .graph_json import GraphFormatError, dump_graph, load_graph
+from .sizes import restore_sizes
 
 FORMAT = "uniorch-bundle"
 FORMAT_VERSION = 1
@@ -473,8 +474,6 @@ class LoadedModel:
                     flat[spec["target"]].copy_(value)
                 else:
                     user_out.append(value)
-        from uniorch.capture.graph import restore_sizes
-
         return restore_sizes(pytree.tree_unflatten(user_out, self._out_spec), self._out_spec)
 
     def __repr__(self) -> str:
