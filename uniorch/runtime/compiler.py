@@ -95,6 +95,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
         raise RegionError("import", "zero-element tensors: nothing to compute, left to PyTorch", empty)
     t = time.perf_counter()
     ctx = make_context()
+    _stable_sorts_for_import(gm)
     try:
         module = import_graph(gm.graph, ctx, tag_nodes=True)
         lower(module, "linalg")
@@ -116,6 +117,21 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     compiled.out_dtypes = [getattr(a.meta.get("val"), "dtype", None) if isinstance(a, torch.fx.Node) else None
                            for a in torch.fx.graph.map_arg(out.args[0], lambda n: n) or ()]
     return compiled
+
+
+def _stable_sorts_for_import(gm: torch.fx.GraphModule) -> None:
+    """`aten.sort.stable` as `aten.sort.default` for torch-mlir, which has no op for the former.
+
+    Exact because uniorch's sort kernel is stable either way (ties keep their input order, as
+    PyTorch's stable sort promises). Only this region's copy of the graph changes: if the kernel
+    cannot be built, the node runs eagerly as the original `sort.stable`."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten.sort.stable:
+            dim = n.kwargs.get("dim", -1)
+            descending = n.kwargs.get("descending", False)
+            n.target = torch.ops.aten.sort.default
+            n.args, n.kwargs = (n.args[0], dim, descending), {}
+    gm.recompile()
 
 
 def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
