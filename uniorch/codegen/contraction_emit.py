@@ -1,0 +1,535 @@
+"""Contraction kernels, emission: the Triton source of one tiled `tl.dot` kernel from its `_Plan`,
+with producers evaluated in the operand tiles and the epilogue on the accumulator."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+from . import body as _body
+from .contraction_ir import (
+    Lin, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
+    _lin, _lit, _loc, _maps, _producer, _round, _shape,
+)
+from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes
+from .contraction_schedule import _target_kind
+from .source import CodegenError, KernelSource
+
+
+@dataclass
+class _Val:
+    text: str
+    ty: str                      # MLIR scalar type
+    cls: frozenset = frozenset()  # tile axes it varies along: "m", "n", "k"
+    const: object = None         # compile-time value, if any
+    zero_k: bool = False         # zero outside the K extent (masked load, other=0)
+
+
+class _Emitter:
+    def __init__(self, plan: _Plan, sched: dict, target: str):
+        self.p = plan
+        self.s = sched
+        self.interpret = _target_kind(target)[0] == "interpret"
+        self.pre: list[str] = []    # before the K loop
+        self.loop: list[str] = []   # inside the K loop
+        self.post: list[str] = []   # after the K loop
+        self.need: set[str] = set()
+        self.memo: list = []        # [(value, idx, ctx, _Val)]
+        self.count: dict[str, int] = {}
+        self.frames: list[dict] = []   # fused ops being emitted: their header comment, location
+        self.last_loc: dict[int, str] = {}
+        self.pos = {}
+        for c in "bmnk":
+            for i, d in enumerate(plan.order[c]):
+                self.pos[d] = i
+        self.mask_m = plan.M % sched["block_m"] != 0
+        self.mask_n = plan.N % sched["block_n"] != 0
+        self.mask_k = plan.K % sched["block_k"] != 0
+
+    # -- names, lines ---------------------------------------------------------------------------
+
+    def fresh(self, prefix: str) -> str:
+        n = self.count.get(prefix, 0)
+        self.count[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def block(self, ctx: str, cls) -> list[str]:
+        if ctx in ("a", "b"):
+            return self.loop if "k" in cls else self.pre
+        return self.pre if ctx == "init" else self.post
+
+    def line(self, ctx: str, cls, text: str, prefix: str, loc: str | None = None) -> str:
+        name = self.fresh(prefix)
+        blk = self.block(ctx, cls)
+        frame = self.frames[-1] if self.frames else None
+        if frame is not None and id(blk) not in frame["done"]:
+            frame["done"].add(id(blk))
+            blk.append(frame["header"])
+            self.last_loc[id(blk)] = frame["loc"]
+        tail = ""
+        if loc is not None and "unknown" not in loc and self.last_loc.get(id(blk)) != loc:
+            tail = f"  # {loc}"  # the ATen op this line comes from, where it differs
+            self.last_loc[id(blk)] = loc
+        blk.append(f"{name} = {text}{tail}")
+        return name
+
+    def dim_name(self, d: int, ctx: str) -> str:
+        c = self.p.cls[d]
+        i = self.pos[d]
+        if c == "b":
+            name = f"bt{i}"
+        elif c == "m":
+            name = f"m{i}"
+        elif c == "n":
+            name = f"n{i}"
+        elif c == "k":
+            if ctx not in ("a", "b"):
+                raise CodegenError(self.p.gen, "reduction index used outside the K loop")
+            name = f"k{ctx}{i}"
+        else:
+            raise AssertionError(c)
+        self.need.add(name)
+        return name
+
+    def lin_text(self, lin: Lin, ctx: str) -> str:
+        parts = []
+        for d, c in lin.terms:
+            n = self.dim_name(d, ctx)
+            parts.append(n if c == 1 else f"{n} * {c}")
+        if lin.const or not parts:
+            parts.append(str(lin.const))
+        return " + ".join(parts)
+
+    def lin_cls(self, lin: Lin) -> set:
+        return {self.p.cls[d] for d in lin.dims()} & {"m", "n", "k"}
+
+    def mask(self, cls, ctx: str) -> str | None:
+        parts = []
+        if "m" in cls and self.mask_m:
+            parts.append("mask_m")
+        if "k" in cls and self.mask_k:
+            parts.append(f"mask_k{ctx}")
+        if "n" in cls and self.mask_n:
+            parts.append("mask_n")
+        self.need.update(parts)
+        return " & ".join(parts) if parts else None
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def value(self, v, idx: tuple, ctx: str) -> _Val:
+        """Triton value of tensor `v` at index `idx` (a Lin per dim of v) in context `ctx`."""
+        for mv, midx, mctx, val in self.memo:
+            if mctx == ctx and midx == idx and mv == v:
+                return val
+        val = self._value(v, idx, ctx)
+        self.memo.append((v, idx, ctx, val))
+        return val
+
+    def _value(self, v, idx, ctx) -> _Val:
+        p = self.p
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            for i, a in enumerate(p.args):
+                if a == v:
+                    return self.load(i, idx, ctx)
+            raise CodegenError(p.func, "value of an unknown block")
+        op = _as_op(owner)
+        if op == p.gen:
+            if ctx != "e" or idx != p.acc_layout:
+                raise CodegenError(op, "the contraction result is read at a position other than the one computed")
+            ty = _elem(v)
+            text = "acc" if ty == self.acc_ty else f"acc.to({_TL[ty]})"
+            name = self.line("e", {"m", "n"}, text, "c")
+            return _Val(name, ty, frozenset({"m", "n"}))
+        if op.name == "linalg.generic":
+            return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
+        if _is_empty(v):
+            raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
+        raise CodegenError(op, "op not supported inside a contraction kernel")
+
+    def load(self, i: int, idx: tuple, ctx: str) -> _Val:
+        ty = _elem(self.p.args[i])
+        if ty not in _PTR:
+            raise CodegenError(self.p.func, f"kernel argument of element type {ty}")
+        terms = []
+        cls = set()
+        for j, lin in enumerate(idx):
+            if lin.is_const() and lin.const == 0:
+                continue
+            t = self.lin_text(lin, ctx)
+            cls |= self.lin_cls(lin)
+            terms.append(f"({t}) * in{i}_s{j}" if (" " in t) else f"{t} * in{i}_s{j}")
+        addr = f"in{i}_ptr" + "".join(f" + {t}" for t in terms)
+        m = self.mask(cls, ctx)
+        other = "0.0" if _is_float(ty) else "0"
+        text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
+        name = self.line(ctx, cls, text, f"{ctx}_in{i}_")
+        return _Val(name, ty, frozenset(cls), zero_k=("k" in cls and m is not None and "mask_k" in m))
+
+    def scalar(self, v, op) -> _Val:
+        p = _producer(v)
+        if p is None or p.name != "arith.constant":
+            raise CodegenError(op, "scalar operand that is not a constant")
+        ty = str(v.type)
+        c = _round(_const_value(p), ty)
+        return _Val(_lit(c, ty), ty, frozenset(), const=c)
+
+    def generic(self, op, result_no: int, idx: tuple, ctx: str) -> _Val:
+        """A pointwise generic's result at `idx`: evaluate its body there."""
+        if "reduction" in _iterators(op):
+            raise CodegenError(op, "a second reduction inside a contraction kernel")
+        view = op.opview
+        n_in = len(view.inputs)
+        maps = _maps(op)
+        sizes = _loop_sizes(op)
+        env = [None] * len(sizes)
+        for j, e in enumerate(maps[n_in + result_no].results):
+            d = _dim_pos(e)
+            if d is None:
+                raise CodegenError(op, "pointwise generic with a non-projected output map")
+            env[d] = idx[j]
+        for d, s in enumerate(sizes):
+            if env[d] is None:
+                if s != 1:
+                    raise CodegenError(op, "pointwise generic whose output map does not cover its loops")
+                env[d] = Lin.cst(0)
+        role = {"a": "A-operand producer", "b": "B-operand producer", "init": "accumulator init",
+                "e": "epilogue"}[ctx]
+        body = op.regions[0].blocks[0]
+        body_ops = [_as_op(o) for o in body.operations]
+        yop = body_ops[-1]
+        operands = list(view.inputs) + list(view.outputs)
+        local: list = []
+
+        def arg(n: int) -> _Val:
+            v = operands[n]
+            if not _is_shaped(v):
+                return self.scalar(v, op)
+            if n >= n_in and _is_empty(v):
+                raise CodegenError(op, "body reads an uninitialised output (tensor.empty)")
+            sub = tuple(_lin(e, env, op) for e in maps[n].results)
+            return self.value(v, sub, ctx)
+
+        self.frames.append({"header": f"# {role}: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
+        try:
+            return self.body_value(op, body, body_ops, yop.operands[result_no], env, ctx, local, arg)
+        finally:
+            self.frames.pop()
+
+    def body_value(self, op, body, body_ops, v, env, ctx, local, arg) -> _Val:
+        for lv, val in local:
+            if lv == v:
+                return val
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            if owner != body:
+                raise CodegenError(op, "body uses a block argument of another region")
+            val = arg(ir.BlockArgument(v).arg_number)
+        else:
+            d = _as_op(owner)
+            if not any(d == b for b in body_ops):
+                if d.name != "arith.constant" or _is_shaped(v):
+                    raise CodegenError(d, "body uses a non-constant value defined outside it")
+                ty = str(v.type)
+                c = _round(_const_value(d), ty)
+                val = _Val(_lit(c, ty), ty, frozenset(), const=c)
+            else:
+                ins = [self.body_value(op, body, body_ops, w, env, ctx, local, arg) for w in d.operands]
+                val = self.scalar_op(d, ins, env, ctx)
+        local.append((v, val))
+        return val
+
+    # -- scalar ops -----------------------------------------------------------------------------
+
+    def scalar_op(self, d, ins: list[_Val], env, ctx) -> _Val:
+        name = d.name
+        if len(d.results) != 1:
+            raise CodegenError(d, "op with several results")
+        ty = str(d.results[0].type)
+        cls = frozenset().union(*[v.cls for v in ins]) if ins else frozenset()
+        loc = _loc(d)
+
+        def emit(text, t=ty, c=cls):
+            return _Val(self.line(ctx, c, text, ctx[0] if ctx != "init" else "i", loc), t, frozenset(c))
+
+        if name == "arith.constant":
+            c = _round(_const_value(d), ty)
+            return _Val(_lit(c, ty), ty, frozenset(), const=c)
+        if name == "linalg.index":
+            lin = env[ir.IntegerAttr(d.attributes["dim"]).value]
+            if lin.is_const():
+                return _Val(str(lin.const), ty, frozenset(), const=lin.const)
+            return emit(self.lin_text(lin, ctx), ty, frozenset(self.lin_cls(lin)))
+        folded = _fold(name, d, ins, ty)
+        if folded is not None:
+            return _Val(_lit(folded, ty), ty, frozenset(), const=folded)
+        if name in _CASTS and ins[0].ty == ty:
+            return ins[0]
+        # Constants stay Python literals where Triton's weak typing gives the MLIR result type
+        # (binary arithmetic, comparisons, select); elsewhere they become typed 0-d tensors.
+        all_const = bool(ins) and all(v.const is not None for v in ins)
+        texts = [_body.constant_expr(v.const, v.ty) if v.const is not None and (all_const or name not in _LITERAL_OK)
+                 else v.text for v in ins]
+        try:
+            text = _body.expression(d, texts, [v.ty for v in ins], ty,
+                                    const_of=lambda i: ins[i].const if i < len(ins) else None)
+        except KeyError as err:
+            raise CodegenError(d, f"element type {err} not supported") from None
+        return emit(text)
+
+    # -- the kernel -----------------------------------------------------------------------------
+
+    def operand(self, side: str) -> _Val:
+        """The [BLOCK_M, BLOCK_K] (side "a") or [BLOCK_K, BLOCK_N] (side "b") dot operand."""
+        p = self.p
+        v = p.x if side == "a" else p.y
+        dot_ty = p.dot_types[0 if side == "a" else 1]
+        strip = dot_ty != str(v.type)
+        if strip:
+            v = _producer(v).operands[0]
+        gen = p.gen
+        body = gen.regions[0].blocks[0]
+        body_ops = [_as_op(o) for o in body.operations]
+        env = [Lin.cst(0) if p.cls[d] == "u" else Lin.dim(d) for d in range(len(p.sizes))]
+        operands = list(gen.opview.inputs)
+
+        def arg(n: int) -> _Val:
+            w = operands[n]
+            if not _is_shaped(w):
+                return self.scalar(w, gen)
+            sub = tuple(_lin(e, env, gen) for e in p.maps[n].results)
+            return self.value(w, sub, side)
+
+        header = f"# {'A' if side == 'a' else 'B'} operand ({side} tile) of the contraction at {_loc(gen)}"
+        self.frames.append({"header": header, "loc": _loc(gen), "done": set()})
+        try:
+            val = self.body_value(gen, body, body_ops, v, env, side, [], arg)
+        finally:
+            self.frames.pop()
+        shape = "(BLOCK_M, BLOCK_K)" if side == "a" else "(BLOCK_K, BLOCK_N)"
+        full = {"m", "k"} if side == "a" else {"k", "n"}
+        text, ty = val.text, val.ty
+        if val.const is not None:
+            text = self.line(side, {"k"}, f"tl.full({shape}, {text}, {_TL[ty]})", side)
+        elif set(val.cls) != full:
+            text = self.line(side, {"k"}, f"tl.broadcast_to({text}, {shape})", side)
+        if self.interpret and ty == "bf16":
+            # the interpreter keeps bf16 as raw bits (no bf16 dot or arithmetic): widen first
+            text, ty = self.line(side, {"k"}, f"{text}.to(tl.float32)", side), "f32"
+        if self.mask_k and not val.zero_k:
+            self.need.add(f"mask_k{side}")
+            text = self.line(side, {"k"}, f"tl.where(mask_k{side}, {text}, 0.0)", side)
+        return _Val(text, ty, frozenset(full))
+
+    def build(self) -> KernelSource:
+        p, s = self.p, self.s
+        ta, tb = p.dot_types
+        wide_acc = "f64" in (ta, tb)
+        self.acc_ty = "f64" if wide_acc else "f32"
+        acc_tl = _TL[self.acc_ty]
+        a = self.operand("a")
+        b = self.operand("b")
+        # operand types for tl.dot
+        if wide_acc:
+            dt = "f64"
+        elif ta == tb and ta in ("f16", "bf16") and not (self.interpret and ta == "bf16"):
+            dt = ta
+        else:
+            dt = "f32"
+        at = a.text if a.ty == dt else self.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
+        bt = b.text if b.ty == dt else self.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
+        prec = ', input_precision="ieee"' if dt in ("f32", "f64") else ""
+
+        # accumulator init from the contraction's outs operand
+        outs = p.gen.opview.outputs[0]
+        init = self.value(outs, p.acc_layout, "init")
+        if init.const is not None:
+            acc_line = f"acc = tl.full((BLOCK_M, BLOCK_N), {_lit(init.const, self.acc_ty)}, {acc_tl})"
+        else:
+            t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
+            acc_line = (f"acc = {t}" if set(init.cls) == {"m", "n"}
+                        else f"acc = tl.broadcast_to({t}, (BLOCK_M, BLOCK_N))")
+        self.pre.append(f"# accumulator: outs of the contraction at {_loc(p.gen)}")
+        self.pre.append(acc_line)
+        self.loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
+
+        # results, in the output domain
+        stores = []
+        for r, res in enumerate(p.results):
+            lay = _get(p.layouts, res)
+            val = self.value(res, lay, "e")
+            ty = _elem(res)
+            if ty not in _PTR:
+                raise CodegenError(_producer(res), f"kernel result of element type {ty}")
+            text = val.text
+            if val.const is not None:
+                text = f"tl.full((BLOCK_M, BLOCK_N), {_lit(_round(val.const, ty), ty)}, {_TL[ty]})"
+            else:
+                if val.ty != ty:
+                    text = f"{text}.to({_TL[ty]})"
+                if set(val.cls) != {"m", "n"}:
+                    text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
+            terms = []
+            for j, lin in enumerate(lay):
+                if lin.is_const():
+                    continue
+                terms.append(f"{self.lin_text(lin, 'e')} * out{r}_s{j}")
+            addr = f"out{r}_ptr" + "".join(f" + {t}" for t in terms)
+            if set().union(*[self.lin_cls(lin) for lin in lay]) != {"m", "n"}:
+                # M or N is a single element: every row/column of the tile maps to one address (masked)
+                addr = f"tl.broadcast_to({addr}, (BLOCK_M, BLOCK_N))"
+            m = self.mask({"m", "n"}, "e")
+            prod = _producer(res)
+            where = _loc(prod) if prod is not None else ""
+            stores.append(f"# result {r} ({_elem(res)} {_shape(res)}) at {where}")
+            stores.append(f"tl.store({addr}, {text}, mask={m})" if m else f"tl.store({addr}, {text})")
+        return self.assemble(stores)
+
+    def assemble(self, stores: list[str]) -> KernelSource:
+        p, s = self.p, self.s
+        fn = re.sub(r"\W", "_", p.name)
+        if not fn or fn[0].isdigit():
+            fn = "k_" + fn
+        in_ranks = [len(_shape(a)) for a in p.args]
+        out_ranks = [len(_shape(r)) for r in p.results]
+        params = []
+        for prefix, ranks in (("in", in_ranks), ("out", out_ranks)):
+            for i, rank in enumerate(ranks):
+                params.append(f"{prefix}{i}_ptr")
+                params.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+        M, N, K, B = p.M, p.N, p.K, p.B
+        bm, bn = s["block_m"], s["block_n"]
+        tiles_m, tiles_n = -(-M // bm), -(-N // bn)
+        swizzle = s["group_m"] > 1 and tiles_m > 1 and tiles_n > 1
+        constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_K": s["block_k"]}
+        if swizzle:
+            constexprs["GROUP_M"] = s["group_m"]
+        params.extend(f"{k}: tl.constexpr" for k in constexprs)
+
+        def describe(c):
+            ds = p.order[c]
+            if not ds:
+                return "1"
+            return " x ".join(f"d{d}({p.sizes[d]})" for d in ds) + (f" = {p.extent(c)}" if len(ds) > 1 else "")
+
+        out = ["import triton.language as tl", "", "", "@jit"]
+        out.append(f"def {fn}(")
+        out.append("    " + ", ".join(params) + ",")
+        out.append("):")
+        body = [
+            f"# {p.name}: tiled tl.dot contraction (kind 'contraction')",
+            f"# contraction: {p.gen.name} at {_loc(p.gen)}",
+            f"#   batch = {describe('b')}; M = {describe('m')}; N = {describe('n')}; K = {describe('k')}",
+            "pid = tl.program_id(0)",
+        ]
+        if swizzle:
+            body += [
+                f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M",
+                f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N",
+                "# grouped ordering: GROUP_M row-tiles share their B tiles in L2",
+                "group_id = pid // (GROUP_M * num_pid_n)",
+                "first_pid_m = group_id * GROUP_M",
+                "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+                "pid_m = first_pid_m + (pid % (GROUP_M * num_pid_n)) % group_size_m",
+                "pid_n = (pid % (GROUP_M * num_pid_n)) // group_size_m",
+            ]
+        elif tiles_n == 1:
+            body += ["pid_m = pid", "pid_n = 0"]
+        elif tiles_m == 1:
+            body += ["pid_m = 0", "pid_n = pid"]
+        else:
+            body += [f"pid_m = pid // (({N} + BLOCK_N - 1) // BLOCK_N)",
+                     f"pid_n = pid % (({N} + BLOCK_N - 1) // BLOCK_N)"]
+        body += ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+                 "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
+        if p.order["b"]:
+            body.append("pid_b = tl.program_id(1)")
+        body += self.index_defs("b", "pid_b")
+        body += self.index_defs("m", "offs_m[:, None]")
+        body += self.index_defs("n", "offs_n[None, :]")
+        if "mask_m" in self.need:
+            body.append(f"mask_m = offs_m[:, None] < {M}")
+        if "mask_n" in self.need:
+            body.append(f"mask_n = offs_n[None, :] < {N}")
+        body += self.pre
+        body.append(f"for k0 in range(0, {K}, BLOCK_K):")
+        inner = ["offs_k = k0 + tl.arange(0, BLOCK_K)"]
+        inner += self.index_defs("k", "offs_k[None, :]", ctx="a")
+        inner += self.index_defs("k", "offs_k[:, None]", ctx="b")
+        if "mask_ka" in self.need:
+            inner.append(f"mask_ka = offs_k[None, :] < {K}")
+        if "mask_kb" in self.need:
+            inner.append(f"mask_kb = offs_k[:, None] < {K}")
+        inner += self.loop
+        body += ["    " + ln for ln in inner]
+        body += self.post
+        body += stores
+        out += ["    " + ln for ln in body]
+        source = "\n".join(out) + "\n"
+        helpers = _body.helpers_used(source)
+        if helpers:  # body.py's @jit helpers (_tanh, _powf, ...), defined before the kernel
+            source = "import triton.language as tl\n\n\n" + "\n\n".join(_body.HELPERS[h] for h in helpers) \
+                + "\n\n" + source[len("import triton.language as tl\n\n\n"):]
+        ptypes = [_PTR[_elem(a)] for a in p.args] + [_PTR[_elem(r)] for r in p.results]
+        grid = (tiles_m * tiles_n, B, 1)
+        return KernelSource(
+            name=p.name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
+            grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
+            pointer_types=ptypes,
+        )
+
+    def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
+        """Definitions of the needed per-dimension indices of class `c` from the flat offsets."""
+        p = self.p
+        out = []
+        dims = p.order[c]
+        prefix = {"b": "bt", "m": "m", "n": "n", "k": f"k{ctx}"}[c]
+        for i, d in enumerate(dims):
+            name = f"{prefix}{i}"
+            if name not in self.need:
+                continue
+            inner = int(np.prod([p.sizes[e] for e in dims[i + 1:]], dtype=np.int64)) if i + 1 < len(dims) else 1
+            text = flat if inner == 1 else f"{flat} // {inner}"
+            if i > 0:
+                text += f" % {p.sizes[d]}"
+            out.append(f"{name} = {text}  # d{d} ({p.sizes[d]})")
+        return out
+
+
+_CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.extsi", "arith.trunci",
+          "arith.index_cast")
+_LITERAL_OK = {
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.addi", "arith.subi", "arith.muli",
+    "arith.andi", "arith.ori", "arith.xori", "arith.select", "arith.cmpf", "arith.cmpi",
+    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.maxsi", "arith.minsi",
+}
+
+
+def _fold(name: str, d, ins: list[_Val], ty: str):
+    """Compile-time value of an op on constants, or None."""
+    if not ins or any(v.const is None for v in ins):
+        return None
+    c = [v.const for v in ins]
+    with np.errstate(all="ignore"):
+        if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.extsi", "arith.trunci",
+                    "arith.index_cast", "arith.fptosi"):
+            v = c[0]
+            if ins[0].ty == "i1" and name in ("arith.sitofp", "arith.extsi"):
+                v = -1 if v else 0  # signed i1: true is -1
+            if name == "arith.fptosi":
+                if not math.isfinite(v):
+                    return None
+                v = math.trunc(v)
+            return _round(v, ty)
+        if _is_float(ty) and ty != "bf16":
+            f = _NP[ty]
+            x = [f(v) for v in c]
+            ops = {"arith.addf": lambda: x[0] + x[1], "arith.subf": lambda: x[0] - x[1],
+                   "arith.mulf": lambda: x[0] * x[1], "arith.divf": lambda: x[0] / x[1],
+                   "arith.negf": lambda: -x[0]}
+            if name in ops:
+                return float(f(ops[name]()))
+    return None

@@ -1,0 +1,357 @@
+"""Contraction kernels, analysis: which generic is the contraction, how its loop dimensions
+classify (batch / M / N / K), and what feeds and follows it (`_Plan`); `supports` for fusion."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch_mlir import ir
+
+from . import body as _body
+from .contraction_ir import (
+    Lin, _as_op, _const_of, _dim_pos, _dims_of, _elem, _is_float, _is_shaped, _iterators, _lin,
+    _maps, _producer, _shape,
+)
+from .source import CodegenError
+
+
+@dataclass
+class _Plan:
+    func: object
+    name: str
+    args: list
+    results: list
+    gen: object                    # the contraction generic
+    maps: list
+    n_in: int
+    sizes: list[int]               # per loop dim of the contraction
+    cls: dict                      # loop dim -> "b" | "m" | "n" | "k" | "u" (size 1)
+    order: dict                    # class -> [dims, outer to inner]
+    x: object                      # body value multiplied on the A side ([M, K])
+    y: object                      # body value on the B side ([K, N])
+    acc_layout: tuple              # Lin per dim of the contraction's result
+    layouts: dict = field(default_factory=dict)   # value -> Lin per tensor dim (output-domain values)
+    dot_types: tuple = ("f32", "f32")
+
+    def extent(self, c: str) -> int:
+        return int(np.prod([self.sizes[d] for d in self.order[c]], dtype=np.int64)) if self.order[c] else 1
+
+    @property
+    def M(self):
+        return self.extent("m")
+
+    @property
+    def N(self):
+        return self.extent("n")
+
+    @property
+    def K(self):
+        return self.extent("k")
+
+    @property
+    def B(self):
+        return self.extent("b")
+
+
+_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "func.return")
+_KNOWN_BODY_OPS = set(_body.TABLE) | {"arith.cmpf", "arith.cmpi", "math.fpowi", "math.ipowi", "arith.constant",
+                                      "linalg.index"}
+
+
+def _classify(gen) -> dict:
+    """Roles of a contraction generic's loops and factors (raises CodegenError if it is none)."""
+    if gen.name != "linalg.generic" or "reduction" not in _iterators(gen):
+        raise CodegenError(gen, "not a linalg.generic with reduction loops")
+    view = gen.opview
+    n_in, n_out = len(view.inputs), len(view.outputs)
+    if n_out != 1:
+        raise CodegenError(gen, "contraction with several outputs")
+    maps = _maps(gen)
+    iters = _iterators(gen)
+    operands = list(view.inputs) + list(view.outputs)
+    for v in operands:
+        if _is_shaped(v):
+            _shape(v)
+    every = [Lin.dim(d) for d in range(len(iters))]
+    for mp in maps:  # every index must be a sum of scaled loop dims (no mod/floordiv/symbols)
+        for e in mp.results:
+            _lin(e, every, gen)
+    res_ty = _elem(gen.results[0])
+    if not _is_float(res_ty):
+        raise CodegenError(gen, f"contraction over {res_ty} (only floating point is supported)")
+
+    # loop sizes from the operands' shapes
+    n_loops = len(iters)
+    sizes = [None] * n_loops
+    for v, mp in zip(operands, maps):
+        if not _is_shaped(v):
+            continue
+        for j, e in enumerate(mp.results):
+            d = _dim_pos(e)
+            if d is not None:
+                s = _shape(v)[j]
+                if sizes[d] is not None and sizes[d] != s:
+                    raise CodegenError(gen, f"loop d{d} has two extents ({sizes[d]}, {s})")
+                sizes[d] = s
+    if any(s is None for s in sizes):
+        raise CodegenError(gen, "a loop dimension's extent is not given by any operand")
+    if any(s == 0 for s in sizes):
+        raise CodegenError(gen, "empty iteration domain")
+
+    # body: yield(out + x * y)
+    body = gen.regions[0].blocks[0]
+    bargs = list(body.arguments)
+    out_arg = bargs[n_in]
+    yop = _as_op(list(body.operations)[-1])
+    if len(yop.operands) != 1:
+        raise CodegenError(gen, "contraction body must yield one value")
+    add = _producer(yop.operands[0])
+    if add is None or add.name != "arith.addf":
+        raise CodegenError(gen, "contraction body is not 'out + x * y' (arith.addf)")
+    a0, a1 = add.operands
+    if a0 == out_arg:
+        prod = a1
+    elif a1 == out_arg:
+        prod = a0
+    else:
+        raise CodegenError(gen, "contraction body does not accumulate into its output")
+    mul = _producer(prod)
+    if mul is None or mul.name != "arith.mulf":
+        raise CodegenError(gen, "contraction body is not 'out + x * y' (arith.mulf)")
+    x, y = mul.operands
+    body_ops = [_as_op(o) for o in body.operations]
+
+    def deps(v):
+        """(block arg numbers, linalg.index dims) an in-body value depends on."""
+        args_used, idx_used = set(), set()
+        stack, seen = [v], []
+        while stack:
+            w = stack.pop()
+            if any(w == s for s in seen):
+                continue
+            seen.append(w)
+            if isinstance(w.owner, ir.Block):
+                if w.owner == body:
+                    args_used.add(ir.BlockArgument(w).arg_number)
+                    continue
+                raise CodegenError(gen, "contraction body uses a value of another block")
+            p = _as_op(w.owner)
+            if not any(p == b for b in body_ops):
+                if p.name != "arith.constant":
+                    raise CodegenError(p, "contraction body uses a non-constant value from outside")
+                continue
+            if p.name == "linalg.index":
+                idx_used.add(ir.IntegerAttr(p.attributes["dim"]).value)
+            stack.extend(p.operands)
+        return args_used, idx_used
+
+    xa, xi = deps(x)
+    ya, yi = deps(y)
+    if n_in in xa or n_in in ya:
+        raise CodegenError(gen, "contraction body reads its accumulator outside 'out + x * y'")
+    uses_out = sum(1 for o in body_ops for v in o.operands if v == out_arg)
+    if uses_out != 1:
+        raise CodegenError(gen, "contraction body reads its accumulator more than once")
+    dims_x = set(xi).union(*[_dims_of(maps[i]) for i in xa]) if xa or xi else set()
+    dims_y = set(yi).union(*[_dims_of(maps[i]) for i in ya]) if ya or yi else set()
+
+    # output map: a permutation of the parallel dims (size-1 dims may be constant 0)
+    out_map = maps[n_in]
+    out_dims = []
+    for e in out_map.results:
+        d = _dim_pos(e)
+        if d is None:
+            if _const_of(e) == 0:
+                continue
+            raise CodegenError(gen, f"contraction output map {out_map} is not a projection")
+        out_dims.append(d)
+    if len(set(out_dims)) != len(out_dims):
+        raise CodegenError(gen, f"contraction output map {out_map} repeats a dimension")
+
+    cls = {}
+    for d in range(n_loops):
+        par = iters[d] == "parallel"
+        if sizes[d] == 1:
+            cls[d] = "u"
+            continue
+        in_x, in_y = d in dims_x, d in dims_y
+        if par:
+            if d not in out_dims:
+                raise CodegenError(gen, f"parallel loop d{d} does not index the output")
+            cls[d] = "b" if (in_x and in_y) else ("n" if in_y else "m")
+        else:
+            if d in out_dims:
+                raise CodegenError(gen, f"reduction loop d{d} indexes the output")
+            if not (in_x and in_y):
+                raise CodegenError(gen, f"reduction loop d{d} is not shared by both factors (not a contraction)")
+            cls[d] = "k"
+
+    # Put the output's innermost dimension on the N side (coalesced stores).
+    inner = [d for d in out_dims if cls[d] != "u"]
+    if inner and cls[inner[-1]] == "m":
+        x, y = y, x
+        cls = {d: {"m": "n", "n": "m"}.get(c, c) for d, c in cls.items()}
+
+    if not any(iters[d] == "parallel" and (d in dims_x) != (d in dims_y) for d in range(n_loops)):
+        # e.g. a variance sum((x - mean)^2): every output dim is read by both factors
+        raise CodegenError(gen, "no M or N dimension: a (batched) dot product is a plain reduction, not a tl.dot")
+    order = {
+        "b": [d for d in out_dims if cls[d] == "b"],
+        "m": [d for d in out_dims if cls[d] == "m"],
+        "n": [d for d in out_dims if cls[d] == "n"],
+        "k": [d for d in range(n_loops) if cls[d] == "k"],
+    }
+    env = [Lin.cst(0) if cls[d] == "u" else Lin.dim(d) for d in range(n_loops)]
+    acc_layout = tuple(_lin(e, env, gen) for e in out_map.results)
+    batch = int(np.prod([sizes[d] for d in order["b"]], dtype=np.int64))
+    if batch > 65535:
+        raise CodegenError(gen, f"batch extent {batch} exceeds the grid's second axis")
+
+    # dot operand types (16-bit operands widened by arith.extf go to tl.dot as they are)
+    def dot_type(v):
+        p = _producer(v)
+        if p is not None and p.name == "arith.extf" and str(p.operands[0].type) in ("f16", "bf16"):
+            return str(p.operands[0].type)
+        return str(v.type)
+
+    dot_types = (dot_type(x), dot_type(y))
+    for t in dot_types + (str(x.type), str(y.type)):
+        if not _is_float(t):
+            raise CodegenError(gen, f"contraction factor of type {t} (only floating point is supported)")
+    for o in body_ops[:-1]:
+        if o.name not in _KNOWN_BODY_OPS:
+            raise CodegenError(o, "op not supported in a contraction body")
+    return dict(gen=gen, maps=maps, n_in=n_in, sizes=sizes, cls=cls, order=order, x=x, y=y,
+                acc_layout=acc_layout, dot_types=dot_types)
+
+
+
+def supports(op) -> bool:
+    """Whether `op` is a contraction generic this template takes: body `out + x * y` with x and y
+    any pointwise expressions of the inputs, every loop batch / M / N / K (see the module doc);
+    covers matmuls with permuted operands, batch matmuls, multi-dim reductions and convolutions
+    (affine `d * stride + k * dilation` input maps). Fusion can use it to group such ops."""
+    try:
+        _classify(_as_op(op))
+        return True
+    except (CodegenError, ValueError, KeyError):
+        return False
+
+
+def _analyze(kernel) -> _Plan:
+    func = _as_op(kernel)
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    block = func.regions[0].blocks[0]
+    args = list(block.arguments)
+    ops = [_as_op(o) for o in block.operations]
+    ret = ops[-1]
+    if ret.name != "func.return":
+        raise CodegenError(ret, "kernel body does not end in func.return")
+    for a in args:
+        if not _is_shaped(a):
+            raise CodegenError(func, "kernel arguments must be tensors")
+        _shape(a)
+    for op in ops:
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _is_empty(op.operands[0]):
+            continue  # a reshaped tensor.empty: still only a shape (e.g. the outs of a fill)
+        if op.name not in _ALLOWED_OUTSIDE:
+            raise CodegenError(op, "op not supported inside a contraction kernel")
+        if op.name == "arith.constant" and _is_shaped(op.results[0]):
+            raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
+    gens = [op for op in ops if op.name == "linalg.generic"]
+    contr = [op for op in gens if "reduction" in _iterators(op)]
+    if len(contr) != 1:
+        raise CodegenError(contr[1] if contr else func,
+                           f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
+    gen = contr[0]
+    plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
+    # output-domain values: the contraction result and the pointwise generics built on it
+    layouts = {gen.results[0]: plan.acc_layout}
+    after = False
+    for op in ops:
+        if op == gen:
+            after = True
+            continue
+        if not after or op.name != "linalg.generic":
+            continue
+        gview = op.opview
+        g_ops = list(gview.inputs) + list(gview.outputs)
+        g_maps = _maps(op)
+        chain = [(v, mp) for v, mp in zip(g_ops, g_maps) if _is_shaped(v) and _known(layouts, v)]
+        if not chain:
+            continue
+        if "reduction" in _iterators(op):
+            raise CodegenError(op, "a reduction over the contraction's result cannot be fused as an epilogue")
+        g_env = [None] * len(_iterators(op))
+        for v, mp in chain:
+            lay = _get(layouts, v)
+            for j, e in enumerate(mp.results):
+                d = _dim_pos(e)
+                if d is None:
+                    if _const_of(e) is not None and lay[j].is_const():
+                        continue
+                    raise CodegenError(op, f"epilogue reads the contraction result through {mp}")
+                if g_env[d] is None:
+                    g_env[d] = lay[j]
+                elif g_env[d] != lay[j]:
+                    raise CodegenError(op, "epilogue reads the contraction result at two different positions")
+        loop_shape = _loop_sizes(op)
+        for d, s in enumerate(loop_shape):
+            if g_env[d] is None:
+                if s != 1:
+                    raise CodegenError(op, f"epilogue broadcasts the contraction result along loop d{d}")
+                g_env[d] = Lin.cst(0)
+        for r, res in enumerate(op.results):
+            layouts[res] = tuple(_lin(e, g_env, op) for e in g_maps[len(gview.inputs) + r].results)
+    plan.layouts = layouts
+
+    want = sorted(d for d, c in plan.cls.items() if c in "bmn")
+    acc_shape = _shape(gen.results[0])
+    for r in plan.results:
+        if not _known(layouts, r) and _shape(r) == acc_shape:
+            # a kernel value not derived from the product (e.g. a fill also used outside) with the
+            # output's shape: computed and stored elementwise over the same tiles
+            layouts[r] = plan.acc_layout
+        if not _known(layouts, r):
+            raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
+        lay = _get(layouts, r)
+        got = sorted(d for lin in lay for d in lin.dims())
+        if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
+            raise CodegenError(_producer(r) or func, "kernel result does not cover the contraction's output exactly once")
+    return plan
+
+
+def _is_empty(v) -> bool:
+    """Whether `v` is a tensor.empty, possibly reshaped."""
+    p = _producer(v)
+    while p is not None and p.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        p = _producer(p.operands[0])
+    return p is not None and p.name == "tensor.empty"
+
+
+def _known(layouts: dict, v) -> bool:
+    return any(v == k for k in layouts)
+
+
+def _get(layouts: dict, v):
+    for k, lay in layouts.items():
+        if v == k:
+            return lay
+    raise KeyError(v)
+
+
+def _loop_sizes(op) -> list[int]:
+    view = op.opview
+    n = len(_iterators(op))
+    sizes = [None] * n
+    for v, mp in zip(list(view.inputs) + list(view.outputs), _maps(op)):
+        if not _is_shaped(v):
+            continue
+        shp = _shape(v)
+        for j, e in enumerate(mp.results):
+            d = _dim_pos(e)
+            if d is not None:
+                sizes[d] = shp[j]
+    if any(s is None for s in sizes):
+        raise CodegenError(op, "a loop dimension's extent is not given by any operand")
+    return sizes

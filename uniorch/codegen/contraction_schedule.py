@@ -1,0 +1,83 @@
+"""Contraction kernels, schedule: tile sizes, warps and stages per target (or the one recorded on
+the kernel by the schedule pass)."""
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from .contraction_plan import _Plan, _analyze
+from .source import CodegenError
+
+
+def _target_kind(target) -> tuple[str, int]:
+    """("interpret" | "cuda" | "rocm", warp width) of a target string `vendor[:arch]`."""
+    from uniorch.targets import TargetError, parse_target
+
+    try:
+        t = parse_target(target or "interpret")
+    except TargetError:
+        text = str(target).lower()
+        if text.startswith("interp"):
+            return "interpret", 32
+        amd = any(k in text for k in ("rocm", "hip", "amd", "gfx"))
+        return ("rocm", 64) if amd else ("cuda", 32)
+    if t.interpret:
+        return "interpret", t.warp_size
+    return ("rocm" if t.vendor == "rocm" else "cuda"), t.warp_size
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def _fit(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, _pow2(n)))
+
+
+def _schedule(plan: _Plan, target: str) -> dict:
+    kind, warp = _target_kind(target)
+    M, N, K = plan.M, plan.N, plan.K
+    narrow = all(t in ("f16", "bf16") for t in plan.dot_types)
+    if kind == "interpret":
+        # Few, mid-sized programs: the interpreter's cost is per program and per op, not per element.
+        bm, bn, bk = _fit(M, 16, 64), _fit(N, 16, 64), _fit(K, 16, 64)
+        warps, stages, group = 4, 1, 1
+    else:
+        if narrow:   # tensor cores / matrix cores: up to 128x128x64 tiles
+            bm, bn, bk = _fit(M, 16, 128), _fit(N, 16, 128), _fit(K, 16, 64)
+        else:        # fp32 "ieee" (and fp64) dots run on FMA units: smaller tiles
+            bm, bn, bk = _fit(M, 16, 64), _fit(N, 16, 64), _fit(K, 16, 32)
+        # threads per program by tile area; warps of 32 (NVIDIA) or wavefronts of 64 (AMD)
+        area = bm * bn
+        threads = 256 if area >= 128 * 128 else 128 if area >= 64 * 64 else 64 if area >= 32 * 32 else 32
+        warps = max(1, threads // warp)
+        # NVIDIA: cp.async/TMA multi-stage pipeline; AMD's stream pipeliner wants 2 stages
+        stages = 2 if kind == "rocm" else 3
+        group = 8
+    tiles = -(-M // bm) * -(-N // bn)
+    return {
+        "block_m": bm, "block_n": bn, "block_k": bk, "group_m": group,
+        "num_warps": warps, "num_stages": stages, "looped": True,
+        "grid": [tiles, plan.B, 1],
+    }
+
+
+def choose_schedule(kernel, target: str) -> dict:
+    """Tile sizes, warps, stages and grid of a contraction kernel for `target`
+    ("interpret", "cuda", "rocm")."""
+    return _schedule(_analyze(kernel), target)
+
+
+def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
+    """The kernel's `uniorch.schedule` (if uniorch-schedule recorded one for this template)."""
+    if "uniorch.schedule" not in func.attributes:
+        return _schedule(plan, target)
+    attr = ir.DictAttr(func.attributes["uniorch.schedule"])
+    keys = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+    if not all(k in attr for k in keys):
+        return _schedule(plan, target)
+    s = {k: ir.IntegerAttr(attr[k]).value for k in keys}
+    for k in ("block_m", "block_n", "block_k"):
+        if s[k] < 16 or s[k] & (s[k] - 1):
+            raise CodegenError(func, f"schedule {k} = {s[k]} (tl.dot needs a power of two >= 16)")
+    s["grid"] = [-(-plan.M // s["block_m"]) * -(-plan.N // s["block_n"]), plan.B, 1]
+    return s
