@@ -12,7 +12,8 @@ greedily from seeds, in this order:
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
 4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each;
 5. `tm_tensor.scan` (cumsum, cumprod): one "scan" kernel each, with the fills of its outputs;
-   `tm_tensor.sort` / `topk` likewise one "sort" kernel each (the index iota, topk's initial outs).
+   `tm_tensor.sort` / `topk` likewise one "sort" kernel each (the index iota, topk's initial outs);
+   `tm_tensor.scatter` one "scatter" kernel each (codegen/scatter.py).
 
 An op joins a group only if `domain.Layout` places its loops on the group's domain with every
 tensor it exchanges with members at the same positions (so values stay in registers), and no
@@ -167,6 +168,8 @@ class _Fusion:
                 self.scan_group(o, "scan")
             elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o):
                 self.scan_group(o, "sort")
+            elif o.name == "tm_tensor.scatter" and _static(o):
+                self.new_group("scatter", o)
         for o in list(seeds(pat.is_pointwise)):
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
@@ -217,7 +220,7 @@ class _Fusion:
 
     def new_group(self, kind: str, op: ir.Operation) -> _Group:
         lay = Layout()
-        if kind not in ("copy", "scan", "sort"):
+        if kind not in ("copy", "scan", "sort", "scatter"):
             lay.seed(op)
         g = _Group(kind, op, lay, [op])
         self.groups.append(g)
@@ -572,6 +575,9 @@ class _Fusion:
                 shape = list(ir.RankedTensorType(anchor.operands[0].type).shape)
                 dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
                 par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
+            elif g.kind == "scatter":  # one lane per update element
+                par = list(ir.RankedTensorType(anchor.operands[0].type).shape)
+                red = []
             else:
                 dom = g.layout.domain
                 par = [dom.sizes[d] for d in dom.parallel]

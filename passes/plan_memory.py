@@ -5,7 +5,8 @@ id (`uniorch.buffers = [ids]` on the call, `uniorch.buffer_bytes` on the module)
 reused by a later result once every value living in it (directly or through a view) has had its
 last use. Values returned from `@main` escape to the caller and never share. A kernel that writes
 in place (`uniorch.inplace`, e.g. insert_slice into a concat buffer) shares its destination's
-buffer when nothing reads the destination afterwards. Greedy best-fit linear scan.
+buffer when nothing reads the destination afterwards (and the destination is all of its storage, not
+a slice, and no other operand of the call reads that storage). Greedy best-fit linear scan.
 """
 from __future__ import annotations
 
@@ -54,9 +55,12 @@ class PlanMemory(Pass):
         inplace = kernel_inplace(module)
 
         storage = {}  # value -> storage key (a call result); views and in-place results share
+        sliced = set()  # values that are a part of their storage (extract_slice, maybe reshaped)
         for op in ops:
             if op.name in VIEWS and op.operands[0] in storage:
                 storage[op.results[0]] = storage[op.operands[0]]
+                if op.name == "tensor.extract_slice" or op.operands[0] in sliced:
+                    sliced.add(op.results[0])
             elif op.name == "func.call":
                 for r in op.results:
                     storage[r] = r
@@ -77,7 +81,12 @@ class PlanMemory(Pass):
             aliases = inplace.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value, {})
             for k, i in aliases.items():
                 dest = op.operands[i]
-                if dest in storage and last_use.get(storage[dest]) == pos[op] and storage[dest] not in escaping:
+                # never when the call also reads the destination's storage through another operand,
+                # nor for a slice of a buffer (the result would start at the buffer, not the slice)
+                shared = dest in sliced or (dest in storage and any(
+                    j != i and w in storage and storage[w] == storage[dest] for j, w in enumerate(op.operands)))
+                if dest in storage and last_use.get(storage[dest]) == pos[op] and storage[dest] not in escaping \
+                        and not shared:
                     old = op.results[k]
                     for v, key in list(storage.items()):
                         if key == old:

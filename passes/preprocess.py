@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch_mlir import ir
+
+from uniorch.ir.special import erase_dead_special_generics
 from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .pool_indices import fix_pool_nan_indices
 from .split_prologue import split_prologues
 from .view_rewrites import rewrite_views
 
@@ -26,8 +30,11 @@ class Preprocess(Pass):
     summary = "upstream elementwise fusion, then generalise named ops: fusion-ready linalg"
 
     def run(self, module, pctx: PassContext) -> None:
+        with module.context, ir.Location.unknown(module.context):
+            fix_pool_nan_indices(main_func(module))  # before fusion moves ops into its body
         run_pipeline_text(module, PIPELINE, self.name)
         main = main_func(module)
         with module.context:
+            erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             split_prologues(main)
             rewrite_views(main)

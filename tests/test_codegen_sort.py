@@ -106,11 +106,34 @@ def test_sort_feeds_and_reads_pointwise_kernels():
 
 def test_rows_longer_than_a_block_run_eagerly():
     fn = lambda x: torch.sort(x, -1)  # noqa: E731
-    x = torch.randn(2, 9000)
+    x = torch.randn(1, 70000)  # past the interpreter's one block (INTERP_ROW_MAX)
     rep = uniorch.explain(fn, x, target="interpret")
     assert rep.fallbacks and "longer than one block" in str(rep.fallbacks), rep
     out = uniorch.compile(fn, target="interpret")(x)
     assert torch.equal(out[0], fn(x)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_long_rows_sort_in_one_interpreter_block(dtype):
+    """Rows past a GPU block (8000 > 4096 for 64-bit keys) sort in one block in the interpreter,
+    stably, with NaNs last; a GPU target still refuses them (registers)."""
+    from uniorch.codegen.sort import choose_schedule
+    from uniorch.codegen.source import CodegenError
+
+    fn = lambda x: torch.sort(x, -1, descending=True)  # noqa: E731
+    x = _special((2, 8000), dtype)
+    rep = uniorch.explain(fn, x, target="interpret")
+    assert not rep.fallbacks, rep
+    out = uniorch.compile(fn, target="interpret")(x)
+    _check(x, 1, tuple(out), tuple(fn(x)))
+    module = capture(fn, (x,))
+    (ops,) = groups(module).values()
+    kernel, _, _ = outline(module, ops, kind="sort")
+    with kernel.context:
+        assert choose_schedule(kernel, "interpret")["block_r"] == 8192
+        if dtype == torch.float64:  # 64-bit keys: a GPU block holds 4096
+            with pytest.raises(CodegenError, match="longer than one block"):
+                choose_schedule(kernel, "cuda:sm_90")
 
 
 @pytest.mark.parametrize("block_p", [1, 4])

@@ -79,9 +79,101 @@ def _gelu(x, approximate="none"):
 # decomposition table has a rewrite into ops it can. Only ops that fail today are listed, so
 # nothing torch-mlir already lowers changes shape.
 TORCH_DECOMPOSED = (
-    "addmv", "copysign", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
+    "addmv", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
     "dist",
 )
+
+
+def _diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    """`diagonal_scatter` as a select between the input and `src` spread over the plane of dim1
+    and dim2 (torch-mlir cannot lower it; PyTorch's decomposition writes in place through a view,
+    which re-functionalizes to diagonal_scatter again). Pure gathers and a where: exact."""
+    d1, d2 = dim1 % x.dim(), dim2 % x.dim()
+    n1, n2, length = x.shape[d1], x.shape[d2], src.shape[-1]
+    if length == 0:
+        return x.clone()
+    i = torch.arange(n1, device=x.device)[:, None]
+    j = torch.arange(n2, device=x.device)[None, :]
+    on = (j - i) == offset  # [n1, n2]: the positions of the diagonal
+    k = torch.clamp(i if offset >= 0 else j, max=length - 1).expand(n1, n2)  # their index in src
+    spread = torch.index_select(src, -1, k.reshape(-1)).reshape(*src.shape[:-1], n1, n2)
+    spread = torch.movedim(spread, (-2, -1), (d1, d2))
+    on = (on if d1 < d2 else on.t()).reshape([n1 if d == d1 else n2 if d == d2 else 1 for d in range(x.dim())])
+    return torch.where(on, spread, x)
+
+
+def _as_strided_scatter(x, src, size, stride, storage_offset=None):
+    """`as_strided_scatter` on the input's contiguous storage: the view's element offsets are
+    computed (offset + sum of index * stride) and `src` is put there (an index_put; torch-mlir
+    cannot lower the op, and PyTorch's decomposition leaves prims.as_strided_scatter)."""
+    offsets = torch.full([], storage_offset or 0, dtype=torch.int64, device=x.device)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        offsets = offsets + (torch.arange(n, device=x.device) * st).reshape([n] + [1] * (len(size) - d - 1))
+    flat = torch.index_put(x.reshape(-1), (offsets.reshape(-1),), src.reshape(-1))
+    return flat.reshape(x.shape)
+
+
+def _amax_amin_0d(reduce):
+    """`amax`/`amin` of a 0-d tensor is the tensor (torch-mlir fails to lower a reduction over
+    the one dim a 0-d tensor is allowed to name, so logsumexp of a scalar fell back)."""
+
+    def decomposed(x, dim=(), keepdim=False):
+        return x.clone() if x.dim() == 0 else NotImplemented
+
+    decomposed.__name__ = f"_{reduce}_0d"
+    return decomposed
+
+
+def _cumulative(op):
+    """`cumsum`/`cumprod` of a 0-d tensor is the tensor (cast to `dtype`), and `cumprod(x, dim,
+    dtype=d)` the cast then the plain scan: torch-mlir lowers neither form (masked.cumprod passes
+    the input's own dtype)."""
+
+    def decomposed(x, dim, dtype=None):
+        if x.dim() == 0:
+            return x.to(dtype).clone() if dtype is not None else x.clone()
+        if dtype is None or op is torch.cumsum:
+            return NotImplemented
+        return op(x.to(dtype), dim)
+
+    return decomposed
+
+
+def _kthvalue_0d(x, k, dim=-1, keepdim=False):
+    """`kthvalue` of a 0-d tensor (k = 1): the tensor and index 0 (torch-mlir rejects its dim)."""
+    if x.dim() != 0:
+        return NotImplemented
+    return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+
+
+def _resize(x, size, memory_format=None):
+    """The functional `resize` (resize_, resize_as_) to the shape the tensor already has: the
+    values unchanged. Other sizes read or leave uninitialized storage; those stay eager."""
+    if list(size) != list(x.shape):
+        return NotImplemented
+    return x.clone()
+
+
+def _linalg_norm(x, ord=None, dim=None, keepdim=False, dtype=None):
+    """`linalg.norm` as the vector or matrix norm it means (torch-mlir lowers `linalg_vector_norm`
+    but not `linalg_norm`): PyTorch's rules for which, and the matrix orders 'fro', ±1, ±inf.
+    The spectral and nuclear norms need singular values and stay eager."""
+    if isinstance(dim, int):
+        dim = [dim]
+    if ord is not None and ((dim is not None and len(dim) == 2) or (dim is None and x.dim() == 2)):
+        d0, d1 = [d % x.dim() for d in (dim or (0, 1))]
+        if ord == "fro":
+            return torch.linalg.vector_norm(x, 2, [d0, d1], keepdim, dtype=dtype)
+        if isinstance(ord, str) or abs(ord) not in (1, math.inf):
+            return NotImplemented
+        if dtype is not None:
+            x = x.to(dtype)
+        if abs(ord) == math.inf:  # max (min) over rows of the row sums
+            d0, d1 = d1, d0
+        sums = torch.sum(torch.abs(x), d0, keepdim=True)
+        out = torch.amax(sums, d1, keepdim=True) if ord > 0 else torch.amin(sums, d1, keepdim=True)
+        return out if keepdim else out.squeeze([d0, d1])
+    return torch.linalg.vector_norm(x, 2.0 if ord is None else ord, dim, keepdim, dtype=dtype)
 
 
 def _half_mean(x, dim=None, keepdim=False, dtype=None):
@@ -97,6 +189,56 @@ def _half_mean(x, dim=None, keepdim=False, dtype=None):
     for d in dims:
         count *= x.shape[d]
     return (torch.sum(x, dims, keepdim, dtype=torch.float32) / count).to(x.dtype)
+
+
+def _float_dtype(*args):
+    """The floating result dtype of PyTorch's promotion for an op that always returns floats."""
+    dtype = torch.result_type(*args)
+    return dtype if dtype.is_floating_point else torch.get_default_dtype()
+
+
+def _copysign(a, b):
+    """`copysign` as where(signbit(b), -|a|, |a|).
+
+    Why: PyTorch's own decomposition goes through `prims.signbit`/`prims.where`, which torch-mlir
+    cannot import; `aten.signbit` is a special function uniorch carries to codegen as a sign-bit
+    test (uniorch/ir/special.py), exact for -0.0 and NaNs with the sign bit set, like eager."""
+    if (isinstance(a, torch.Tensor) and a.is_complex()) or (isinstance(b, torch.Tensor) and b.is_complex()):
+        return NotImplemented
+    dtype = _float_dtype(a, b)
+    a = a.to(dtype)
+    mag = torch.abs(a)
+    if not isinstance(b, torch.Tensor):
+        return -mag if math.copysign(1.0, float(b)) < 0 else mag
+    return torch.where(torch.signbit(b.to(dtype)), -mag, mag)
+
+
+def _isfinite(x):
+    """`isfinite` of integers and bools is all true (torch-mlir cannot lower it for any dtype);
+    floats stay `aten.isfinite`, a special function of uniorch/ir/special.py (|x| < inf)."""
+    if x.dtype.is_floating_point or x.is_complex():
+        return NotImplemented
+    return torch.ones_like(x, dtype=torch.bool)
+
+
+def _signbit(x):
+    """`signbit` of integers is `x < 0` (bools: never set); floats stay `aten.signbit`, a bit test
+    of uniorch/ir/special.py (which also sees -0.0 and negative NaNs, as eager does)."""
+    if x.dtype.is_floating_point or x.is_complex():
+        return NotImplemented
+    return x < 0 if x.dtype != torch.bool else torch.zeros_like(x)
+
+
+def _angle(x):
+    """`angle` of real numbers, as ATen computes it: pi below zero, else 0, NaN stays NaN.
+
+    Why: torch-mlir has no `aten.angle`. Integers promote to the default float dtype."""
+    if x.is_complex():
+        return NotImplemented
+    if not x.dtype.is_floating_point:
+        x = x.to(torch.get_default_dtype())
+    zero = torch.zeros_like(x)
+    return torch.where(x != x, x, torch.where(x < 0, zero + math.pi, zero))
 
 
 def _from_torch(names) -> dict:
@@ -120,7 +262,30 @@ def decomposition_table() -> dict:
     from .nan_semantics import TABLE as nan_preserving
 
     table.update(nan_preserving)
+    from .sorting import TABLE as order_statistics
+
+    table.update(order_statistics)
     table.update(_from_torch(TORCH_DECOMPOSED))
+    table[aten.copysign.Tensor] = _copysign
+    table[aten.copysign.Scalar] = _copysign
+    table[aten.isfinite.default] = _isfinite
+    table[aten.angle.default] = _angle
+    table[aten.signbit.default] = _signbit
     table[aten.mean.dim] = _half_mean
     table[aten.mean.default] = lambda x, dtype=None: _half_mean(x, None, False, dtype)
+    table[aten.amax.default] = _amax_amin_0d("amax")
+    table[aten.amin.default] = _amax_amin_0d("amin")
+    table[aten.cumprod.default] = _cumulative(torch.cumprod)
+    table[aten.cumsum.default] = _cumulative(torch.cumsum)
+    table[aten.kthvalue.default] = _kthvalue_0d
+    table[aten.resize.default] = _resize
+    table[aten.diagonal_scatter.default] = _diagonal_scatter
+    table[aten.as_strided_scatter.default] = _as_strided_scatter
+    table[aten.linalg_norm.default] = table[aten.linalg_norm.ord_str] = _linalg_norm
+    from .distance import TABLE as distances
+
+    table.update(distances)  # cdist
+    from .scatter_decompositions import table as scatter_family
+
+    table.update(scatter_family())  # put, index_reduce, adaptive_max_pool3d
     return table

@@ -4,6 +4,12 @@ torch-mlir lowers `aten.maximum` / `aten.minimum` on floats to `arith.cmpf ogt|o
 which returns the second operand when the first is NaN; PyTorch returns NaN if either operand is
 NaN. Rewriting them before import as a select that tests for NaN explicitly keeps the answer right
 and still fuses as one pointwise op.
+
+The same lowering (`arith.cmpf ogt|olt` + `select` of the index) makes torch-mlir's `argmax`,
+`argmin`, `max.dim` and `min.dim` skip NaNs: PyTorch returns the first NaN's index. They become
+an exact rewrite here for floats (see `_arg_extreme`; integers keep torch-mlir's one-pass lowering),
+which also covers the forms torch-mlir cannot lower at all, for every dtype: a 0-d input, and
+`dim=None` (whose one-element reduction failed to run).
 """
 from __future__ import annotations
 
@@ -24,4 +30,51 @@ def _minimum(a, b):
     return torch.where((a < b) | torch.isnan(a), a, b)
 
 
-TABLE = {aten.maximum.default: _maximum, aten.minimum.default: _minimum}
+def _arg_extreme(x, dim, keepdim: bool, largest: bool):
+    """argmax/argmin as PyTorch defines them: the first index of the row's max (min), or of its
+    first NaN. The row's amax (amin; NaN when the row holds one) is compared back against the row,
+    NaNs always match, and the smallest matching index wins (an integer min-reduction)."""
+    if x.dtype == torch.bool or x.is_complex():
+        return NotImplemented
+    if not x.dtype.is_floating_point and dim is not None and x.dim() > 0:
+        return NotImplemented  # torch-mlir's integer lowering is exact (no NaN), one reduction
+    if dim is None:  # over all elements, as one flat row
+        out_shape = [1] * x.dim() if keepdim else []
+        x, d = x.reshape(-1), 0
+    elif x.dim() == 0:
+        return torch.zeros((), dtype=torch.int64, device=x.device)
+    else:
+        out_shape, d = None, dim % x.dim()
+    n = x.shape[d]
+    m = torch.amax(x, d, keepdim=True) if largest else torch.amin(x, d, keepdim=True)
+    hit = x == m
+    if x.dtype.is_floating_point:
+        hit = hit | (x != x)
+    iota = torch.arange(n, dtype=torch.int64, device=x.device).reshape([n] + [1] * (x.dim() - d - 1))
+    idx = torch.amin(torch.where(hit, iota, n), d, keepdim=keepdim)
+    return idx if out_shape is None else idx.reshape(out_shape)
+
+
+def _extreme_dim(x, dim, keepdim: bool, largest: bool):
+    """max.dim/min.dim: the index as `_arg_extreme`, the value gathered at it (so a row holding
+    both zeros answers with the sign of the one whose index it gives, as PyTorch)."""
+    if x.dtype == torch.bool or x.is_complex() or (x.dim() > 0 and not x.dtype.is_floating_point):
+        return NotImplemented
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    d = dim % x.dim()
+    idx = _arg_extreme(x, d, True, largest)
+    val = torch.gather(x, d, idx)
+    if not keepdim:
+        val, idx = val.squeeze(d), idx.squeeze(d)
+    return val, idx
+
+
+TABLE = {
+    aten.maximum.default: _maximum,
+    aten.minimum.default: _minimum,
+    aten.argmax.default: lambda x, dim=None, keepdim=False: _arg_extreme(x, dim, keepdim, True),
+    aten.argmin.default: lambda x, dim=None, keepdim=False: _arg_extreme(x, dim, keepdim, False),
+    aten.max.dim: lambda x, dim, keepdim=False: _extreme_dim(x, dim, keepdim, True),
+    aten.min.dim: lambda x, dim, keepdim=False: _extreme_dim(x, dim, keepdim, False),
+}

@@ -2,7 +2,8 @@
 
 `choose_schedule` and `generate` dispatch on the kernel's `uniorch.kind`: contractions use the
 tiled-`tl.dot` template (contraction.py), scans `tl.associative_scan` (scan.py), sorts a
-bitonic network (sort.py), everything else the generic loop-nest emitter (generic.py).
+bitonic network (sort.py), scatters stores or atomics (scatter.py), everything else the generic
+loop-nest emitter (generic.py).
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def _module_for(kernel):
         from . import sort
 
         return sort, "sort"
+    if _kind(kernel) == "scatter":
+        from . import scatter
+
+        return scatter, "scatter"
     from . import generic
 
     return generic, "generic"

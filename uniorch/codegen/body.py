@@ -15,6 +15,8 @@ import math
 from torch_mlir import ir
 
 from .source import CodegenError
+from .special import HELPERS as _SPECIAL_HELPERS
+from .special import SPECIAL
 
 # MLIR element type -> (Triton dtype, Triton pointer signature type, unsigned twin)
 DTYPES = {
@@ -175,6 +177,16 @@ TABLE: dict[str, str] = {
     "math.isnan": "{0} != {0}",
     "math.isinf": "tl.abs({0}) == float(\"inf\")",
     "math.isfinite": "tl.abs({0}) < float(\"inf\")",
+    # inverse trigonometric / hyperbolic functions and erfc: Triton's core has none, so the vendor
+    # math library (see codegen/special.py for how `libdevice` resolves, the interpreter included)
+    "math.acos": "libdevice.acos({0})",
+    "math.acosh": "libdevice.acosh({0})",
+    "math.asin": "libdevice.asin({0})",
+    "math.asinh": "libdevice.asinh({0})",
+    "math.atan": "libdevice.atan({0})",
+    "math.atan2": "libdevice.atan2({0}, {1})",
+    "math.atanh": "libdevice.atanh({0})",
+    "math.erfc": "libdevice.erfc({0})",
 }
 FLOAT_MATH = {k for k in TABLE if k.startswith("math.") and k not in ("math.absi", "math.fma", "math.isnan",
                                                                    "math.absf", "math.copysign")}
@@ -252,10 +264,11 @@ def _powf(a, b):
     r = tl.exp2(b * tl.log2(tl.abs(a)))
     bi = tl.floor(b)
     integral = bi == b
-    odd = integral & ((bi - 2.0 * tl.floor(bi * 0.5)) != 0)
+    finite = tl.abs(b) != float("inf")  # an infinite exponent is even, and pow(-1, +-inf) = 1
+    odd = integral & finite & ((bi - 2.0 * tl.floor(bi * 0.5)) != 0)
     r = tl.where((a < 0) & odd, -r, r)
     r = tl.where((a < 0) & (~integral), float("nan"), r)
-    r = tl.where((b == 0) | (a == 1), 1.0, r)
+    r = tl.where((b == 0) | (a == 1) | ((a == -1) & ~finite), 1.0, r)
     return r
 ''',
     "_trunc": '''@jit
@@ -297,6 +310,8 @@ def _cbrt(x):
     return tl.where(x < 0, -r, r)
 ''',
 }
+HELPERS.update(_SPECIAL_HELPERS)
+SPECIAL_PREFIX = "__uniorch_math_"  # callee names of uniorch/ir/special.py
 
 
 # ops that only move or reinterpret bits (exact on bf16 as is)
@@ -318,7 +333,14 @@ def _predicate(op: ir.Operation) -> int:
 
 
 def helpers_used(text: str) -> list[str]:
-    return [h for h in HELPERS if h + "(" in text]
+    """Helpers `text` calls, and the helpers those call (special functions build on _powf)."""
+    used = [h for h in HELPERS if h + "(" in text]
+    i = 0
+    while i < len(used):
+        body = HELPERS[used[i]].split("\n", 2)[2]  # after `@jit` and the def line
+        used += [h for h in HELPERS if h not in used and (h + "(" in body or ", " + h + ")" in body)]
+        i += 1
+    return used
 
 
 def _upcast(text: str) -> str:
@@ -384,6 +406,25 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
         return f"({args[0]} & 1) != 0"
     if name in ("arith.fptosi", "arith.fptoui") and result_type == "i1":
         raise CodegenError(op, "float to i1 conversion")
+    if name == "func.call":
+        # a special function carried from the torch dialect (uniorch/ir/special.py)
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        template = SPECIAL.get(callee[len(SPECIAL_PREFIX):]) if callee.startswith(SPECIAL_PREFIX) else None
+        if template is None:
+            raise CodegenError(op, f"no Triton implementation of @{callee}")
+        return fmt(template, args)
+    if name == "math.powf" and const_of(0) is not None and const_of(1) is None:
+        # constant base (exp2 and logaddexp2 come as powf(2, x)): 2**x is exactly exp2; other bases
+        # go to _powf as a typed 0-d tensor, never as a Python float (whose `a < 0` is a Python bool
+        # that Triton's interpreter cannot `&` with a tensor)
+        base = float(const_of(0))
+        low = result_type in ("f16", "bf16")
+        x = _upcast(args[1]) if low else args[1]
+        if base == 2.0:
+            text = f"tl.exp2({x})"
+        else:
+            text = f"_powf({constant_expr(base, 'f32' if low else result_type)}, {x})"
+        return f"({text}).to({fill['T']})" if low else text
     if name in ("math.fpowi", "math.ipowi") or (name == "math.powf" and const_of(1) is not None):
         return _pow(op, args, arg_types, result_type, const_of, fill)
     template = TABLE.get(name)

@@ -16,7 +16,7 @@ COPY_OPS = ("tensor.insert_slice", "tensor.pad", "tensor.concat")
 GLUE_OPS = ("tensor.empty", "arith.constant", "tensor.expand_shape", "tensor.collapse_shape",
             "tensor.extract_slice", "func.return")
 # Body ops that make a pointwise op too expensive to recompute in several kernels.
-_EXPENSIVE = ("math.", "tensor.extract", "arith.divf", "arith.remf", "arith.divsi", "arith.remsi",
+_EXPENSIVE = ("math.", "func.call", "tensor.extract", "arith.divf", "arith.remf", "arith.divsi", "arith.remsi",
               "arith.divui", "arith.remui")
 _CHEAP_MATH = ("math.absf", "math.absi", "math.floor", "math.ceil")
 CHEAP_BODY_OPS = 4

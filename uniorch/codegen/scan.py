@@ -181,6 +181,9 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
                f"{ind}y = tl.associative_scan(x, 1, _combine)"]
         if looped:
             out.append(f"{ind}y = _combine(carry, y)")
+        elif s.combiner == "arith.addf":
+            # ATen's sum starts from +0.0, so a running sum of -0.0s reads +0.0 there
+            out.append(f"{ind}y = y + 0.0")
         for j, k in enumerate(s.results):
             if k == 0:
                 val = f"y.to({B.tl_type(s.ty)})" if low else "y"

@@ -13,7 +13,8 @@ interpreter cannot call, docs/kernels.md §4). What is sorted are (key, index) p
   answer when it is not asked. Padding lanes get the largest key and indices past the row.
 
 Values are then gathered from the input by the sorted indices, so they are the input's own bits.
-A row longer than one block is left to eager (CodegenError from choose_schedule).
+A row longer than one block (ROW_MAX on a GPU, INTERP_ROW_MAX in Triton's interpreter) is left
+to eager (CodegenError from choose_schedule).
 
 Kernel shape (what uniorch-fuse groups): the sort or topk, whose sorted input is a kernel
 argument, and fills of its other operands (the index iota, topk's initial values).
@@ -30,7 +31,10 @@ from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape
 from .rows import row_coords, row_params
 from .source import CodegenError, KernelSource
 
-ROW_MAX = 8192  # longest row sorted in one block (32-bit keys); 64-bit keys: half
+ROW_MAX = 8192  # longest row sorted in one block on a GPU (32-bit keys); 64-bit keys: half
+# Triton's interpreter runs a block as NumPy arrays, with no register file to spill from: one block
+# sorts rows up to this long there, whatever the key width (a 65536-long row sorts in seconds)
+INTERP_ROW_MAX = 1 << 16
 OPS = ("tm_tensor.sort", "tm_tensor.topk")
 
 # comparison predicates by enum value: which order "a before b" means (cmpf / cmpi)
@@ -171,7 +175,7 @@ class _Sort:
 def choose_schedule(kernel_func, target: str) -> dict:
     s = _Sort(kernel_func)
     interp = (target or "interpret").split(":", 1)[0] == "interpret"
-    limit = ROW_MAX if s.key_bits() == 32 else ROW_MAX // 2
+    limit = INTERP_ROW_MAX if interp else ROW_MAX if s.key_bits() == 32 else ROW_MAX // 2
     block_r = _next_pow2(max(s.n, 2))
     if block_r > limit:
         raise CodegenError(s.op, f"row of {s.n} is longer than one block ({limit}); sorting it runs eagerly")

@@ -1,7 +1,9 @@
 """Turns generated Triton source into a launchable function, for the interpreter or a GPU.
 
-Generated modules use the name `jit` without importing it; we bind it before executing the module:
-Triton's interpreter (`InterpretedFunction`) for the `interpret` target, `triton.jit` otherwise.
+Generated modules use the names `jit` and `libdevice` without importing them; we bind them before
+executing the module: Triton's interpreter (`InterpretedFunction`) and the CPU bridge of
+backends/interpret/libdevice.py for the `interpret` target, `triton.jit` and
+`triton.language.extra.libdevice` otherwise.
 Triton reads kernel source back from the file (inspect.getsource), so each module is written to
 the kernel cache directory under a name derived from its content.
 """
@@ -41,6 +43,7 @@ def load(ks: KernelSource, interpret: bool) -> Any:
         spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(spec)
         mod.jit = _interpreted if interpret else _compiled
+        mod.libdevice = _libdevice(interpret)
         sys.modules[mod_name] = mod
         try:
             spec.loader.exec_module(mod)
@@ -58,8 +61,23 @@ def _holds(path: str, source: str) -> bool:
         return False
 
 
+def _libdevice(interpret: bool):
+    """The vendor math library kernels call as `libdevice.<fn>` (codegen/special.py): Triton's
+    module, which each GPU backend resolves to its own library at JIT time, or for the interpreter
+    (which cannot run extern calls) the bridge evaluating the same functions on the CPU."""
+    if interpret:
+        from uniorch.backends.interpret import libdevice
+    else:
+        from triton.language.extra import libdevice
+    return libdevice
+
+
 def _interpreted(fn):
     from triton.runtime.interpreter import InterpretedFunction
+
+    from uniorch.backends.interpret import fixes
+
+    fixes.apply()  # known bugs of Triton's interpreter (backends/interpret/fixes.py)
 
     return InterpretedFunction(fn)
 

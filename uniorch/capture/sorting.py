@@ -1,0 +1,93 @@
+"""Order statistics torch-mlir cannot lower, rewritten before import into ops that compile.
+
+* `median`, `nanmedian` (PyTorch's lower median: element (n - 1) // 2 of the ascending row, NaN
+  and the index of the row's first NaN when it holds one; nanmedian leaves NaNs out) become a
+  stable sort and gathers (`sort.stable` itself compiles: runtime/compiler.py hands it to
+  torch-mlir as the plain sort, since the sort kernel is stable, and keeps it for eager).
+* `cummax`, `cummin` become a masked max (min) over each prefix, PyTorch's update rule made
+  explicit: the value is the prefix's max (NaN once one was seen), its index the last index up to
+  there holding it (ties update, `>=`; after NaNs, the latest NaN). Rows are compared with every
+  earlier column, n^2 work per row, so only rows up to CUM_ROW_MAX are rewritten; longer ones stay
+  eager.
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+CUM_ROW_MAX = 1024  # longest row cummax/cummin compare all-pairs
+CUM_ELEMS_MAX = 1 << 24  # and at most this many pairs in all
+
+
+def _sortable(x) -> bool:
+    return not (x.is_complex() or x.dtype == torch.bool)
+
+
+def _iota_along(n: int, d: int, rank: int, device):
+    return torch.arange(n, dtype=torch.int64, device=device).reshape([n] + [1] * (rank - d - 1))
+
+
+def _median_dim(x, dim, keepdim: bool, ignore_nan: bool):
+    if not _sortable(x) or x.numel() == 0:
+        return NotImplemented
+    if x.dim() == 0:  # its own median, NaN or not
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    d = dim % x.dim()
+    n = x.shape[d]
+    vals, idx = torch.sort(x, dim=d, stable=True)  # NaNs last, in row order
+    if not x.dtype.is_floating_point:
+        value, index = vals.narrow(d, (n - 1) // 2, 1), idx.narrow(d, (n - 1) // 2, 1)
+    else:
+        nans = torch.sum(torch.isnan(x), d, keepdim=True, dtype=torch.int64)
+        if ignore_nan:  # the lower median of the row's numbers (the first NaN when there are none)
+            pos = torch.div(torch.clamp(n - nans - 1, min=0), 2, rounding_mode="floor")
+        else:  # NaN wins: the first NaN of the row, which the stable sort put at n - nans
+            pos = torch.where(nans > 0, n - nans, (n - 1) // 2)
+        value, index = torch.gather(vals, d, pos), torch.gather(idx, d, pos)
+    if not keepdim:
+        value, index = value.squeeze(d), index.squeeze(d)
+    return value, index
+
+
+def _median_all(x, ignore_nan: bool):
+    if not _sortable(x) or x.numel() == 0:
+        return NotImplemented
+    return _median_dim(x.reshape(-1), 0, False, ignore_nan)[0]
+
+
+def _cum_extreme(x, dim, largest: bool):
+    if not _sortable(x):
+        return NotImplemented
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    d = dim % x.dim()
+    n = x.shape[d]
+    if n == 0 or n > CUM_ROW_MAX or x.numel() * n > CUM_ELEMS_MAX:
+        return NotImplemented
+    row = torch.movedim(x, d, -1).unsqueeze(-2)  # [..., 1, n]: column j of every prefix i
+    j = torch.arange(n, dtype=torch.int64, device=x.device)
+    upto = j[None, :] <= j[:, None]  # [i, j]: j in the prefix ending at i
+    if x.dtype.is_floating_point:
+        worst = float("-inf") if largest else float("inf")
+    else:
+        info = torch.iinfo(x.dtype)
+        worst = info.min if largest else info.max
+    masked = torch.where(upto, row, worst)
+    best = (torch.amax if largest else torch.amin)(masked, -1, keepdim=True)  # NaN if the prefix has one
+    hit = row == best
+    if x.dtype.is_floating_point:
+        hit = hit | (torch.isnan(row) & torch.isnan(best))
+    index = torch.amax(torch.where(upto & hit, j, -1), -1)  # the last index holding it
+    value = torch.gather(torch.movedim(x, d, -1), -1, index)  # its own bits (the sign of a zero)
+    return torch.movedim(value, -1, d), torch.movedim(index, -1, d)
+
+
+TABLE = {
+    aten.median.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, False),
+    aten.nanmedian.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, True),
+    aten.median.default: lambda x: _median_all(x, False),
+    aten.nanmedian.default: lambda x: _median_all(x, True),
+    aten.cummax.default: lambda x, dim: _cum_extreme(x, dim, True),
+    aten.cummin.default: lambda x, dim: _cum_extreme(x, dim, False),
+}

@@ -1,0 +1,264 @@
+"""Scatter kernels: `tm_tensor.scatter` (index_put, index_add/copy/fill, scatter, scatter_add,
+scatter_reduce, max_unpool, embedding and pooling backward, ...).
+
+Semantics (torch-mlir's TMTensor, XLA-like): `ins(updates, indices) outs(original)`; indices are
+`[N, depth]`, updates `[N, slice...]`. Update element `(n, j...)` goes to the original element
+whose trailing `len(slice)` coordinates are `j...`, and whose dim `dimension_map[i]` is offset by
+`indices[n, i]`. The region combines `(update, current)` into the stored value.
+
+The kernel writes into its result, which the runtime first fills with a copy of `original`
+(`uniorch.inplace`: result 0 aliases the original; passes/plan_memory.py reuses the original's
+buffer when nothing reads it afterwards, runtime/plan.py copies otherwise). A global copy cannot
+precede the scatter inside one launch (no grid-wide barrier), so the copy is never in the kernel.
+One program handles BLOCK_P update elements:
+
+- overwrite (`yield update`): `tl.store`; duplicate indices pick one update, as in PyTorch, where
+  the winner is unspecified too;
+- add of the update (or of a constant: scatter_reduce's mean counts): `tl.atomic_add`;
+- integer max/min (32/64-bit): `tl.atomic_max/min`;
+- anything else the region combines with one op (mul, float max/min, which must propagate NaN as
+  `arith.maximumf`/`minimumf` do, 16-bit max/min): a compare-and-swap loop on the element's bits,
+  exact for any combiner. 8-bit and bool destinations have no atomics: they stay eager unless
+  the scatter overwrites.
+
+Negative indices are wrapped once (index_put allows them; scatter rejects them in eager, so no
+valid program changes); indices still out of bounds skip their update (eager raises).
+"""
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir
+
+from . import body as B
+from . import patterns as pat
+from .source import CodegenError, KernelSource
+
+# region op -> (kind, Triton combine of current `a` and operand `b`)
+_OPS = {
+    "arith.addf": ("add", "a + b"), "arith.addi": ("add", "a + b"),
+    "arith.mulf": ("mul", "a * b"), "arith.muli": ("mul", "a * b"),
+    "arith.maximumf": ("max", "tl.where((a != a) | (a > b), a, b)"),
+    "arith.minimumf": ("min", "tl.where((a != a) | (a < b), a, b)"),
+    "arith.maxsi": ("max", "tl.maximum(a, b)"), "arith.minsi": ("min", "tl.minimum(a, b)"),
+}
+_INT_BITS = {"f32": "tl.int32", "f64": "tl.int64", "f16": "tl.int16", "bf16": "tl.int16",
+             "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64"}
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _shape(v) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+class _Scatter:
+    """The parts of a scatter kernel function codegen needs, checked."""
+
+    def __init__(self, func):
+        self.func = pat.op_of(func)
+        self.name = ir.StringAttr(self.func.attributes["sym_name"]).value
+        blk = self.func.regions[0].blocks[0]
+        ops = [pat.op_of(o) for o in blk.operations]
+        scatters = [o for o in ops if o.name == "tm_tensor.scatter"]
+        if len(scatters) != 1:
+            raise CodegenError(self.func, "a scatter kernel holds exactly one tm_tensor.scatter")
+        op = self.op = scatters[0]
+        for o in ops:
+            if o != op and o.name not in ("tensor.empty", "arith.constant", "func.return"):
+                raise CodegenError(o, "only the scatter itself runs in a scatter kernel")
+        self.args = list(blk.arguments)
+        if len(op.operands) != 3:
+            raise CodegenError(op, "expected ins(updates, indices) outs(original)")
+        pos = []
+        for v in op.operands:
+            i = next((k for k, a in enumerate(self.args) if a == v), None)
+            if i is None:
+                raise CodegenError(op, "scatter operands must be kernel arguments")
+            pos.append(i)
+        self.upd, self.idx, self.orig = pos
+        if self.orig in (self.upd, self.idx):
+            raise CodegenError(op, "the destination is also read as updates or indices")
+        ret = pat.op_of(ops[-1])
+        if len(ret.operands) != 1 or ret.operands[0] != op.results[0]:
+            raise CodegenError(ret, "a scatter kernel returns only the scatter's result")
+        self.shape = _shape(op.results[0])
+        self.ushape = _shape(op.operands[0])
+        self.ishape = _shape(op.operands[1])
+        self.ty = B.elem_name(op.results[0].type)
+        self.ity = B.elem_name(op.operands[1].type)
+        if len(self.ishape) != 2 or self.ity not in ("i32", "i64"):
+            raise CodegenError(op, "indices must be a rank-2 i32/i64 tensor")
+        self.depth = self.ishape[1]
+        self.dim_map = list(ir.DenseI64ArrayAttr(op.attributes["dimension_map"]))
+        if len(self.dim_map) != self.depth:
+            raise CodegenError(op, "dimension_map does not match the index depth")
+        self.total = math.prod(self.ushape)
+        self.mode, self.operand = self._combiner()
+
+    def _combiner(self) -> tuple[str, str]:
+        """(mode, the operand combined in: "u" = the update, else a literal)."""
+        blk = self.op.regions[0].blocks[0]
+        upd, cur = blk.arguments
+        body = [pat.op_of(o) for o in blk.operations]
+        y = body[-1]
+        if len(body) == 1:
+            if y.operands[0] == upd:
+                return "store", "u"
+            raise CodegenError(self.op, "scatter region keeps the current value")
+        if len(body) != 2 or y.operands[0] != body[0].results[0]:
+            raise CodegenError(self.op, "scatter region is not a single combining op")
+        comb = body[0]
+        if comb.name not in _OPS or len(comb.operands) != 2 or list(comb.operands).count(cur) != 1:
+            raise CodegenError(comb, "scatter combiner is not a supported op of the current value")
+        other = comb.operands[1] if comb.operands[0] == cur else comb.operands[0]
+        if other == upd:
+            operand = "u"
+        else:
+            c = other.owner
+            if isinstance(c, ir.Block) or pat.op_of(c).name != "arith.constant":
+                raise CodegenError(comb, "scatter combiner reads something other than the update or a constant")
+            attr = pat.op_of(c).attributes["value"]
+            val = ir.FloatAttr(attr).value if self.ty in B.FLOATS else ir.IntegerAttr(attr).value
+            operand = B.constant_expr(val, self.ty)
+        return comb.name, operand
+
+    def strategy(self) -> str:
+        """How updates are combined: store | atomic_add | atomic_max | atomic_min | cas."""
+        if self.mode == "store":
+            return "store"
+        kind = _OPS[self.mode][0]
+        bits = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16}.get(self.ty) or B.BITS.get(self.ty, 0)
+        if kind == "add" and self.ty in ("f32", "f64", "f16", "bf16", "i32", "i64"):
+            return "atomic_add"
+        if kind in ("max", "min") and self.ty in ("i32", "i64"):
+            return f"atomic_{kind}"
+        if bits in (16, 32, 64) and self.ty in _INT_BITS:
+            return "cas"
+        raise CodegenError(self.op, f"no atomic {kind} for element type {self.ty} (8-bit and bool "
+                                    "destinations have no atomics; overwrite scatters only)")
+
+
+def choose_schedule(kernel_func, target: str) -> dict:
+    s = _Scatter(kernel_func)
+    s.strategy()
+    interp = (target or "interpret").split(":", 1)[0] == "interpret"
+    block = max(1, min(_next_pow2(s.total), 4096 if interp else 512))
+    warps = 4 if block >= 512 else 2 if block >= 128 else 1
+    _mark_inplace(s)
+    return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": warps, "num_stages": 1,
+            "looped": False, "grid": [max(1, _cdiv(s.total, block)), 1, 1]}
+
+
+def _mark_inplace(s: _Scatter) -> None:
+    with s.func.context:
+        s.func.attributes["uniorch.inplace"] = ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s.orig)])
+
+
+def _sched_from_attr(func) -> dict | None:
+    attrs = pat.op_of(func).attributes
+    if "uniorch.schedule" not in attrs:
+        return None
+    return {na.name: int(ir.IntegerAttr(na.attr).value) for na in ir.DictAttr(attrs["uniorch.schedule"])
+            if isinstance(na.attr, ir.IntegerAttr)}
+
+
+def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
+    s = _Scatter(kernel_func)
+    strategy = s.strategy()
+    if "uniorch.inplace" not in s.func.attributes:
+        _mark_inplace(s)
+    sched = schedule or _sched_from_attr(s.func) or choose_schedule(s.func, target)
+    block = int(sched["block_p"])
+    fn = "".join(c if c.isalnum() or c == "_" else "_" for c in s.name)
+    in_ranks = [len(_shape(a)) for a in s.args]
+    rank = len(s.shape)
+    params = []
+    for i, r in enumerate(in_ranks):
+        params += [f"in{i}_ptr"] + [f"in{i}_s{d}" for d in range(r)]
+    params += ["out0_ptr"] + [f"out0_s{d}" for d in range(rank)] + ["BLOCK_P: tl.constexpr"]
+
+    u, x = s.upd, s.idx
+    loc = str(s.op.location)
+    lines = [
+        f'"""Generated by uniorch from kernel @{s.name} (scatter). Do not edit."""',
+        "import triton.language as tl", "", "",
+    ]
+    if strategy == "cas":
+        lines += ["@jit", "def _any(a, b):", "    return a | b", "", "",
+                  "@jit", "def _combine(a, b):", f"    return {_OPS[s.mode][1]}", "", ""]
+    lines += [
+        "@jit", f"def {fn}({', '.join(params)}):",
+        f"    # {s.mode} scatter of updates {s.ushape} at indices {s.ishape} (dims {s.dim_map}) into "
+        f"{s.shape} ({s.ty}) by {strategy}; at {loc}",
+        "    lin = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)",
+        f"    mask = lin < {s.total}",
+    ]
+    # coordinates of the update element, row-major over the update shape
+    ucoord = []
+    for d in range(len(s.ushape)):
+        inner = math.prod(s.ushape[d + 1:])
+        e = "lin" if inner == 1 else f"(lin // {inner})"
+        if d > 0:
+            e = f"{e} % {s.ushape[d]}"
+        lines.append(f"    u{d} = {e}")
+        ucoord.append(f"u{d}")
+    upd_off = " + ".join(f"u{d}.to(tl.int64) * in{u}_s{d}" for d in range(len(s.ushape)))
+    # destination coordinates: trailing dims from the update's slice, plus the indices
+    starts: list[str | None] = [None] * rank
+    slice_ivs = ucoord[1:]
+    offset = rank - len(slice_ivs)
+    if offset < 0:
+        raise CodegenError(s.op, "update slice rank exceeds the destination's")
+    for k, iv in enumerate(slice_ivs):
+        starts[offset + k] = f"{iv}.to(tl.int64)"
+    for i, d in enumerate(s.dim_map):
+        lines.append(f"    j{i} = tl.load(in{x}_ptr + u0.to(tl.int64) * in{x}_s0 + {i} * in{x}_s1, mask=mask, other=0).to(tl.int64)")
+        lines.append(f"    j{i} = tl.where(j{i} < 0, j{i} + {s.shape[d]}, j{i})")
+        starts[d] = f"j{i}" if starts[d] is None else f"({starts[d]} + j{i})"
+    if any(st is None for st in starts):
+        raise CodegenError(s.op, "index depth and update slice do not cover the destination")
+    for d, st in enumerate(starts):
+        lines.append(f"    c{d} = {st}")
+        lines.append(f"    mask = mask & (c{d} >= 0) & (c{d} < {s.shape[d]})")
+    dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "0"
+    lines.append(f"    dst = {dst_off}")
+    if s.operand == "u":
+        lines.append(f"    val = tl.load(in{u}_ptr + {upd_off}, mask=mask)")
+    else:
+        lines.append(f"    val = {s.operand}")
+    if s.total == 0 or math.prod(s.shape) == 0:
+        lines = lines[:lines.index(f"def {fn}({', '.join(params)}):") + 1] + ["    pass  # nothing to scatter"]
+    elif strategy == "store":
+        lines.append("    tl.store(out0_ptr + dst, val, mask=mask)")
+    elif strategy.startswith("atomic_"):
+        if s.operand != "u":
+            lines.append(f"    val = tl.full([BLOCK_P], 0, {B.tl_type(s.ty)}) + val")
+        lines.append(f"    tl.{strategy}(out0_ptr + dst, val, mask=mask)")
+    else:
+        # compare-and-swap on the bits; lanes that are done (or masked: they point at element 0)
+        # swap a value with itself, which changes nothing
+        it = _INT_BITS[s.ty]
+        lines += [
+            "    dst = tl.where(mask, dst, 0)",
+            f"    bits_ptr = (out0_ptr + dst).to(tl.pointer_type({it}), bitcast=True)",
+            "    done = ~mask",
+            "    cur = tl.load(out0_ptr + dst)",
+            "    while tl.reduce((~done).to(tl.int32), 0, _any) != 0:",
+            "        new = tl.where(done, cur, _combine(cur, val))",
+            f"        old_bits = cur.to({it}, bitcast=True)",
+            f"        seen = tl.atomic_cas(bits_ptr, old_bits, new.to({it}, bitcast=True))",
+            "        done = done | (seen == old_bits)",
+            f"        cur = seen.to({B.tl_type(s.ty)}, bitcast=True)",
+        ]
+    source = "\n".join(lines) + "\n"
+    grid = (max(1, _cdiv(s.total, block)),)
+    return KernelSource(s.name, fn, source, in_ranks, [rank], grid, {"BLOCK_P": block},
+                        int(sched.get("num_warps", 4)), 1)
