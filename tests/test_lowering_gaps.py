@@ -187,3 +187,21 @@ def test_cdist_compiles_and_matches_eager(p, rows):
     atol = 2e-3 if rows[0] > 25 and p == 2 else 1e-5
     torch.testing.assert_close(cm(a, b), f(a, b), rtol=1e-4, atol=atol)
     assert not cm.explain(a, b).fallbacks
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_per_sample_weights_and_padding(mode):
+    # torch-mlir's sum-mode lowering dropped per_sample_weights: a wrong answer OpInfo found
+    weight = torch.randn(10, 5)
+    idx, offsets = torch.randint(0, 10, (7,)), torch.tensor([0, 3, 3])
+    psw = torch.randn(7) if mode == "sum" else None
+    pad = int(idx[0])  # a padding index that occurs
+
+    def f(w, i, o):
+        a = torch.nn.functional.embedding_bag(i, w, o, mode=mode, per_sample_weights=psw)
+        b = torch.nn.functional.embedding_bag(i, w, o, mode=mode, padding_idx=pad)
+        return a, b
+
+    cm = uniorch.compile(f, target="interpret", fallback="error")
+    for g, r in zip(cm(weight, idx, offsets), f(weight, idx, offsets)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)

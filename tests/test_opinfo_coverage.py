@@ -11,7 +11,7 @@ from uniorch.tools import opinfo_coverage as cov  # noqa: E402
 MUST_COMPILE = ["add", "mul", "abs", "exp", "sigmoid", "where", "clamp", "sum", "mean", "amax", "var",
                 "softmax", "log_softmax", "nn.functional.layer_norm", "nn.functional.gelu", "matmul", "bmm",
                 "addmm", "transpose", "permute", "reshape", "cat", "stack", "narrow", "gather", "index_select",
-                "topk", "sort", "cumsum", "nn.functional.conv2d", "tril",
+                "topk", "sort", "cumsum", "nn.functional.conv2d", "nn.functional.embedding_bag", "tril",
                 "flip", "roll", "full_like"]
 
 

@@ -33,10 +33,11 @@ def _embedding_bag(
     Why: torch-mlir lowers `embedding_bag` to linalg only in mode "sum" without padding_idx. Mean
     fails with "failed to legalize torch.aten.embedding_bag.padding_idx", sum with a padding index
     with "'tensor.cast' op operand type 'tensor<0xi64>' and result type 'tensor<Nxi64>' are cast
-    incompatible". Plain sum stays torch-mlir's (it lowers); max mode is not handled here.
+    incompatible". Plain sum lowers, but torch-mlir ignores `per_sample_weights` there (a wrong
+answer, found by OpInfo), so every sum goes this way too; max mode is not handled here.
     Outputs follow ATen's CPU kernel: (bags, offset2bag, bag_size, max_indices).
     """
-    if mode not in (0, 1) or (mode == 0 and padding_idx < 0):
+    if mode not in (0, 1):
         return NotImplemented
     n = indices.shape[0]
     num_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
@@ -258,6 +259,7 @@ def _from_torch(names) -> dict:
 def decomposition_table() -> dict:
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
+    table[aten._embedding_bag_forward_only.default] = _embedding_bag
     table[aten.gelu.default] = _gelu
     from .nan_semantics import TABLE as nan_preserving
 
