@@ -17,6 +17,7 @@ from uniorch.ir.stages import run_pipeline_text
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .pool_indices import fix_pool_nan_indices
+from .seed_input import seeds_as_input
 from .split_prologue import split_prologues
 from .view_rewrites import rewrite_views
 
@@ -31,6 +32,7 @@ class Preprocess(Pass):
 
     def run(self, module, pctx: PassContext) -> None:
         with module.context, ir.Location.unknown(module.context):
+            seeds_as_input(module, main_func(module))  # kernels take the random keys as a tensor
             fix_pool_nan_indices(main_func(module))  # before fusion moves ops into its body
         run_pipeline_text(module, PIPELINE, self.name)
         main = main_func(module)

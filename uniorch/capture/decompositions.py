@@ -82,6 +82,8 @@ def _gelu(x, approximate="none"):
 TORCH_DECOMPOSED = (
     "addmv", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
     "dist",
+    # random ops torch-mlir has no lowering for: PyTorch writes them with rand/randn, which compile
+    "normal", "log_normal", "cauchy", "geometric",
 )
 
 
@@ -242,6 +244,13 @@ def _angle(x):
     return torch.where(x != x, x, torch.where(x < 0, zero + math.pi, zero))
 
 
+def _prims_normal(shape, *, mean, std, dtype, device, requires_grad, generator=None):
+    """What PyTorch's `normal` decompositions leave behind, as randn (which compiles)."""
+    if generator is not None:
+        return NotImplemented  # a caller's own generator: eager draws from it
+    return torch.randn(shape, dtype=dtype, device=device) * std + mean
+
+
 def _from_torch(names) -> dict:
     from torch._decomp import decomposition_table as torch_table
 
@@ -268,6 +277,7 @@ def decomposition_table() -> dict:
 
     table.update(order_statistics)
     table.update(_from_torch(TORCH_DECOMPOSED))
+    table[torch.ops.prims.normal.default] = _prims_normal
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
     table[aten.isfinite.default] = _isfinite

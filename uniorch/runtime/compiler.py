@@ -225,6 +225,12 @@ def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
     at its first launch is found now, with its name, and only its ATen ops fall back."""
     if specs is None:
         return
+    # compiling must not move the caller's random stream (made-up inputs, random ops' seeds)
+    with torch.random.fork_rng(devices=None if device == "cuda" else []):
+        _trial_launch_forked(plan, specs, infos, device)
+
+
+def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
     inputs = []
     for shape, dtype in specs:
         # zeros for integers: always valid as indices; floats random so no kernel sees only zeros

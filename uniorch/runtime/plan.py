@@ -65,7 +65,7 @@ def inplace_of(kernel_func) -> dict[int, int]:
 
 @dataclass
 class Step:
-    kind: str  # "launch" | "view" | "slice" | "const"
+    kind: str  # "launch" | "view" | "slice" | "const" | "alloc"
     run: Callable[[list], None]
     label: str = ""
 
@@ -79,11 +79,16 @@ class LaunchPlan:
     kernels: dict[str, Kernel] = field(default_factory=dict)
     buffer_bytes: list[int] = field(default_factory=list)
     launch: Callable = None  # (kernel, inputs, outputs) -> None
+    seeds: int = 0  # keys of random ops: a last input, drawn per call (passes/seed_input.py)
+    device: Any = None  # where kernels run, when no input says
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
+        device = inputs[0].device if inputs else (self.device or torch.device("cpu"))
+        if self.seeds:  # PyTorch's generator: torch.manual_seed makes a run reproducible
+            inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64).to(device)]
         slots[: self.num_inputs] = inputs
-        ctx = _RunContext(self.buffer_bytes, inputs[0].device if inputs else torch.device("cpu"), self.launch)
+        ctx = _RunContext(self.buffer_bytes, device, self.launch)
         for step in self.steps:
             step.run(slots, ctx)
         return [slots[i] for i in self.outputs]
@@ -132,6 +137,9 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
         op = op.operation
         name = op.name
         if name == "func.return":
+            for v in op.operands:  # `torch.empty` returned as is: uninitialized, as eager's
+                if v not in slot and not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.empty":
+                    steps.append(Step("alloc", _alloc_step(new_slot(v), shape_of(v.type), torch_dtype(v.type))))
             outputs = [src(op, v) for v in op.operands]
         elif name == "func.call":
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
@@ -156,7 +164,9 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             continue  # shapes and scalars only matter inside kernels
         else:
             raise PlanError(op, "no kernel covers it")
-    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch)
+    seeds = ir.IntegerAttr(module.operation.attributes["uniorch.seeds"]).value \
+        if "uniorch.seeds" in module.operation.attributes else 0
+    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds)
 
 
 def _launch_step(k: Kernel, ins, outs, bids, specs):
@@ -174,6 +184,13 @@ def _launch_step(k: Kernel, ins, outs, bids, specs):
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]
+
+    return run
+
+
+def _alloc_step(d, shape, dtype):
+    def run(slots, ctx):
+        slots[d] = torch.empty(shape, dtype=dtype, device=ctx.device)
 
     return run
 

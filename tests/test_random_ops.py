@@ -1,0 +1,39 @@
+"""Random ops compile (passes/seed_input.py): right distributions, fresh numbers per call,
+reproducible under torch.manual_seed, and compiling leaves the caller's random stream alone.
+The stream differs from eager's, as with Inductor; only statistics are compared."""
+import torch
+
+import uniorch
+
+
+def model(x):
+    d = torch.nn.functional.dropout(x, 0.5, training=True)
+    return d, torch.rand_like(x), torch.randn(400, 100), torch.bernoulli(torch.full((200, 50), 0.3))
+
+
+def test_random_ops_compile_with_the_right_statistics():
+    x = torch.randn(64, 64)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    d, u, n, b = cm(x)
+    assert not cm.explain(x).fallbacks
+    kept = d != 0
+    assert 0.45 < (~kept).float().mean() < 0.55
+    torch.testing.assert_close(d[kept], 2 * x[kept])  # survivors scaled by 1 / (1 - p)
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
+    assert abs(n.mean()) < 0.02 and abs(n.std() - 1) < 0.02
+    assert abs(b.float().mean() - 0.3) < 0.02 and set(b.unique().tolist()) <= {0.0, 1.0}
+    assert not torch.equal(u, torch.rand_like(x))  # sanity: not all-equal streams
+
+
+def test_fresh_numbers_per_call_and_reproducible_under_manual_seed():
+    x = torch.randn(32, 32)
+    cm = uniorch.compile(model, target="interpret")
+    torch.manual_seed(7)
+    a = cm(x)  # compiles first: that must not consume the caller's random stream
+    torch.manual_seed(7)
+    b = cm(x)
+    c = cm(x)
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+    assert not torch.equal(a[1], c[1]) and not torch.equal(a[2], c[2])
+    # two random ops in one call draw different numbers
+    assert not torch.equal(a[1].flatten()[:100], a[2].flatten()[:100])
