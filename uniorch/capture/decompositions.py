@@ -300,4 +300,6 @@ def decomposition_table() -> dict:
     from .scatter_decompositions import table as scatter_family
 
     table.update(scatter_family())  # put, index_reduce, adaptive_max_pool3d
-    return table
+    from .opmath import wrap
+
+    return wrap(table)  # last: around every entry above

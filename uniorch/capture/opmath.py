@@ -1,0 +1,54 @@
+"""fp16/bf16 ops that ATen computes in fp32 ("opmath") and rounds once: the same at capture.
+
+ATen's kernels for norms, variances, softmax and the samplers upcast 16-bit inputs, compute in
+fp32 and round only the result. torch-mlir lowers the same ops in the input type, so a sum of
+squares overflows fp16 (rms_norm or vector_norm of values ~300 gave 0 or inf: wrong answers
+OpInfo found) and softmax loses bits over long rows. Each op listed here, given a 16-bit float
+input, becomes: inputs cast to fp32, the op (or its decomposition) in fp32, float results cast
+back to the input's type, which is the dtype ATen returns for all of them.
+"""
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as pytree
+
+aten = torch.ops.aten
+
+LOW = (torch.float16, torch.bfloat16)
+
+OPS = (
+    aten.rms_norm.default, aten._fused_rms_norm.default, aten.linalg_vector_norm.default,
+    aten.var.correction, aten.var_mean.correction, aten.std.correction, aten.std_mean.correction,
+    aten._softmax.default, aten._log_softmax.default, aten.logsumexp.default,
+    aten.grid_sampler_2d.default, aten.grid_sampler_3d.default, aten._trilinear.default,
+    aten.native_group_norm.default, aten.native_layer_norm.default,
+    aten._native_batch_norm_legit_no_training.default, aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats, aten.native_batch_norm.default,
+)
+
+
+def _in_fp32(op, inner):
+    def decomposed(*args, **kwargs):
+        tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        low = next((t.dtype for t in tensors if t.dtype in LOW), None)
+        if low is None or not tensors or tensors[0].dtype != low:
+            return inner(*args, **kwargs) if inner is not None else NotImplemented
+        up = pytree.tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype in LOW else a,
+                             (args, kwargs))
+        if "dtype" in up[1] and up[1]["dtype"] in LOW:  # an explicit 16-bit result type: round at the end
+            up[1]["dtype"] = torch.float32
+        out = inner(*up[0], **up[1]) if inner is not None else op(*up[0], **up[1])
+        if out is NotImplemented:
+            out = op(*up[0], **up[1])
+        return pytree.tree_map(lambda t: t.to(low) if isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                               else t, out)
+
+    decomposed.__name__ = f"_fp32_{op.__name__}"
+    return decomposed
+
+
+def wrap(table: dict) -> dict:
+    """`table` with every op of OPS computing 16-bit inputs in fp32 (around its own entry)."""
+    for op in OPS:
+        table[op] = _in_fp32(op, table.get(op))
+    return table
