@@ -1,0 +1,69 @@
+"""Pointwise/reduction/copy kernels, schedule: block sizes, warps, persistent or looped
+reductions per target (or the schedule recorded on the kernel)."""
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from . import patterns as pat
+from .generic_kernel import Kernel, LOOP_BLOCK_R, PERSISTENT_MAX, _cdiv, _next_pow2, _vendor, _warp_size
+from .generic_copy import _copy_numel, _mark_inplace
+
+
+def _sched_from_attr(func) -> dict | None:
+    attrs = pat.op_of(func).attributes
+    if "uniorch.schedule" not in attrs:
+        return None
+    out = {}
+    for na in ir.DictAttr(attrs["uniorch.schedule"]):
+        a = na.attr
+        if isinstance(a, ir.BoolAttr):
+            out[na.name] = bool(a.value)
+        elif isinstance(a, ir.IntegerAttr):
+            out[na.name] = int(a.value)
+        elif isinstance(a, ir.ArrayAttr):
+            out[na.name] = [ir.IntegerAttr(x).value for x in a]
+        else:
+            out[na.name] = str(a)
+    return out
+
+
+def _warps(elems: int, target: str) -> int:
+    w = 8 if elems >= 4096 else 4 if elems >= 512 else 2 if elems >= 128 else 1
+    if _warp_size(target) == 64:
+        w = max(1, w // 2)
+    return w
+
+
+def choose_schedule(kernel_func, target: str) -> dict:
+    """Block sizes, warps and grid for a pointwise / reduction / copy kernel on `target`.
+
+    For a copy kernel writing a slice into a buffer it reads (`tensor.insert_slice` into a kernel
+    argument), also records `uniorch.inplace` on the kernel: result 0 is written into that input.
+    """
+    k = Kernel(kernel_func)
+    interp = _vendor(target) == "interpret"
+    if k.kind == "copy":
+        n = _copy_numel(k)
+        _mark_inplace(k)
+        block = min(_next_pow2(n), 16384 if interp else 1024)
+        return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": _warps(block, target),
+                "num_stages": 1, "looped": False, "grid": [_cdiv(n, block), 1, 1]}
+    budget = 16384 if interp else (4096 if k.elem_bits() <= 32 else 2048)
+    if not k.reductive:
+        n = k.np_
+        block = min(_next_pow2(n), budget if interp else 1024)
+        return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": _warps(block, target),
+                "num_stages": 1, "looped": False, "grid": [_cdiv(n, block), 1, 1]}
+    nr, np_ = k.nr, k.np_
+    any_tree = any(c is not None for c in k.combiners.values())
+    limit = PERSISTENT_MAX if k.elem_bits() <= 32 else PERSISTENT_MAX // 2
+    if not any_tree:
+        block_r, looped = 1, False
+    elif _next_pow2(nr) <= limit:
+        block_r, looped = _next_pow2(nr), False
+    else:
+        block_r, looped = LOOP_BLOCK_R, True
+    block_p = max(1, min(_next_pow2(np_), budget // block_r, 1024 if interp else 256))
+    return {"block_p": block_p, "block_r": block_r, "block_k": 0,
+            "num_warps": _warps(block_p * block_r, target), "num_stages": 1, "looped": looped,
+            "grid": [_cdiv(np_, block_p), 1, 1]}
