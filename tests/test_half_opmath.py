@@ -22,3 +22,26 @@ def test_large_16bit_values_match_eager(dtype, name, fn):
     got, ref = cm(x), fn(x)
     assert got.dtype == ref.dtype and torch.isfinite(ref).all()
     torch.testing.assert_close(got, ref, rtol=2e-2 if dtype == torch.bfloat16 else 2e-3, atol=1e-2)
+
+
+def test_bfloat16_casts_on_the_interpreter():
+    # Triton's interpreter reinterpreted int/f64 <-> bf16 casts as bits (backends/interpret/fixes.py)
+    x = torch.tensor([[1.5, float("nan"), -8.5], [2.0, 3.0, float("nan")]], dtype=torch.bfloat16)
+    cases = [lambda x: torch.nanmean(x), lambda x: torch.special.ndtr(x), lambda x: x.double() * 3,
+             lambda x: (x * 1000).to(torch.int32), lambda x: x.half() + 1,
+             lambda x: torch.arange(6).view(2, 3).to(torch.bfloat16) / 7]
+    for fn in cases:
+        got, ref = uniorch.compile(fn, target="interpret")(x), fn(x)
+        assert got.dtype == ref.dtype
+        torch.testing.assert_close(got, ref, equal_nan=True, rtol=1e-2, atol=1e-2)
+
+
+def test_bfloat16_accumulating_scatter_runs_eagerly_and_right():
+    def f(x, i, src):
+        return x.scatter_reduce(0, i, src, "amax")
+
+    x, src = torch.randn(5, 3).bfloat16(), torch.randn(8, 3).bfloat16()
+    i = torch.randint(0, 5, (8, 3))
+    cm = uniorch.compile(f, target="interpret")
+    torch.testing.assert_close(cm(x, i, src), f(x, i, src))
+    assert any("bf16" in fb.why for fb in cm.explain(x, i, src).fallbacks)

@@ -9,6 +9,10 @@ interpreter's numpy emulation, each with the symptom it caused:
   becomes an int array ("ValueError: mask has unsupported dtype" in `tl.load`), or an `|` with a
   float-labelled one fails ("ufunc 'bitwise_or' not supported for the input types"). Fixed by
   labelling comparison results int1, as the compiled IR types them.
+- casts to and from bfloat16 (stored as uint16 bits): only bf16 <-> fp32 converted bits, and by
+  truncation; every other pair (f64, f16, integers <-> bf16) reinterpreted the number as bits,
+  so `int64 -> bf16` of 4 gave ~0 (nanmean divided by it: -inf) and `f64 -> bf16` constants were
+  garbage (ndtr). Fixed by going through fp32 and rounding to nearest even, as GPUs convert.
 """
 from __future__ import annotations
 
@@ -34,3 +38,46 @@ def apply() -> None:
     for name in dir(InterpreterBuilder):
         if name.startswith(("create_icmp", "create_fcmp")):
             setattr(InterpreterBuilder, name, as_i1(getattr(InterpreterBuilder, name)))
+
+    original_cast = InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if d == tl.bfloat16 and s != tl.bfloat16:
+            f32 = np.asarray(src.data).astype(np.float32)
+            return TensorHandle(_f32_to_bf16_bits(f32), tl.bfloat16)
+        if s == tl.bfloat16 and d != tl.bfloat16:
+            f32 = (np.asarray(src.data).astype(np.uint32) << 16).view(np.float32)
+            return TensorHandle(f32.astype(_np_type(d)), d)
+        return original_cast(self, src, dst_type)
+
+    InterpreterBuilder.cast_impl = cast_impl
+    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
+                 "create_fp_trunc"):
+        setattr(InterpreterBuilder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
+    original_fp_to_fp = InterpreterBuilder.create_fp_to_fp
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if tl.bfloat16 in (src.dtype.scalar, dst_type.scalar):
+            return self.cast_impl(src, dst_type)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+
+
+def _np_type(ty):
+    from triton.runtime.interpreter import _get_np_dtype
+
+    return _get_np_dtype(ty)
+
+
+def _f32_to_bf16_bits(x):
+    """fp32 -> bf16 bit patterns, round to nearest even; NaN stays a (quiet) NaN."""
+    import numpy as np
+
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if np.any(nan):
+        rounded = np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
+    return rounded
