@@ -83,7 +83,7 @@ TORCH_DECOMPOSED = (
     "addmv", "as_strided_copy", "narrow_copy", "view_copy", "permute_copy", "unbind_copy",
     "dist",
     # random ops torch-mlir has no lowering for: PyTorch writes them with rand/randn, which compile
-    "normal", "log_normal", "cauchy", "geometric",
+    "normal", "log_normal", "cauchy",
 )
 
 
@@ -278,6 +278,9 @@ def decomposition_table() -> dict:
     table.update(order_statistics)
     table.update(_from_torch(TORCH_DECOMPOSED))
     table[torch.ops.prims.normal.default] = _prims_normal
+    geometric = _from_torch(["geometric"])
+    for op, fn in geometric.items():  # PyTorch's rewrite draws uniform_ into the tensor: floats only
+        table[op] = (lambda f: lambda x, *a, **k: f(x, *a, **k) if x.dtype.is_floating_point else NotImplemented)(fn)
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
     table[aten.isfinite.default] = _isfinite
