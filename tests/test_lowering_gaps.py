@@ -205,3 +205,14 @@ def test_embedding_bag_per_sample_weights_and_padding(mode):
     cm = uniorch.compile(f, target="interpret", fallback="error")
     for g, r in zip(cm(weight, idx, offsets), f(weight, idx, offsets)):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_integer_max_pool3d_runs_eagerly_instead_of_crashing():
+    # torch-mlir's lowering kills the process (SIGSEGV) here: runtime/eager_only.py keeps it eager
+    def f(x):
+        return torch.nn.functional.max_pool3d(x, 2)
+
+    x = torch.randint(-5, 5, (1, 2, 4, 4, 4))
+    cm = uniorch.compile(f, target="interpret")
+    assert torch.equal(cm(x), f(x))
+    assert any("SIGSEGV" in fb.why for fb in cm.explain(x).fallbacks)

@@ -91,7 +91,7 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
 
     eager: dict[str, Fallback] = {}
     for n in _calls(gm):
-        why = eager_only(n.target)
+        why = eager_only(n.target, n)
         if why and fallback == "error":
             raise RegionError("import", f"{n.target}: {why}", [n.name])
         if why:
