@@ -32,6 +32,7 @@ from torch_mlir import ir
 
 from . import body as B
 from . import patterns as pat
+from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
 from .source import CodegenError, KernelSource
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
@@ -44,18 +45,6 @@ _OPS = {
 }
 _INT_BITS = {"f32": "tl.int32", "f64": "tl.int64", "f16": "tl.int16", "bf16": "tl.int16",
              "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64"}
-
-
-def _next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _shape(v) -> list[int]:
-    return list(ir.RankedTensorType(v.type).shape)
 
 
 class _Scatter:
@@ -164,14 +153,6 @@ def _mark_inplace(s: _Scatter) -> None:
     with s.func.context:
         s.func.attributes["uniorch.inplace"] = ir.ArrayAttr.get(
             [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s.orig)])
-
-
-def _sched_from_attr(func) -> dict | None:
-    attrs = pat.op_of(func).attributes
-    if "uniorch.schedule" not in attrs:
-        return None
-    return {na.name: int(ir.IntegerAttr(na.attr).value) for na in ir.DictAttr(attrs["uniorch.schedule"])
-            if isinstance(na.attr, ir.IntegerAttr)}
 
 
 def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
