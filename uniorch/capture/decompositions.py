@@ -264,6 +264,10 @@ def _from_torch(names) -> dict:
     return out
 
 
+# modules with a TABLE of decompositions for one family of ops each
+_FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral")
+
+
 @functools.cache
 def decomposition_table() -> dict:
     table = dict(get_decomposition_table())
@@ -303,6 +307,16 @@ def decomposition_table() -> dict:
     from .scatter_decompositions import table as scatter_family
 
     table.update(scatter_family())  # put, index_reduce, adaptive_max_pool3d
+    import importlib
+
+    for name in _FAMILIES:
+        try:
+            family = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{name}":
+                raise
+            continue
+        table.update(family.TABLE)
     from .opmath import wrap
 
     return wrap(table)  # last: around every entry above

@@ -23,8 +23,8 @@ class GraphInput:
 
 @dataclass(frozen=True)
 class GraphOutput:
-    kind: str  # "user" | "buffer_mutation" | "user_input_mutation"
-    target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index
+    kind: str  # "user" | "buffer_mutation" | "user_input_mutation" | "check"
+    target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index, or a check's spec
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,10 @@ class CapturedGraph:
         ]
 
     @property
+    def checks(self) -> list[dict]:
+        return [o.target for o in self.outputs if o.kind == "check"]
+
+    @property
     def num_user_outputs(self) -> int:
         return sum(o.kind == "user" for o in self.outputs)
 
@@ -88,6 +92,11 @@ class CapturedGraph:
 
     def finish(self, args: tuple, kwargs: Optional[dict], flat_outputs: list[Any]) -> Any:
         """Apply state updates (buffer and input mutations) and rebuild the user's output structure."""
+        from .checks import verify
+
+        for spec, value in zip(self.outputs, flat_outputs):  # before any state changes
+            if spec.kind == "check":
+                verify(spec.target, value)
         user_flat = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
         buffers = dict(self.module.named_buffers(remove_duplicate=False))
         user_out = []
@@ -97,7 +106,7 @@ class CapturedGraph:
                     buffers[spec.target].copy_(value)
                 elif spec.kind == "user_input_mutation":
                     user_flat[spec.target].copy_(value)
-                else:
+                elif spec.kind == "user":
                     user_out.append(value)
         return restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
 

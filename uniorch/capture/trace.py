@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import operator
 import warnings
 from typing import Any, Callable, Optional
 
@@ -112,6 +113,7 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
     inputs: list[GraphInput] = []
     constant_args: dict[int, Any] = {}
     dead_placeholders = []
+    tokens = []
     user_pos = 0
     for spec, node in zip(sig.input_specs, placeholders):
         if spec.kind == InputKind.USER_INPUT:
@@ -128,6 +130,8 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
             inputs.append(GraphInput("buffer", node.name, spec.target))
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             inputs.append(GraphInput("constant", node.name, spec.target))
+        elif spec.kind == InputKind.TOKEN:  # orders effectful ops; checks below replace them
+            tokens.append(node)
         else:
             raise CaptureError(f"unsupported graph input kind {spec.kind.name} ({spec.target})")
     for node in dead_placeholders:
@@ -143,9 +147,12 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
             outputs.append(GraphOutput("buffer_mutation", spec.target))
         elif spec.kind == OutputKind.USER_INPUT_MUTATION:
             outputs.append(GraphOutput("user_input_mutation", user_index[spec.target]))
+        elif spec.kind == OutputKind.TOKEN:
+            outputs.append(None)
         else:
             raise CaptureError(f"unsupported graph output kind {spec.kind.name} ({spec.target})")
 
+    outputs = _checks_as_outputs(gm, outputs, tokens)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return CapturedGraph(
@@ -159,6 +166,45 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
         constants=dict(ep.constants),
         name=_describe(module),
     )
+
+
+def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) -> list[GraphOutput]:
+    """Effectful check ops (`_linalg_check_errors`, uniorch's `require`) become extra graph outputs
+    of kind "check", evaluated by `CapturedGraph.finish`; their tokens (entries None in `outputs`)
+    and `with_effects` wrappers go, leaving a pure graph every later stage understands."""
+    from .checks import CHECK_OPS, as_output_spec
+
+    out_node = gm.graph.output_node()
+    values = [v for v, o in zip(out_node.args[0], outputs) if o is not None]
+    outputs = [o for o in outputs if o is not None]
+    effectful = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.higher_order.with_effects:
+            op, args = node.args[1], tuple(node.args[2:])
+        elif node.target in CHECK_OPS:
+            op, args = node.target, tuple(node.args)
+        else:
+            continue
+        if op not in CHECK_OPS:
+            raise CaptureError(f"effectful op {op} is not supported: only checks can run between kernels")
+        values.append(args[0])
+        outputs.append(GraphOutput("check", as_output_spec(op, args, dict(node.kwargs))))
+        effectful.append(node)
+    if not effectful and not tokens:
+        return outputs
+    out_node.args = (tuple(values),)
+    doomed = set(effectful)
+    for node in gm.graph.nodes:  # the token getitems of with_effects
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0] in doomed:
+            doomed.add(node)
+    for node in reversed(list(gm.graph.nodes)):
+        if node in doomed:
+            gm.graph.erase_node(node)
+    for node in tokens:
+        gm.graph.erase_node(node)
+    return outputs
 
 
 @contextlib.contextmanager

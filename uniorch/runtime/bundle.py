@@ -465,6 +465,11 @@ class LoadedModel:
         return flat
 
     def _finish(self, flat: list, buffers: dict, outs: list):
+        from ..capture.checks import verify
+
+        for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
+            if spec["kind"] == "check":
+                verify(spec["target"], value)
         user_out = []
         with torch.no_grad():
             for spec, value in zip(self.manifest["outputs"], outs):
@@ -472,7 +477,7 @@ class LoadedModel:
                     buffers[spec["target"]].copy_(value)
                 elif spec["kind"] == "user_input_mutation":
                     flat[spec["target"]].copy_(value)
-                else:
+                elif spec["kind"] == "user":
                     user_out.append(value)
         return restore_sizes(pytree.tree_unflatten(user_out, self._out_spec), self._out_spec)
 
