@@ -9,6 +9,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.runtime.sizes import restore_sizes
 
+from .complex_pairs import as_complex, as_pair
 from .locations import SourceLoc, node_source_loc
 
 
@@ -19,12 +20,14 @@ class GraphInput:
     kind: str  # "parameter" | "buffer" | "constant" | "user"
     name: str  # placeholder name
     target: Any = None  # fqn for parameter/buffer/constant; flat user-argument index for "user"
+    complex_dtype: Any = None  # a complex input, fed to the graph as its real pairs (view_as_real)
 
 
 @dataclass(frozen=True)
 class GraphOutput:
     kind: str  # "user" | "buffer_mutation" | "user_input_mutation" | "check"
     target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index, or a check's spec
+    complex_dtype: Any = None  # a complex output, computed as real pairs (view_as_complex restores it)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class CapturedGraph:
                 values.append(self.constants[inp.target])
             else:
                 values.append(flat[inp.target])
+            if inp.complex_dtype is not None:
+                values[-1] = as_pair(values[-1])
         return values
 
     def finish(self, args: tuple, kwargs: Optional[dict], flat_outputs: list[Any]) -> Any:
@@ -97,6 +102,7 @@ class CapturedGraph:
         for spec, value in zip(self.outputs, flat_outputs):  # before any state changes
             if spec.kind == "check":
                 verify(spec.target, value)
+        flat_outputs = [as_complex(v) if o.complex_dtype is not None else v for o, v in zip(self.outputs, flat_outputs)]
         user_flat = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
         buffers = dict(self.module.named_buffers(remove_duplicate=False))
         user_out = []

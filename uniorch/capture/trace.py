@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
+from .complex_pairs import to_pairs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 
@@ -86,6 +87,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     if baked:
         _unbake(cg, spec, flat, keep)
+    to_pairs(cg)
     return cg
 
 

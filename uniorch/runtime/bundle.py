@@ -32,6 +32,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.errors import UniorchError
 
+from ..capture.complex_pairs import as_complex, as_pair
 from .graph_json import GraphFormatError, dump_graph, load_graph
 from .sizes import restore_sizes
 
@@ -97,7 +98,7 @@ def save(art, path: str) -> str:
         "target": art.target, "device_type": parse_target(art.target).backend.device_type,
         "name": captured.name, "signature": _signature(captured.module),
         "in_spec": _treespec(captured.in_spec, "input"), "out_spec": _treespec(captured.out_spec, "output"),
-        "inputs": _input_specs(captured), "outputs": [{"kind": o.kind, "target": o.target} for o in captured.outputs],
+        "inputs": _input_specs(captured), "outputs": [_output_spec(o) for o in captured.outputs],
         "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
         "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
         "fallbacks": [dataclasses.asdict(f) for f in art.fallbacks],
@@ -177,9 +178,19 @@ def _input_specs(captured) -> list[dict]:
         val = vals.get(inp.name)
         if not isinstance(val, torch.Tensor):
             raise BundleError(f"input {inp.name} has no static tensor shape; bundles need fixed shapes")
-        specs.append({"kind": inp.kind, "name": inp.name, "target": inp.target,
-                      "shape": [int(d) for d in val.shape], "dtype": str(val.dtype).removeprefix("torch.")})
+        shape, dtype = [int(d) for d in val.shape], val.dtype
+        if inp.complex_dtype is not None:  # the graph takes its real pairs; callers pass the complex tensor
+            shape, dtype = shape[:-1], inp.complex_dtype
+        specs.append({"kind": inp.kind, "name": inp.name, "target": inp.target, "shape": shape,
+                      "dtype": str(dtype).removeprefix("torch."), "pairs": inp.complex_dtype is not None})
     return specs
+
+
+def _output_spec(o) -> dict:
+    spec = {"kind": o.kind, "target": o.target}
+    if o.complex_dtype is not None:
+        spec["complex"] = str(o.complex_dtype).removeprefix("torch.")
+    return spec
 
 
 def _weights(captured) -> dict[str, torch.Tensor]:
@@ -433,6 +444,8 @@ class LoadedModel:
                 values.append(self._weights[spec["target"]])
             else:
                 values.append(tables[spec["kind"]][spec["target"]])
+            if spec.get("pairs"):
+                values[-1] = as_pair(values[-1])
         outs = list(self.program(*values))
         return self._finish(flat, tables["buffer"], outs)
 
@@ -470,6 +483,7 @@ class LoadedModel:
         for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
             if spec["kind"] == "check":
                 verify(spec["target"], value)
+        outs = [as_complex(v) if "complex" in spec else v for spec, v in zip(self.manifest["outputs"], outs)]
         user_out = []
         with torch.no_grad():
             for spec, value in zip(self.manifest["outputs"], outs):

@@ -1,0 +1,59 @@
+"""Complex tensors as real pairs (capture/complex_pairs.py): graphs with complex inputs, outputs
+and intermediates compile with nothing left to eager, and match eager on fresh inputs."""
+import pytest
+import torch
+
+import uniorch
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _z(*shape, dtype=torch.complex64):
+    return torch.randn(*shape, dtype=dtype)
+
+
+CASES = {
+    "cfloat": (lambda x: x.cfloat(), lambda: (torch.randn(3, 4),)),
+    "cdouble": (lambda x: x.cdouble() * 2, lambda: (torch.randn(3, 4),)),
+    "chalf": (lambda x: x.chalf(), lambda: (torch.randn(5),)),
+    "complex_polar": (lambda a, b: torch.complex(a, b) + torch.polar(a.abs(), b),
+                      lambda: (torch.randn(3, 4), torch.randn(3, 4))),
+    "view_as_complex": (lambda a: torch.view_as_complex(a) * 1j, lambda: (torch.randn(3, 4, 2),)),
+    "arith": (lambda z, w: (z * w - z / w + z.conj(), (z * w).abs(), z.angle(), z.real, z.imag),
+              lambda: (_z(6), _z(6))),
+    "shapes_and_sum": (lambda z: (z.t().reshape(2, 6).sum(-1), z.transpose(0, 1)[1:, -1], torch.cat([z, z.exp()], 0)),
+                       lambda: (_z(4, 3),)),
+    "matmul": (lambda z, w: z @ w, lambda: (_z(3, 5), _z(5, 2))),
+    "complex128": (lambda z: torch.view_as_real(z * z), lambda: (_z(2, 3, dtype=torch.complex128),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_complex_graphs_compile_as_pairs(case):
+    fn, make = CASES[case]
+    args = make()
+    rep = uniorch.explain(fn, *args, target="interpret")
+    assert not rep.fallbacks, rep
+    out, ref = uniorch.compile(fn, target="interpret")(*args), fn(*args)
+    torch.testing.assert_close(out, ref)
+
+
+def test_complex_bundle_round_trip(tmp_path):
+    def fn(z, x):
+        return z * x + 1, (z.abs() * x).sum()
+
+    z, x = _z(4, 3), torch.randn(4, 3)
+    uniorch.compile_aot(fn, (z, x), target="interpret").save(str(tmp_path / "cx"))
+    loaded = uniorch.load(str(tmp_path / "cx"))
+    z2, x2 = _z(4, 3), torch.randn(4, 3)
+    torch.testing.assert_close(loaded(z2, x2), fn(z2, x2))
+
+
+def test_an_op_without_a_rule_leaves_the_graph_as_captured():
+    def fn(z):
+        return torch.sqrt(z) + 1  # no pair rule for complex sqrt: eager, and said so
+
+    z = _z(5)
+    rep = uniorch.explain(fn, z, target="interpret")
+    assert rep.fallbacks
+    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(z), fn(z))
