@@ -28,6 +28,7 @@ class GraphOutput:
     kind: str  # "user" | "buffer_mutation" | "user_input_mutation" | "check"
     target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index, or a check's spec
     complex_dtype: Any = None  # a complex output, computed as real pairs (view_as_complex restores it)
+    read: Any = None  # "item": a Python scalar; ("narrow", dim, i): trimmed to the count in output i
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class CapturedGraph:
         for spec, value in zip(self.outputs, flat_outputs):  # before any state changes
             if spec.kind == "check":
                 verify(spec.target, value)
-        flat_outputs = [as_complex(v) if o.complex_dtype is not None else v for o, v in zip(self.outputs, flat_outputs)]
+        flat_outputs = bounded(self.outputs, [as_complex(v) if o.complex_dtype is not None else v
+                                              for o, v in zip(self.outputs, flat_outputs)])
         user_flat = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
         buffers = dict(self.module.named_buffers(remove_duplicate=False))
         user_out = []
@@ -113,7 +115,7 @@ class CapturedGraph:
                 elif spec.kind == "user_input_mutation":
                     user_flat[spec.target].copy_(value)
                 elif spec.kind == "user":
-                    user_out.append(value)
+                    user_out.append(value)  # "size" outputs only served to trim others
         return restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
 
     def run_eager(self, *args, **kwargs) -> Any:
@@ -123,6 +125,19 @@ class CapturedGraph:
 
     def __call__(self, *args, **kwargs):
         return self.run_eager(*args, **kwargs)
+
+
+def bounded(specs, values: list) -> list:
+    """Outputs of data-dependent size trimmed to their counts, and Python scalars read out."""
+    out = list(values)
+    for i, spec in enumerate(specs):
+        read = spec.get("read") if isinstance(spec, dict) else spec.read
+        if read == "item":
+            out[i] = values[i].item()
+        elif read:
+            _, dim, count = read
+            out[i] = values[i].narrow(dim, 0, int(values[count]))
+    return out
 
 
 def _target_name(target: Callable) -> str:

@@ -25,6 +25,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
 from .complex_pairs import to_pairs
+from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 
@@ -87,6 +88,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     if baked:
         _unbake(cg, spec, flat, keep)
+    bound_outputs(cg)
     to_pairs(cg)
     return cg
 

@@ -33,6 +33,7 @@ import torch.utils._pytree as pytree
 from uniorch.errors import UniorchError
 
 from ..capture.complex_pairs import as_complex, as_pair
+from ..capture.graph import bounded
 from .graph_json import GraphFormatError, dump_graph, load_graph
 from .sizes import restore_sizes
 
@@ -188,6 +189,8 @@ def _input_specs(captured) -> list[dict]:
 
 def _output_spec(o) -> dict:
     spec = {"kind": o.kind, "target": o.target}
+    if o.read is not None:
+        spec["read"] = o.read
     if o.complex_dtype is not None:
         spec["complex"] = str(o.complex_dtype).removeprefix("torch.")
     return spec
@@ -483,7 +486,8 @@ class LoadedModel:
         for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
             if spec["kind"] == "check":
                 verify(spec["target"], value)
-        outs = [as_complex(v) if "complex" in spec else v for spec, v in zip(self.manifest["outputs"], outs)]
+        outs = bounded(self.manifest["outputs"], [as_complex(v) if "complex" in spec else v
+                                                  for spec, v in zip(self.manifest["outputs"], outs)])
         user_out = []
         with torch.no_grad():
             for spec, value in zip(self.manifest["outputs"], outs):

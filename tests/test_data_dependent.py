@@ -1,0 +1,57 @@
+"""Data-dependent output sizes and Python scalars (capture/data_dependent.py): computed padded in
+kernels, trimmed at the boundary; compared with eager on fresh inputs with different counts."""
+import pytest
+import torch
+
+import uniorch
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _sparse(*shape, keep=0.5):
+    x = torch.randn(*shape)
+    return torch.where(torch.rand(*shape) < keep, x, torch.zeros(()))
+
+
+CASES = {
+    "nonzero": lambda x: torch.nonzero(x),
+    "argwhere_3d": lambda x: torch.argwhere(x.reshape(2, 3, -1)),
+    "masked_select": lambda x: torch.masked_select(x * 2, x > 0),
+    "unique": lambda x: torch.unique(x.round(), return_inverse=True, return_counts=True),
+    "unique_plain": lambda x: torch.unique((x * 2).round()),
+    "unique_consecutive": lambda x: torch.unique_consecutive(x.round(), return_inverse=True, return_counts=True),
+    "item": lambda x: (x.abs().sum().item(), x + 1),
+    "nonzero_and_more": lambda x: (torch.nonzero(x > 0.3), x.softmax(-1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_data_dependent_outputs_compile(case):
+    fn = CASES[case]
+    x = _sparse(6, 8)
+    rep = uniorch.explain(fn, x, target="interpret")
+    assert not rep.fallbacks, rep
+    cm = uniorch.compile(fn, target="interpret")
+    for keep in (0.5, 0.1, 0.9):  # one compile, counts differ per call
+        x = _sparse(6, 8, keep=keep)
+        out, ref = cm(x), fn(x)
+        assert type(out) is type(ref)
+        torch.testing.assert_close(out, ref)
+
+
+def test_a_count_that_feeds_more_ops_stays_eager():
+    def fn(x):
+        return torch.nonzero(x).float().mean(0)  # the rows' count sizes later ops
+
+    x = _sparse(5, 5)
+    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
+
+
+def test_bundle_trims_at_the_boundary(tmp_path):
+    def fn(x):
+        return torch.masked_select(x, x > 0), torch.nonzero(x)
+
+    uniorch.compile_aot(fn, (_sparse(4, 6),), target="interpret").save(str(tmp_path / "dd"))
+    loaded = uniorch.load(str(tmp_path / "dd"))
+    x = _sparse(4, 6, keep=0.3)
+    torch.testing.assert_close(loaded(x), fn(x))
