@@ -19,6 +19,7 @@ CASES = {
     "masked_select": lambda x: torch.masked_select(x * 2, x > 0),
     "unique": lambda x: torch.unique(x.round(), return_inverse=True, return_counts=True),
     "unique_plain": lambda x: torch.unique((x * 2).round()),
+    "unique_unsorted": lambda x: torch.unique(x.round(), sorted=False, return_counts=True),
     "unique_consecutive": lambda x: torch.unique_consecutive(x.round(), return_inverse=True, return_counts=True),
     "item": lambda x: (x.abs().sum().item(), x + 1),
     "nonzero_and_more": lambda x: (torch.nonzero(x > 0.3), x.softmax(-1)),

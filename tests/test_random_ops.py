@@ -37,3 +37,15 @@ def test_fresh_numbers_per_call_and_reproducible_under_manual_seed():
     assert not torch.equal(a[1], c[1]) and not torch.equal(a[2], c[2])
     # two random ops in one call draw different numbers
     assert not torch.equal(a[1].flatten()[:100], a[2].flatten()[:100])
+
+
+def test_randint_like_compiles_in_range():
+    def f(x):
+        return torch.randint_like(x, 3, 10), torch.randint_like(x, 5, dtype=torch.int64)
+
+    x = torch.zeros(100, 100)
+    cm = uniorch.compile(f, target="interpret", fallback="error")
+    a, b = cm(x)
+    assert not cm.explain(x).fallbacks
+    assert a.dtype == x.dtype and a.shape == x.shape and b.dtype == torch.int64
+    assert set(a.unique().tolist()) == set(range(3, 10)) and set(b.unique().tolist()) == set(range(5))

@@ -86,10 +86,10 @@ def _uniques(ordered, starts, group, count, n, return_counts):
 
 
 def _unique2(x, sorted=True, return_inverse=False, return_counts=False):
-    """`torch.unique` (sorted): a sort, runs of equal values, their first elements. ATen's CPU
-    kernel sorts whatever `sorted` says for these dtypes; unsorted (hash) order is not promised,
-    so only sorted=True is rewritten."""
-    if not sorted or x.numel() == 0 or x.is_complex() or x.dtype == torch.bool:
+    """`torch.unique`: a sort, runs of equal values, their first elements. `sorted=False` leaves
+    the order unspecified, and ATen's CPU and CUDA kernels sort anyway ("faster than a hash
+    table", Unique.cpp), so both give eager's order."""
+    if x.numel() == 0 or x.is_complex() or x.dtype == torch.bool:
         return NotImplemented
     flat = x.reshape(-1)
     n = flat.shape[0]

@@ -251,6 +251,14 @@ def _prims_normal(shape, *, mean, std, dtype, device, requires_grad, generator=N
     return torch.randn(shape, dtype=dtype, device=device) * std + mean
 
 
+def _randint_like(x, low_or_high, high=None, *, dtype=None, layout=None, device=None, pin_memory=None,
+                  memory_format=None):
+    """`randint_like` as `randint` of the input's shape (torch-mlir lowers randint, not the _like
+    form); draws come from uniorch's seeded generator like every random op."""
+    low, high = (0, low_or_high) if high is None else (low_or_high, high)
+    return torch.randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)
+
+
 def _from_torch(names) -> dict:
     from torch._decomp import decomposition_table as torch_table
 
@@ -298,6 +306,7 @@ def decomposition_table() -> dict:
     table[aten.cumsum.default] = _cumulative(torch.cumsum)
     table[aten.kthvalue.default] = _kthvalue_0d
     table[aten.resize.default] = _resize
+    table[aten.randint_like.default] = table[aten.randint_like.low_dtype] = _randint_like
     table[aten.diagonal_scatter.default] = _diagonal_scatter
     table[aten.as_strided_scatter.default] = _as_strided_scatter
     table[aten.linalg_norm.default] = table[aten.linalg_norm.ord_str] = _linalg_norm
