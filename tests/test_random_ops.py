@@ -49,3 +49,21 @@ def test_randint_like_compiles_in_range():
     assert not cm.explain(x).fallbacks
     assert a.dtype == x.dtype and a.shape == x.shape and b.dtype == torch.int64
     assert set(a.unique().tolist()) == set(range(3, 10)) and set(b.unique().tolist()) == set(range(5))
+
+
+def test_float_randint_draws_integers():
+    def f(x):
+        return torch.randint(3, 10, (400,), dtype=torch.float32), torch.randint(-5, 5, (400,), dtype=torch.float64)
+
+    a, b = uniorch.compile(f, target="interpret", fallback="error")(torch.zeros(1))
+    assert set(a.tolist()) == set(float(v) for v in range(3, 10)) and a.dtype == torch.float32
+    assert set(b.tolist()) == set(float(v) for v in range(-5, 5)) and b.dtype == torch.float64
+
+
+def test_randint_is_uniform_over_its_range():
+    def f(x):
+        return torch.randint(-5, 5, (20000,)) + x.long()
+
+    a = uniorch.compile(f, target="interpret", fallback="error")(torch.zeros(1))
+    counts = torch.bincount(a + 5, minlength=10)
+    assert counts.numel() == 10 and counts.min() > 1700 and counts.max() < 2300, counts  # ~2000 each

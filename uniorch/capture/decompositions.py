@@ -259,6 +259,21 @@ def _randint_like(x, low_or_high, high=None, *, dtype=None, layout=None, device=
     return torch.randint(low, high, x.shape, dtype=dtype or x.dtype, device=device or x.device)
 
 
+def _randint(*args, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    """`randint` as low + floor(u * (high - low)) with u uniform in [0, 1) drawn in float64.
+
+    Why: torch-mlir's lowering truncates a scaled uniform sample toward zero and never rounds it
+    down for float dtypes: `randint(-5, 5)` never drew -5 and drew 0 twice as often, and
+    `randint(3, 10, dtype=float32)` gave 8.2457. Ranges wider than 2**32 would leave gaps in a
+    float64 sample derived from fewer random bits: those stay eager."""
+    low, high, size = (0, *args) if len(args) == 2 else args
+    if generator is not None or high - low > 2 ** 32 or high <= low:
+        return NotImplemented
+    u = torch.rand(size, dtype=torch.float64, device=device)
+    draw = torch.clamp(torch.floor(u * (high - low)), max=high - low - 1).to(torch.int64) + low
+    return draw.to(dtype or torch.int64)
+
+
 def _from_torch(names) -> dict:
     from torch._decomp import decomposition_table as torch_table
 
@@ -307,6 +322,7 @@ def decomposition_table() -> dict:
     table[aten.kthvalue.default] = _kthvalue_0d
     table[aten.resize.default] = _resize
     table[aten.randint_like.default] = table[aten.randint_like.low_dtype] = _randint_like
+    table[aten.randint.default] = table[aten.randint.low] = _randint
     table[aten.diagonal_scatter.default] = _diagonal_scatter
     table[aten.as_strided_scatter.default] = _as_strided_scatter
     table[aten.linalg_norm.default] = table[aten.linalg_norm.ord_str] = _linalg_norm
