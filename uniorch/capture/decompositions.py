@@ -288,7 +288,8 @@ def _from_torch(names) -> dict:
 
 
 # modules with a TABLE of decompositions for one family of ops each
-_FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent")
+_FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
+             "fractional_pool")
 
 
 @functools.cache
