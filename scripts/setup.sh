@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 V=.venv/bin/python
 stamp=.venv/.uniorch-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$V" -c "import uniorch, torch_mlir, triton, lit, filecheck, transformers" 2>/dev/null; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$V" -c "import uniorch, torch_mlir, triton, lit, filecheck, transformers, xdist" 2>/dev/null; then
   exit 0
 fi
 echo "[setup] installing into .venv (first run takes a few minutes)" >&2
