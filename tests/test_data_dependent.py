@@ -52,6 +52,8 @@ def test_bundle_trims_at_the_boundary(tmp_path):
     def fn(x):
         return torch.masked_select(x, x > 0), torch.nonzero(x)
 
+    rep = uniorch.explain(fn, _sparse(4, 6), target="interpret")
+    assert [b.split(":")[0] for b in rep.boundary] == ["output 0", "output 1"] and "trimmed" in str(rep)
     uniorch.compile_aot(fn, (_sparse(4, 6),), target="interpret").save(str(tmp_path / "dd"))
     loaded = uniorch.load(str(tmp_path / "dd"))
     x = _sparse(4, 6, keep=0.3)

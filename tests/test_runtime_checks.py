@@ -25,6 +25,7 @@ def test_singular_matrix_raises_eagers_error():
         cm(torch.zeros(3, 3))
     assert str(compiled.value) == str(eager.value)
     assert [c["op"] for c in uniorch.capture(f, (a,)).checks] == ["linalg_check_errors"]
+    assert uniorch.explain(f, a, target="interpret").checks == ["linalg.inv: info == 0"]
 
 
 def test_failed_require_reruns_eagerly():

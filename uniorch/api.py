@@ -196,6 +196,8 @@ class Report:
     bytes_moved: int
     bytes_minimum: int
     allocated_ops: int = 0  # ops with zero-element outputs: allocated, no kernel, no ATen call
+    checks: list[str] = field(default_factory=list)  # run-time checks after the kernels (capture/checks.py)
+    boundary: list[str] = field(default_factory=list)  # outputs finished at the boundary: complex views, trims
 
     @property
     def compiled_fraction(self) -> float:
@@ -212,6 +214,11 @@ class Report:
         for k in self.kernels:
             names = ", ".join(dict.fromkeys(o.removeprefix("aten.").split(".")[0] for o, _ in k.ops))
             lines.append(f"{k.name:<28} {k.kind:<12} {len(k.ops):>4} {_mb(k.bytes_read):>10} {_mb(k.bytes_written):>10}  {names}")
+        if self.checks:
+            lines += ["", "run-time checks (a failed linalg check raises eager's error; a failed require runs the "
+                          "call eagerly):"] + [f"  {c}" for c in self.checks]
+        if self.boundary:
+            lines += ["", "finished at the boundary: " + ", ".join(self.boundary)]
         if self.fallbacks:
             lines += ["", "eager fallbacks (op, where, why):"]
             lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {(f.why.splitlines() or [''])[0]}"
@@ -261,7 +268,24 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)
     allocated = sum(1 for n in aten if n.name in program.allocated_nodes)
-    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated)
+    checks = [f"{c['api']}: info == 0" if c["op"] == "linalg_check_errors" else f"require: {c['what']}"
+              for c in cg.checks]
+    boundary = [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
+    boundary = [b for b in boundary if b]
+    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
+                  checks, boundary)
+
+
+def _boundary(i: int, out) -> str:
+    """How output i leaves the graph when it is not the kernels' tensor as is."""
+    how = []
+    if out.complex_dtype is not None:
+        how.append(f"view_as_complex ({str(out.complex_dtype).removeprefix('torch.')})")
+    if out.read == "item":
+        how.append(".item()")
+    elif out.read:
+        how.append(f"trimmed along dim {out.read[1]} to a count computed in the kernels")
+    return f"output {i}: " + " and ".join(how) if how else ""
 
 
 def _where_model() -> str:
