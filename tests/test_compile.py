@@ -105,22 +105,22 @@ def test_explain_lists_kernels_with_source_locations():
 def test_explain_reports_fallback_for_unsupported_op():
     def fn(x):
         y = torch.relu(x)
-        return torch.logcumsumexp(y, dim=-1) + 1  # left to PyTorch (runtime/eager_only.py)
+        return torch.linalg.ldl_factor_ex(y @ y.mT + torch.eye(4))[0] + 1  # nothing lowers LDL: PyTorch runs it
 
     x = torch.randn(4, 8)
     rep = uniorch.explain(fn, x, target="interpret")
     got = uniorch.compile(fn, target="interpret")(x)
     torch.testing.assert_close(got, fn(x))
-    assert [f.op for f in rep.fallbacks] == ["aten.logcumsumexp.default"], str(rep)
+    assert [f.op for f in rep.fallbacks] == ["aten.linalg_ldl_factor_ex.default"], str(rep)
     assert rep.kernels  # relu and the add still compile around it
 
 
 def test_fallback_error_raises():
     def fn(x):
-        return torch.logcumsumexp(x, dim=-1)
+        return torch.linalg.ldl_factor_ex(x @ x.mT + torch.eye(3))[0]
 
     cm = uniorch.compile(fn, target="interpret", fallback="error")
-    with pytest.raises(uniorch.UniorchError, match="logcumsumexp"):
+    with pytest.raises(uniorch.UniorchError, match="ldl_factor"):
         cm(torch.randn(3, 4))
 
 

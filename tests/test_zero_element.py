@@ -68,3 +68,50 @@ def test_size_outputs_stay_torch_size(tmp_path):
     art.save(str(tmp_path / "s"))
     got = uniorch.load(str(tmp_path / "s"))(x)
     assert type(got[0]) is torch.Size and type(got[1]["s"][0]) is torch.Size
+
+
+def _folds(fn, *args):
+    """Compiles with nothing left to PyTorch and matches eager (values, NaNs, dtypes)."""
+    rep = uniorch.explain(fn, *args, target="interpret")
+    assert not rep.fallbacks, rep
+    got, ref = uniorch.compile(fn, target="interpret")(*args), fn(*args)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        torch.testing.assert_close(g, r, equal_nan=True)
+
+
+def test_ops_reading_only_empty_tensors_fold_into_fills():
+    # det of 0x0 is 1 (slogdet: sign 1, log 0), a sum over nothing 0, a mean NaN, mm with an
+    # empty inner dim zeros: fixed by shapes, so the ops after them compile too
+    def g(a, u, v, m, n):
+        det = torch.linalg.det(a) + 1
+        sign, logabs = torch.linalg.slogdet(a)
+        return (det, sign, logabs, torch.logdet(a), torch.linalg.vecdot(u, v), (m @ n) * 2 + 1,
+                m.sum(1).exp(), m.mean(1), m.prod(1), m.amax(0))
+    _folds(g, torch.randn(0, 0), torch.randn(0), torch.randn(0), torch.randn(3, 0), torch.randn(0, 4))
+
+
+def test_cat_drops_zero_element_inputs():
+    # block_diag pads with zero-width blocks; a legacy 1-d empty(0) joins any rank
+    def g(x, y, e):
+        return torch.block_diag(x, y), torch.cat([e, y, e], 1), torch.cat([x[:, :0], x], 1) * 2
+    _folds(g, torch.randn(1, 5), torch.randn(2, 3), torch.randn(0))
+
+
+def test_cat_keeps_empty_inputs_that_promote():
+    # an empty float64 input still makes the result float64: the cat stays as it is
+    def g(x, e):
+        return torch.cat([x, e])
+    x, e = torch.randn(3), torch.randn(0, dtype=torch.float64)
+    got, ref = uniorch.compile(g, target="interpret")(x, e), g(x, e)
+    assert got.dtype == ref.dtype == torch.float64
+    torch.testing.assert_close(got, ref)
+
+
+def test_empty_results_of_multi_result_ops_are_allocated():
+    # train-mode batch norm's cudnn reserve is empty on CPU; the op itself compiles
+    def g(x, w, b, rm, rv):
+        return torch.ops.aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)
+    _folds(g, torch.randn(4, 3, 2), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3))

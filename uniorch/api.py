@@ -12,7 +12,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
-from .capture.checks import CheckFailed
+from .runtime.boundary import CheckFailed
 
 from .runtime.partition import Program, compile_program
 from .targets import Target, parse_target, require_runnable

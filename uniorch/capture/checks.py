@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
+from ..runtime.boundary import CheckFailed  # noqa: F401 - raised at the boundary, named here for users
+
 _lib = torch.library.Library("uniorch", "FRAGMENT")
 _lib.define("require(Tensor ok, str what) -> ()")
 
@@ -28,10 +30,6 @@ def _require_eager(ok: torch.Tensor, what: str) -> None:
 _lib.impl("require", _require_eager, "CompositeExplicitAutograd")
 torch.library.register_fake("uniorch::require", lambda ok, what: None, lib=_lib)
 _register_effectful_op(torch.ops.uniorch.require.default, _EffectType.ORDERED)
-
-
-class CheckFailed(RuntimeError):
-    """A `require` condition was false at run time: the call is redone eagerly."""
 
 
 def require(ok: torch.Tensor, what: str) -> None:
@@ -53,11 +51,3 @@ def as_output_spec(op, args: tuple, kwargs: dict) -> dict:
         return {"op": kind, "what": str(args[1])}
     is_matrix = kwargs.get("is_matrix", args[2] if len(args) > 2 else True)
     return {"op": kind, "api": str(args[1]), "is_matrix": bool(is_matrix)}
-
-
-def verify(spec: dict, value: torch.Tensor) -> None:
-    """Raises eager's error for a failed linalg check, CheckFailed for a failed `require`."""
-    if spec["op"] == "linalg_check_errors":
-        torch._linalg_check_errors(value, spec["api"], is_matrix=spec["is_matrix"])
-    elif not bool(value.all()):
-        raise CheckFailed(spec["what"])

@@ -22,6 +22,8 @@ import torch.fx as fx
 from torch.fx import traceback as fx_traceback
 import torch.utils._pytree as pytree
 
+from ..runtime.boundary import as_complex, as_pair  # noqa: F401 - the boundary's half of the pairing
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -376,17 +378,6 @@ def to_pairs(cg) -> bool:
 
 def _complex_dtype_of(node: fx.Node):
     return node.meta["val"].dtype
-
-
-def as_complex(t: torch.Tensor) -> torch.Tensor:
-    """An output pair back as the complex tensor the caller expects (a view when strides allow)."""
-    if t.stride(-1) != 1 or any(s % 2 for s in t.stride()[:-1]) or t.storage_offset() % 2:
-        t = t.contiguous()
-    return torch.view_as_complex(t)
-
-
-def as_pair(x: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(x.resolve_conj())
 
 
 __all__ = ["Pair", "RULES", "as_complex", "as_pair", "has_complex", "to_pairs"]

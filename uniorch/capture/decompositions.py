@@ -293,7 +293,9 @@ _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites",
 
 
 @functools.cache
-def decomposition_table() -> dict:
+def decomposition_table(data_dependent: bool = True) -> dict:
+    """Every decomposition capture applies; `data_dependent=False` leaves out the rewrites whose
+    outputs have data-dependent sizes (capture retries without them when they fail to trace)."""
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
@@ -335,7 +337,7 @@ def decomposition_table() -> dict:
     table.update(scatter_family())  # put, index_reduce, adaptive_max_pool3d
     import importlib
 
-    for name in _FAMILIES:
+    for name in _FAMILIES if data_dependent else [f for f in _FAMILIES if f != "data_dependent"]:
         try:
             family = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as exc:

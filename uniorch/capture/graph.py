@@ -9,7 +9,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.runtime.sizes import restore_sizes
 
-from .complex_pairs import as_complex, as_pair
+from uniorch.runtime.boundary import as_complex, as_pair, bounded, verify
 from .locations import SourceLoc, node_source_loc
 
 
@@ -98,8 +98,6 @@ class CapturedGraph:
 
     def finish(self, args: tuple, kwargs: Optional[dict], flat_outputs: list[Any]) -> Any:
         """Apply state updates (buffer and input mutations) and rebuild the user's output structure."""
-        from .checks import verify
-
         for spec, value in zip(self.outputs, flat_outputs):  # before any state changes
             if spec.kind == "check":
                 verify(spec.target, value)
@@ -125,19 +123,6 @@ class CapturedGraph:
 
     def __call__(self, *args, **kwargs):
         return self.run_eager(*args, **kwargs)
-
-
-def bounded(specs, values: list) -> list:
-    """Outputs of data-dependent size trimmed to their counts, and Python scalars read out."""
-    out = list(values)
-    for i, spec in enumerate(specs):
-        read = spec.get("read") if isinstance(spec, dict) else spec.read
-        if read == "item":
-            out[i] = values[i].item()
-        elif read:
-            _, dim, count = read
-            out[i] = values[i].narrow(dim, 0, int(values[count]))
-    return out
 
 
 def _target_name(target: Callable) -> str:

@@ -82,7 +82,12 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     try:
         with _quiet_tracing():
             ep = torch.export.export(traced, t_args, t_kwargs, strict=False)
-            ep = ep.run_decompositions(decomposition_table())
+            try:
+                ep = ep.run_decompositions(decomposition_table())
+            except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
+                # a count from nonzero/masked_select/unique that later shape arithmetic cannot
+                # bound symbolically fails the trace; without those rewrites the ops stay eager
+                ep = ep.run_decompositions(decomposition_table(data_dependent=False))
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     cg = _from_exported(ep, traced, t_args, t_kwargs)

@@ -43,6 +43,8 @@ OPS = {
     "special_spherical_bessel_j0": ("spherical_bessel_j0", 1, 0), "special_airy_ai": ("airy_ai", 1, 0),
     "signbit": ("signbit", 1, 0), "isfinite": ("isfinite", 1, 0),
     "hypot": ("hypot", 2, 0), "nextafter": ("nextafter", 2, 0), "special_zeta": ("zeta", 2, 0),
+    "igamma": ("igamma", 2, 0), "igammac": ("igammac", 2, 0),
+    "special_gammainc": ("igamma", 2, 0), "special_gammaincc": ("igammac", 2, 0),
     "polygamma": ("polygamma", 1, 1), "special_polygamma": ("polygamma", 1, 1),
     "special_hermite_polynomial_h": ("hermite_h", 2, 0), "special_hermite_polynomial_he": ("hermite_he", 2, 0),
     "special_laguerre_polynomial_l": ("laguerre_l", 2, 0), "special_legendre_polynomial_p": ("legendre_p", 2, 0),

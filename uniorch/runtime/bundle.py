@@ -32,8 +32,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.errors import UniorchError
 
-from ..capture.complex_pairs import as_complex, as_pair
-from ..capture.graph import bounded
+from .boundary import CheckFailed, as_complex, as_pair, bounded, verify
 from .graph_json import GraphFormatError, dump_graph, load_graph
 from .sizes import restore_sizes
 
@@ -450,7 +449,13 @@ class LoadedModel:
             if spec.get("pairs"):
                 values[-1] = as_pair(values[-1])
         outs = list(self.program(*values))
-        return self._finish(flat, tables["buffer"], outs)
+        try:
+            return self._finish(flat, tables["buffer"], outs)
+        except CheckFailed as failed:  # a rewrite's run-time condition did not hold: eager answers
+            if self._model is None:
+                raise BundleError(f"run-time check failed ({failed}); this call needs eager PyTorch: load the "
+                                  f"bundle with model=... to run such calls eagerly") from failed
+            return self._model(*args, **kwargs)
 
     def _flatten(self, args: tuple, kwargs: dict) -> list:
         from torch.export._tree_utils import reorder_kwargs
@@ -481,8 +486,6 @@ class LoadedModel:
         return flat
 
     def _finish(self, flat: list, buffers: dict, outs: list):
-        from ..capture.checks import verify
-
         for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
             if spec["kind"] == "check":
                 verify(spec["target"], value)

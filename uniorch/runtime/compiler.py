@@ -90,8 +90,10 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     all_nodes = [n.name for n in gm.graph.nodes if n.op == "call_function"]
     empty = _empty_tensor_nodes(gm)
     if empty:
-        # nothing to compute, and torch-mlir's lowering of some views of them divides by zero
-        # (a crash of the whole process, not an error), so these ops stay in PyTorch
+        # torch-mlir's lowering of some views of them divides by zero (a crash of the whole
+        # process, not an error), so these ops stay in PyTorch. Ops whose result shapes alone
+        # decide were folded into fills before partitioning (partition.fold_empty_inputs); what
+        # is left reads an empty tensor together with a non-empty one, or has no uniform result
         raise RegionError("import", "zero-element tensors: nothing to compute, left to PyTorch", empty)
     t = time.perf_counter()
     ctx = make_context()

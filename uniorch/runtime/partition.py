@@ -3,7 +3,9 @@
 The captured graph is cut into runs of consecutive nodes (in topological order) that are either
 compiled, eager, or allocations (ops whose every output has zero elements: there is nothing to
 compute, so the runtime allocates the empty result with eager's shape, strides and dtype and no
-kernel; torch-mlir's lowering of some such views divides by zero, killing the process). Every compiled run becomes one `CompiledGraph`; when compiling a run fails, the
+kernel; torch-mlir's lowering of some such views divides by zero, killing the process). Before
+cutting, ops reading only zero-element tensors are folded into fills (`fold_empty_inputs`), so
+what they feed compiles. Every compiled run becomes one `CompiledGraph`; when compiling a run fails, the
 FX nodes named by the failure (or, without names, the whole run) become eager and the graph is cut
 again. The result is an FX GraphModule calling compiled regions and plain ATen ops in order.
 """
@@ -89,6 +91,8 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
     compile_region = compile_region or compile_graph
     from .eager_only import reason as eager_only
 
+    fold_empty_inputs(gm)
+
     eager: dict[str, Fallback] = {}
     for n in _calls(gm):
         why = eager_only(n.target, n)
@@ -113,9 +117,10 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
                 for k, v in cache[key].timings.items():
                     timings[k] = timings.get(k, 0.0) + v
             except RegionError as err:
-                if fallback == "error":
-                    raise
                 by_name = {n.name: n for n in nodes}
+                if fallback == "error":  # name the ops, not only the stage that refused them
+                    ops = ", ".join(dict.fromkeys(str(by_name[n].target) for n in err.nodes if n in by_name))
+                    raise RegionError(err.stage, f"{ops}: {err.reason}" if ops else err.reason, err.nodes) from err
                 # a getitem follows its source's status: blame the source, or nothing would change
                 named = list(dict.fromkeys(
                     by_name[n].args[0].name if by_name[n].target is operator.getitem else n
@@ -257,3 +262,184 @@ def _assemble(gm, runs, cache, fallback):
     out = next(n for n in gm.graph.nodes if n.op == "output")
     g.output(fx.graph.map_arg(out.args[0], lambda x: env[x]))
     return fx.GraphModule(root, g), regions, compiled_nodes
+
+
+# ---- ops reading zero-element tensors ----------------------------------------------------------
+#
+# A region holding one is refused by the compiler (torch-mlir's lowering of some views of empty
+# tensors divides by zero and kills the process). But a node whose tensor inputs all have zero
+# elements computes a result fixed by shapes alone (a sum over nothing is 0, det of a 0x0 matrix
+# is 1, mm with an empty inner dim is zeros), and an empty input of a cat contributes nothing:
+# rewritten before partitioning, the rest of the graph compiles.
+
+FOLD_NUMEL_MAX = 1 << 22  # elements an op may produce when evaluated at compile time (CPU memory)
+
+
+def fold_empty_inputs(gm: fx.GraphModule) -> None:
+    """Rewrites `gm` in place, in topological order so a folded result (no longer empty) frees
+    its users: used zero-element results of multi-result ops become allocations of their own,
+    cats drop zero-element inputs, and ops whose tensor inputs all have zero elements become
+    `aten.full` of the value they compute (evaluated now, on empty tensors)."""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is operator.getitem:
+            continue
+        if n.target is torch.ops.aten.cat.default:
+            changed |= _drop_empty_cat_inputs(n)
+        elif _reads_only_empty(n):
+            changed |= _fold(gm, n)
+        if n.graph is not None and isinstance(n.meta.get("val"), (list, tuple)):
+            changed |= _split_off_empty_results(gm, n)
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+
+
+def _static_empty(v) -> bool:
+    return (isinstance(v, torch.Tensor) and not v.is_sparse and v.layout == torch.strided
+            and all(isinstance(d, int) for d in (*v.shape, *v.stride())) and v.numel() == 0)
+
+
+def _static(v) -> bool:
+    return (isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_sparse
+            and all(isinstance(d, int) for d in (*v.shape, *v.stride())))
+
+
+def _reads_only_empty(n: fx.Node) -> bool:
+    """Deterministic ops (random ones draw from the generator even for shapes alone) whose
+    every tensor input is a static zero-element tensor, with static non-empty results."""
+    if not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    tags = n.target.tags
+    if torch.Tag.nondeterministic_seeded in tags or torch.Tag.dynamic_output_shape in tags:
+        return False
+    if n.target.__name__.split(".")[0].endswith(("empty", "empty_like", "empty_strided", "empty_permuted")):
+        return False  # uninitialized memory: nothing to fold
+    vals = [a.meta.get("val") for a in n.all_input_nodes]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    if not tensors or not all(_static_empty(v) for v in tensors):
+        return False
+    if any(not isinstance(v, torch.Tensor) for v in vals):  # symbolic ints among the inputs
+        return False
+    out = n.meta.get("val")
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    if not all(_static(v) for v in outs) or sum(v.numel() for v in outs) > FOLD_NUMEL_MAX:
+        return False
+    return any(v.numel() > 0 for v in outs)
+
+
+def _evaluate(n: fx.Node):
+    """The node's own op on CPU empty tensors of its inputs' dtypes and shapes (values do not
+    exist, so the result cannot depend on them); None if that fails."""
+    def empty(a: fx.Node):
+        v = a.meta["val"]
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="cpu")
+
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), empty)
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": "cpu"}
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            return n.target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - whatever the op rejects stays with the op, at run time
+        return None
+
+
+def _uniform_value(t: torch.Tensor):
+    """The one value every element of `t` holds (bit for bit up to NaN payloads), or None."""
+    flat = t.reshape(-1)
+    first = flat[:1]
+    if t.dtype.is_complex:
+        return None
+    if t.dtype.is_floating_point:
+        if bool(first.isnan()):
+            return float("nan") if bool(flat.isnan().all()) else None
+        if not (torch.equal(flat, first.expand_as(flat)) and torch.equal(flat.signbit(), first.signbit().expand_as(flat))):
+            return None
+    elif not torch.equal(flat, first.expand_as(flat)):
+        return None
+    return first.item()
+
+
+def _fold(gm: fx.GraphModule, n: fx.Node) -> bool:
+    result = _evaluate(n)
+    if result is None:
+        return False
+    val = n.meta["val"]
+    multi = isinstance(val, (list, tuple))
+    results = list(result) if multi else [result]
+    vals = list(val) if multi else [val]
+    if len(results) != len(vals):
+        return False
+    users = {u.args[1]: u for u in n.users if u.target is operator.getitem} if multi else {0: n}
+    if multi and len(users) != len(n.users):
+        return False  # a result used other than through getitem
+    replacements = {}
+    for i, user in users.items():
+        r, v = results[i], vals[i]
+        if not isinstance(r, torch.Tensor) or r.dtype != v.dtype or tuple(r.shape) != tuple(v.shape):
+            return False
+        if r.numel() == 0:
+            replacements[i] = (user, None)
+            continue
+        value = _uniform_value(r)
+        if value is None:
+            return False  # a result with differing elements (none seen so far): left as it is
+        replacements[i] = (user, value)
+    for i, (user, value) in replacements.items():
+        v = vals[i]
+        with gm.graph.inserting_before(n):
+            if value is None:
+                new = _allocate(gm.graph, (tuple(v.shape), tuple(v.stride()), v.dtype, v.device))
+            else:
+                new = gm.graph.call_function(torch.ops.aten.full.default, (list(v.shape), value),
+                                             {"dtype": v.dtype, "layout": torch.strided, "device": v.device,
+                                              "pin_memory": False})
+        new.meta = {**n.meta, "val": v}
+        user.replace_all_uses_with(new)
+        if user is not n:
+            gm.graph.erase_node(user)
+    if not n.users:
+        gm.graph.erase_node(n)
+    return True
+
+
+def _drop_empty_cat_inputs(n: fx.Node) -> bool:
+    """A cat without its zero-element inputs: they add no rows (ATen skips legacy 1-d `empty(0)`
+    inputs whatever their rank, and every other empty input has size 0 along `dim`). Kept as it
+    is when the dropped inputs took part in dtype promotion: the rest would promote otherwise."""
+    tensors, rest = n.args[0], n.args[1:]
+    if not all(isinstance(t, fx.Node) for t in tensors):
+        return False
+    vals = [t.meta.get("val") for t in tensors]
+    keep = [t for t, v in zip(tensors, vals) if not _static_empty(v)]
+    out = n.meta.get("val")
+    if len(keep) == len(tensors) or not keep or not isinstance(out, torch.Tensor):
+        return False
+    dtype = keep[0].meta["val"].dtype
+    for t in keep[1:]:
+        dtype = torch.promote_types(dtype, t.meta["val"].dtype)
+    if dtype != out.dtype:
+        return False
+    n.args = (keep, *rest)
+    return True
+
+
+def _split_off_empty_results(gm: fx.GraphModule, n: fx.Node) -> bool:
+    """Used zero-element results of a multi-result op (batch norm's reserve, det's LU of a 0x0
+    matrix) become allocations of their own, so the op itself can compile for the others."""
+    vals = n.meta["val"]
+    changed = False
+    for u in list(n.users):
+        if u.target is not operator.getitem or not isinstance(u.args[1], int):
+            continue
+        v = vals[u.args[1]]
+        if not _static_empty(v) or all(_static_empty(w) for w in vals if isinstance(w, torch.Tensor)):
+            continue  # every result empty: the whole op is an allocation already
+        with gm.graph.inserting_before(u):
+            new = _allocate(gm.graph, (tuple(v.shape), tuple(v.stride()), v.dtype, v.device))
+        new.meta = {**u.meta, "val": v}
+        u.replace_all_uses_with(new)
+        gm.graph.erase_node(u)
+        changed = True
+    return changed
