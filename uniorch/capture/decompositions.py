@@ -338,13 +338,7 @@ def decomposition_table(data_dependent: bool = True) -> dict:
     import importlib
 
     for name in _FAMILIES if data_dependent else [f for f in _FAMILIES if f != "data_dependent"]:
-        try:
-            family = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
-            continue
-        table.update(getattr(family, "TABLE", {}))  # a module being written may not have one yet
+        table.update(importlib.import_module(f"{__package__}.{name}").TABLE)
     from .opmath import wrap
 
     return wrap(table)  # last: around every entry above
