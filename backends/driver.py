@@ -41,7 +41,10 @@ def _triton_frontend(ks, backend: Backend, options):
     context = tir.context()
     tir.load_dialects(context)
     tb.load_dialects(context)
-    module = src.make_ir(target, topts, tb.get_codegen_implementation(topts), tb.get_module_map(), context)
+    from .triton_launch import TRITON_LANGUAGE_LOCK
+
+    with TRITON_LANGUAGE_LOCK:  # not while an interpreted kernel has triton.language patched
+        module = src.make_ir(target, topts, tb.get_codegen_implementation(topts), tb.get_module_map(), context)
     metadata: dict[str, Any] = {"target": target, **topts.__dict__, "triton_version": triton.__version__}
     stages: dict = {}
     tb.add_stages(stages, topts, src.language)

@@ -4,9 +4,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from typing import Any
 
 from .sdk import CompiledKernel, tensor_args
+
+
+# Triton's interpreter runs a kernel by patching `triton.language` process-wide and restoring it
+# afterwards; two threads interleaving that leave it patched for good, and Triton's front end then
+# builds IR with the interpreter's builder ("'InterpreterBuilder' object has no attribute
+# 'create_reduce'"). Interpreted launches and front-end compiles therefore take turns.
+TRITON_LANGUAGE_LOCK = threading.RLock()
 
 
 class TritonLauncher:
@@ -17,8 +25,9 @@ class TritonLauncher:
 
     def __call__(self, inputs: list, outputs: list) -> None:
         ks = self.kernel
-        self.fn[ks.grid](*tensor_args(ks, inputs, outputs), **ks.constexprs, num_warps=ks.num_warps,
-                         num_stages=ks.num_stages)
+        with TRITON_LANGUAGE_LOCK:
+            self.fn[ks.grid](*tensor_args(ks, inputs, outputs), **ks.constexprs, num_warps=ks.num_warps,
+                             num_stages=ks.num_stages)
 
 
 class BinaryLauncher:

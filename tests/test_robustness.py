@@ -160,3 +160,23 @@ def test_half_mean_of_a_long_row(dtype):
     for g, w in zip(got, want):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2)
+
+
+def test_interpreted_kernels_in_threads_leave_triton_language_alone():
+    """Triton's interpreter patches triton.language while a kernel runs; unserialized threads left
+    it patched, and a later cross-compile then built IR with the interpreter's builder."""
+    import triton.language as tl
+
+    before = {n: getattr(tl, n) for n in ("reduce", "associative_scan", "range", "multiple_of")}
+    fns = [uniorch.compile(lambda x, k=k: (x * k).softmax(-1).sum(0), target="interpret") for k in range(4)]
+    x = torch.randn(32, 32)
+    for f in fns:
+        f(x)
+    threads = [threading.Thread(target=lambda f=f: [f(x) for _ in range(10)]) for f in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {n: getattr(tl, n) for n in before} == before
+    art = uniorch.compile_aot(lambda x: x.amax(-1), (x,), target="cuda:sm_90")  # Triton's front end still works
+    assert art.kernels and "tt.reduce" in art.kernels[0].asm["ttir"]
