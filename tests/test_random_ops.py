@@ -67,3 +67,25 @@ def test_randint_is_uniform_over_its_range():
     a = uniorch.compile(f, target="interpret", fallback="error")(torch.zeros(1))
     counts = torch.bincount(a + 5, minlength=10)
     assert counts.numel() == 10 and counts.min() > 1700 and counts.max() < 2300, counts  # ~2000 each
+
+
+def test_more_distributions_compile_with_the_right_statistics():
+    def f(x):
+        return (torch.empty_like(x).cauchy_(), torch.empty_like(x).log_normal_(0.5, 0.25),
+                torch.empty_like(x).geometric_(0.25), torch.empty_like(x).exponential_(2.0),
+                torch.empty_like(x).uniform_(-2.0, 3.0), torch.empty_like(x).normal_(1.0, 2.0),
+                torch.nn.functional.rrelu(x - 0.5, 0.1, 0.3, training=True))
+
+    x = torch.rand(200, 100)
+    cm = uniorch.compile(f, target="interpret")
+    assert not cm.explain(x).fallbacks
+    c, ln, g, e, u, n, r = cm(x)
+    assert abs(c.median()) < 0.05 and abs((c.abs() < 1).float().mean() - 0.5) < 0.02  # Cauchy(0, 1) quartiles at ±1
+    assert abs(ln.log().mean() - 0.5) < 0.01 and abs(ln.log().std() - 0.25) < 0.01
+    assert g.min() >= 1 and bool((g == g.round()).all()) and abs(g.mean() - 4) < 0.15
+    assert e.min() >= 0 and abs(e.mean() - 0.5) < 0.02
+    assert -2 <= u.min() and u.max() < 3 and abs(u.mean() - 0.5) < 0.05
+    assert abs(n.mean() - 1) < 0.05 and abs(n.std() - 2) < 0.05
+    neg = (x - 0.5) < 0
+    slope = r[neg] / (x - 0.5)[neg]
+    assert 0.1 - 1e-5 <= slope.min() and slope.max() <= 0.3 + 1e-5 and torch.equal(r[~neg], (x - 0.5)[~neg])
