@@ -5,26 +5,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from . import patterns as pat
+from .patterns import recorded_schedule as _sched_from_attr  # noqa: F401 - generic.py's name for it
 from .generic_kernel import Kernel, LOOP_BLOCK_R, PERSISTENT_MAX, _cdiv, _next_pow2, _vendor, _warp_size
 from .generic_copy import _copy_numel, _mark_inplace
-
-
-def _sched_from_attr(func) -> dict | None:
-    attrs = pat.op_of(func).attributes
-    if "uniorch.schedule" not in attrs:
-        return None
-    out = {}
-    for na in ir.DictAttr(attrs["uniorch.schedule"]):
-        a = na.attr
-        if isinstance(a, ir.BoolAttr):
-            out[na.name] = bool(a.value)
-        elif isinstance(a, ir.IntegerAttr):
-            out[na.name] = int(a.value)
-        elif isinstance(a, ir.ArrayAttr):
-            out[na.name] = [ir.IntegerAttr(x).value for x in a]
-        else:
-            out[na.name] = str(a)
-    return out
 
 
 def _warps(elems: int, target: str) -> int:

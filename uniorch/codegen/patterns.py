@@ -37,6 +37,25 @@ def op_of(x) -> ir.Operation:
     return x.operation if hasattr(x, "operation") else x
 
 
+def recorded_schedule(func) -> dict | None:
+    """The schedule a pass recorded on a kernel (`uniorch.schedule`), as a dict; None if none."""
+    attrs = op_of(func).attributes
+    if "uniorch.schedule" not in attrs:
+        return None
+    out = {}
+    for na in ir.DictAttr(attrs["uniorch.schedule"]):
+        a = na.attr
+        if isinstance(a, ir.BoolAttr):
+            out[na.name] = bool(a.value)
+        elif isinstance(a, ir.IntegerAttr):
+            out[na.name] = int(a.value)
+        elif isinstance(a, ir.ArrayAttr):
+            out[na.name] = [ir.IntegerAttr(x).value for x in a]
+        else:
+            out[na.name] = str(a)
+    return out
+
+
 def is_generic(op) -> bool:
     return op_of(op).name == GENERIC
 

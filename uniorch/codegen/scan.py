@@ -19,6 +19,7 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .rows import row_coords, row_params
+from .patterns import recorded_schedule as _sched_from_attr  # noqa: F401 - sort.py and scatter.py import it here
 from .source import CodegenError, KernelSource
 
 ROW_MAX = 4096  # longest row (32-bit elements) scanned in registers; longer rows loop
@@ -120,20 +121,6 @@ def choose_schedule(kernel_func, target: str) -> dict:
         warps = max(1, warps // 2)
     return {"block_p": block_p, "block_r": block_r, "block_k": 0, "num_warps": warps, "num_stages": 1,
             "looped": looped, "grid": [_cdiv(s.rows, block_p), 1, 1]}
-
-
-def _sched_from_attr(func) -> dict | None:
-    attrs = pat.op_of(func).attributes
-    if "uniorch.schedule" not in attrs:
-        return None
-    out = {}
-    for na in ir.DictAttr(attrs["uniorch.schedule"]):
-        a = na.attr
-        if isinstance(a, ir.BoolAttr):
-            out[na.name] = bool(a.value)
-        elif isinstance(a, ir.IntegerAttr):
-            out[na.name] = int(a.value)
-    return out
 
 
 def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
