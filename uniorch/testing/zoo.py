@@ -1,0 +1,146 @@
+"""The model zoo as a library: load `tests/models/<name>.py`, draw fresh inputs, move a model to a
+device and dtype, and judge a compiled result against eager PyTorch.
+
+The test suite and the GPU session (`tools/bench/zoo_check.py`) share these, so a model judged
+correct on the GPU is judged by the same rule as in CI. Each model file has `make()` returning
+`(model, args)` or `(model, args, kwargs)`.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+# next to the package in a source checkout (the GPU machine runs from one)
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "models"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# relative error allowed against eager in the same dtype (max-norm); see `judge` for 16-bit types
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-3}
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("UNIORCH_ZOO_DIR") or DEFAULT_DIR)
+
+
+def names(folder: Optional[Path] = None) -> list[str]:
+    folder = folder or models_dir()
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load(name: str, folder: Optional[Path] = None):
+    """`(model, args, kwargs)` from the zoo file `name`.py (its own seed makes the weights)."""
+    folder = folder or models_dir()
+    path = folder / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no zoo model {name!r} in {folder} (known: {', '.join(names(folder))})")
+    spec = importlib.util.spec_from_file_location(f"uniorch_zoo_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    made = mod.make()
+    model, args = made[0], tuple(made[1])
+    kwargs = dict(made[2]) if len(made) > 2 and made[2] is not None else {}
+    return model, args, kwargs
+
+
+def fresh_like(value, gen: torch.Generator):
+    """A new random value with the example's shape and dtype; non-tensors (captured as constants) stay."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.dtype == torch.bool:
+        # Keep at least one True per row so masks never hide a whole row (softmax over nothing is NaN).
+        out = torch.rand(value.shape, generator=gen) < 0.7
+        if out.dim() > 0 and out.numel() > 0:
+            out[..., 0] = True
+        return out
+    if value.is_floating_point():
+        return torch.randn(value.shape, generator=gen, dtype=value.dtype)
+    lo, hi = int(value.min()), int(value.max()) + 1 if value.numel() else 1
+    return torch.randint(lo, hi, value.shape, generator=gen, dtype=value.dtype)
+
+
+def fresh_inputs(args, kwargs, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    return pytree.tree_map(lambda v: fresh_like(v, gen), (args, kwargs))
+
+
+def to(tree, device, dtype: Optional[torch.dtype] = None):
+    """Tensors of `tree` on `device`; floating ones cast to `dtype` when given (indices, masks stay)."""
+    def move(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if dtype is not None and v.is_floating_point():
+            return v.to(device=device, dtype=dtype)
+        return v.to(device)
+    return pytree.tree_map(move, tree)
+
+
+def model_to(model: torch.nn.Module, device, dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
+    model = model.to(device)
+    # .to(dtype) casts floating parameters and buffers only; BatchNorm's counters stay integers
+    return model.to(dtype) if dtype is not None else model
+
+
+def rel_errors(got, want) -> tuple[float, float]:
+    """(max |Δ| / max |want|, ‖Δ‖₂ / ‖want‖₂) over every floating output; integer and bool outputs
+    must be equal (inf when not). NaN in `got` where `want` has none is inf."""
+    worst_max = worst_l2 = 0.0
+    g_leaves, w_leaves = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(g_leaves) != len(w_leaves):
+        return math.inf, math.inf
+    for g, w in zip(g_leaves, w_leaves):
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return math.inf, math.inf
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return math.inf, math.inf
+        g, w = g.detach().cpu(), w.detach().cpu()
+        if not w.is_floating_point() and not w.is_complex():
+            if not torch.equal(g.to(w.dtype), w):
+                return math.inf, math.inf
+            continue
+        g, w = g.double(), w.double()
+        both_nan = torch.isnan(g) & torch.isnan(w)
+        if bool((torch.isnan(g) ^ torch.isnan(w)).any()):
+            return math.inf, math.inf
+        d = torch.where(both_nan, torch.zeros_like(g), g - w)
+        w = torch.where(both_nan, torch.zeros_like(w), w)
+        scale = float(w.abs().max()) if w.numel() else 0.0
+        worst_max = max(worst_max, float(d.abs().max()) / max(scale, 1e-12) if d.numel() else 0.0)
+        norm = float(w.norm()) if w.numel() else 0.0
+        worst_l2 = max(worst_l2, float(d.norm()) / max(norm, 1e-12) if d.numel() else 0.0)
+    return worst_max, worst_l2
+
+
+def judge(got, eager, dtype: torch.dtype, reference64=None) -> dict[str, Any]:
+    """Whether a compiled result is correct, and by how much.
+
+    Within the dtype's tolerance of eager (max-norm) is correct. Otherwise, with a float64 run of the
+    same model as `reference64`, Inductor's rule applies: the compiled result is correct when it is
+    no further from float64 than eager itself is (times 2, plus the tolerance), since two roundings
+    of a bf16 chain legitimately differ by more than bf16's epsilon from each other."""
+    tol = TOLERANCE.get(dtype, 1e-4)
+    err, err_l2 = rel_errors(got, eager)
+    out = {"rel_err": err, "rel_err_l2": err_l2, "tolerance": tol, "rule": "eager"}
+    out["correct"] = err <= tol
+    if not out["correct"] and reference64 is not None and math.isfinite(err):
+        _, mine = rel_errors(got, reference64)
+        _, theirs = rel_errors(eager, reference64)
+        out.update(rule="fp64", err_vs_fp64=mine, eager_vs_fp64=theirs, correct=mine <= 2 * theirs + tol)
+    return out
+
+
+def run_eager(model, args, kwargs):
+    """Eager's outputs on a copy, so stateful models (train-mode BatchNorm) keep their state."""
+    with torch.no_grad():
+        return copy.deepcopy(model)(*args, **kwargs)
+
+
+__all__ = ["DTYPES", "TOLERANCE", "fresh_inputs", "fresh_like", "judge", "load", "model_to", "models_dir", "names",
+           "rel_errors", "run_eager", "to"]
