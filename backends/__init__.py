@@ -1,4 +1,4 @@
-"""Vendor backends and the plugin SDK (DESIGN.md).
+"""Vendor backends and the plugin SDK (docs/design.md).
 
     from uniorch.backends import Backend, get_backend, list_backends
 

@@ -3,10 +3,34 @@
 # Tests are spread over one worker per core (most time is Triton's single-threaded interpreter);
 # each test file stays in one worker, so module fixtures are built once. UNIORCH_TEST_WORKERS=0 runs
 # them in this process.
+#
+# Then, with no arguments given, the files that touch Triton's API (codegen, interpreter, cross
+# compiles, bundles, benchmark smoke, the GPU-run rehearsal) run again in a second venv with the
+# oldest Triton uniorch supports (UNIORCH_COMPAT_TRITON, default 3.6.0: the GPU machine's; 0 skips).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 workers=${UNIORCH_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
 if [ "$workers" -gt 4 ]; then workers=4; fi
-if [ "$workers" -le 1 ]; then exec .venv/bin/python -m pytest -q "$@"; fi
-exec .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+spread=()
+if [ "$workers" -gt 1 ]; then spread=(-n "$workers" --dist loadfile); fi
+if [ $# -gt 0 ]; then exec .venv/bin/python -m pytest -q "${spread[@]}" "$@"; fi
+
+set +e
+.venv/bin/python -m pytest -q "${spread[@]}"
+main=$?
+set -e
+compat=${UNIORCH_COMPAT_TRITON-3.6.0}
+if [ -z "$compat" ] || [ "$compat" = 0 ]; then exit $main; fi
+echo "[test] the Triton-facing tests again with triton $compat" >&2
+UNIORCH_VENV=.venv-triton${compat//./} UNIORCH_TRITON_VERSION=$compat bash scripts/setup.sh
+set +e
+".venv-triton${compat//./}/bin/python" -m pytest -q "${spread[@]}" \
+  tests/test_codegen_contraction.py tests/test_codegen_generic.py tests/test_codegen_scan.py \
+  tests/test_codegen_scatter.py tests/test_codegen_sort.py tests/test_backends_cross.py \
+  tests/test_cross_compile_zoo.py tests/test_aot.py tests/test_aot_zoo.py tests/test_bench_smoke.py \
+  tests/test_conformance.py tests/test_compile_models.py tests/test_gpu_rehearsal.py
+second=$?
+set -e
+echo "[test] main suite exit $main; triton $compat suite exit $second" >&2
+[ $main -eq 0 ] && [ $second -eq 0 ]

@@ -1,6 +1,6 @@
 """uniorch: capture a PyTorch model, make it one hardware-independent MLIR graph, compile it for any vendor.
 
-See DESIGN.md for the whole data flow. What exists today: capture (`uniorch.capture`), import and
+See docs/design.md for the whole data flow. What exists today: capture (`uniorch.capture`), import and
 lowering to linalg-on-tensors (`uniorch.ir`), the pass registry (`uniorch.passes`) and `uniorch-opt`.
 """
 import importlib

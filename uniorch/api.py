@@ -1,4 +1,4 @@
-"""The public entry points: `compile`, `explain`, and the `torch.compile` backend (DESIGN.md)."""
+"""The public entry points: `compile`, `explain`, and the `torch.compile` backend (docs/design.md)."""
 from __future__ import annotations
 
 import functools
@@ -147,7 +147,7 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
 
     model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
     onnx.ModelProto; it is then called with the graph's inputs, positionally or by name).
-    target: "auto" | "interpret" | "cuda[:sm_XX]" | "rocm[:gfxNNN]" | "cann[:…]" (DESIGN.md).
+    target: "auto" | "interpret" | "cuda[:sm_XX]" | "rocm[:gfxNNN]" | "cann[:…]" (docs/design.md).
     fallback: "eager" runs what cannot be compiled in PyTorch (reported by `explain`);
     "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
     arguments) captures and compiles; later calls with that spec reuse it.

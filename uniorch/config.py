@@ -10,6 +10,13 @@ KNOBS = {
     "UNIORCH_CACHE_DIR": "where compiled kernels are cached (default: ~/.cache/uniorch)",
     # read by scripts/setup.sh, listed here so every knob is in one place
     "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",
+    "UNIORCH_VENV": "the venv scripts/setup.sh creates or checks (default .venv)",
+    "UNIORCH_TRITON_VERSION": "triton version scripts/setup.sh pins (default: what pip resolves)",
+    "UNIORCH_COMPAT_TRITON": "triton version scripts/test.sh runs the Triton-facing tests again with (default 3.6.0; 0 skips)",
+    # read by tools/bench/run_gpu.sh
+    "UNIORCH_CARRY": "the folder run_gpu.sh takes bundles and the torch-mlir pack from (default .carry)",
+    "UNIORCH_SESSION_SECONDS": "run_gpu.sh's whole budget, setup included (default 570, under a device call's 10 min)",
+    "UNIORCH_REHEARSE_PYTHON": "the interpreter whose packages run_gpu.sh --rehearse stands in for the GPU machine's (default .venv)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Target strings `vendor[:arch]` (DESIGN.md): which backend, for which architecture.
+"""Target strings `vendor[:arch]` (docs/design.md): which backend, for which architecture.
 
 The vendors are the registered backends (`uniorch.backends.registry`), so a plugin's target
 parses like a built-in one. `auto` is the first backend whose device is present, else `interpret`.

@@ -48,7 +48,7 @@ if [ "$rehearse" = 1 ]; then
   if [ ! -f "$carry/bundles/index.json" ]; then
     say "preparing a rehearsal carry (this Python's torch_mlir, interpret bundles)"
     "$base" -m uniorch.tools.bench.prepare_gpu --carry "$carry" --pack-local --target interpret \
-      --models "${UNIORCH_REHEARSE_MODELS:-mlp}" --dtypes fp32 >"$out/prepare.log" 2>&1 \
+      --models mlp --dtypes fp32 >"$out/prepare.log" 2>&1 \
       || { cat "$out/prepare.log" >&2; exit 1; }
   fi
 else
@@ -59,7 +59,7 @@ fi
 
 tag=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 pack=$(ls "$carry"/torch_mlir-*-"$tag".tar* 2>/dev/null | head -1 || true)
-site=${UNIORCH_SITE:-$work/site}
+site=$work/site
 if [ -n "$pack" ]; then
   mkdir -p "$site"
   say "unpacking $(basename "$pack")"

@@ -17,7 +17,7 @@ from .timing import median_ms
 from .workloads import Workload
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-# DESIGN.md's tolerances: fp32 ≤ 1e-4 (tf32 is switched off for the run), bf16 ≤ 1e-2
+# docs/design.md's tolerances: fp32 ≤ 1e-4 (tf32 is switched off for the run), bf16 ≤ 1e-2
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 
 

@@ -80,7 +80,7 @@ CASES: tuple[Case, ...] = (
          "fp16 reductions"),
 )
 
-# Relative error allowed per output dtype (DESIGN.md: fp32 ≤ 1e-4, bf16 ≤ 1e-2); integers exact.
+# Relative error allowed per output dtype (docs/design.md: fp32 ≤ 1e-4, bf16 ≤ 1e-2); integers exact.
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-9, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 
 

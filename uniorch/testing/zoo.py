@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +24,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-3}
 
 
 def models_dir() -> Path:
-    return Path(os.environ.get("UNIORCH_ZOO_DIR") or DEFAULT_DIR)
+    return DEFAULT_DIR
 
 
 def names(folder: Optional[Path] = None) -> list[str]:
