@@ -6,51 +6,19 @@ Each tests/models/<name>.py has `make()` returning `(model, args)` or `(model, a
 from __future__ import annotations
 
 import copy
-import importlib.util
 import operator
 import re
-from pathlib import Path
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 import uniorch
 from uniorch import ir as uir
+from uniorch.testing import zoo
 
-MODELS_DIR = Path(__file__).parent / "models"
-MODEL_NAMES = sorted(p.stem for p in MODELS_DIR.glob("*.py") if not p.stem.startswith("_"))
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"uniorch_zoo_{name}", MODELS_DIR / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    made = mod.make()
-    model, args = made[0], tuple(made[1])
-    kwargs = dict(made[2]) if len(made) > 2 and made[2] is not None else {}
-    return model, args, kwargs
-
-
-def fresh_like(value, gen: torch.Generator):
-    """A new random value with the example's shape and dtype; non-tensors (captured as constants) stay."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    if value.dtype == torch.bool:
-        # Keep at least one True per row so masks never hide a whole row (softmax over nothing is NaN).
-        out = torch.rand(value.shape, generator=gen) < 0.7
-        if out.dim() > 0 and out.numel() > 0:
-            out[..., 0] = True
-        return out
-    if value.is_floating_point():
-        return torch.randn(value.shape, generator=gen, dtype=value.dtype)
-    lo, hi = int(value.min()), int(value.max()) + 1 if value.numel() else 1
-    return torch.randint(lo, hi, value.shape, generator=gen, dtype=value.dtype)
-
-
-def fresh_inputs(args, kwargs, seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    return pytree.tree_map(lambda v: fresh_like(v, gen), (args, kwargs))
+MODELS_DIR = zoo.DEFAULT_DIR
+MODEL_NAMES = zoo.names()
+load, fresh_like, fresh_inputs = zoo.load, zoo.fresh_like, zoo.fresh_inputs
 
 
 def state_of(model: torch.nn.Module) -> dict:
