@@ -165,7 +165,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m uniorch.tools.bench.gpu_session", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder (created)")
-    p.add_argument("--carry", default=".carry", help="the folder prepare_gpu filled (bundles/)")
+    p.add_argument("--bundles", default=os.path.join(".carry", "bundles"),
+                   help="the unpacked bundles (run_gpu.sh unpacks .carry/bundles.tar.xz and passes it)")
     p.add_argument("--rehearse", action="store_true", help="the same stages on this CPU machine, on the interpreter")
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--budget", action="append", default=[], help="STAGE=SECONDS, repeatable")
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
         "conformance": [py, "-m", "uniorch.testing.conformance", "--target", target],
         "zoo": [py, "-m", "uniorch.tools.bench.zoo_check", "jit", "--target", target,
                 "--out", os.path.join(a.out, "zoo.jsonl")] + common,
-        "aot": [py, "-m", "uniorch.tools.bench.zoo_check", "aot", "--bundles", os.path.join(a.carry, "bundles"),
+        "aot": [py, "-m", "uniorch.tools.bench.zoo_check", "aot", "--bundles", a.bundles,
                 "--out", os.path.join(a.out, "aot.jsonl")] + common,
         "bench": [py, "-m", "uniorch.tools.bench", *bench_args, "--out", a.out],
     }

@@ -7,8 +7,9 @@ It holds what the GPU machine lacks and cannot fetch (it has no network):
 - torch-mlir for the GPU machine's Python, packed (`torch_mlir-<version>-cp3NN.tar[.xz]`, unpacked
   by `run_gpu.sh`); `--torch-mlir` copies a pack made elsewhere, `--pack-local` packs this Python's;
 - ahead-of-time bundles of the zoo models (`bundles/<model>-<dtype>/`, listed in
-  `bundles/index.json`), compiled here for the GPU's target, so the run checks launches of binaries
-  it did not compile. A model that fails to compile is listed with its error: the run reports it.
+  `bundles/index.json`, packed as `bundles.tar.xz`), compiled here for the GPU's target, so the
+  run checks launches of binaries it did not compile. A model that fails to compile is listed with
+  its error, and the run reports it; one eager PyTorch cannot run in a dtype is listed as skipped.
 
 The project tree and this folder travel together under a 64 MiB limit; the total is checked here.
 """
@@ -22,9 +23,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 
 CARRY_LIMIT = 64 * 1024 * 1024
+BUNDLES = "bundles.tar.xz"
 
 
 def _size(path: str) -> int:
@@ -83,13 +86,12 @@ def copy_pack(src: str, carry: str) -> str:
     return dest
 
 
-def build_bundles(carry: str, target: str, models: list[str], dtypes: list[str]) -> list[dict]:
+def build_bundles(folder: str, target: str, models: list[str], dtypes: list[str]) -> list[dict]:
     import torch
 
     import uniorch
     from uniorch.testing import zoo
 
-    folder = os.path.join(carry, "bundles")
     os.makedirs(folder, exist_ok=True)
     entries = []
     for name in models:
@@ -102,16 +104,22 @@ def build_bundles(carry: str, target: str, models: list[str], dtypes: list[str])
                 cast = None if dtype_name == "fp32" else zoo.DTYPES[dtype_name]
                 model = zoo.model_to(model, "cpu", cast)
                 args, kwargs = zoo.to((args, kwargs), "cpu", cast)
+                try:
+                    zoo.run_eager(model, args, kwargs)
+                except Exception as err:  # noqa: BLE001 - nothing to compare with: the run skips it
+                    entry["skipped"] = f"eager fails in {dtype_name}: {type(err).__name__}: {err}"[:400]
+                    raise
                 with torch.no_grad():
                     art = uniorch.compile_aot(model, args, target=target, kwargs=kwargs)
                 art.save(os.path.join(folder, rel))
                 entry.update(kernels=len(art.kernels), fallbacks=len(art.fallbacks))
             except Exception as err:  # noqa: BLE001 - recorded; the GPU run reports it as that model's row
-                entry["error"] = f"{type(err).__name__}: {err}"[:400]
+                if "skipped" not in entry:
+                    entry["error"] = f"{type(err).__name__}: {err}"[:400]
                 shutil.rmtree(os.path.join(folder, rel), ignore_errors=True)
             entry["seconds"] = round(time.perf_counter() - t0, 1)
             entries.append(entry)
-            state = entry.get("error") or f"{entry['kernels']} kernels, {entry['fallbacks']} fallbacks"
+            state = entry.get("error") or entry.get("skipped") or f"{entry['kernels']} kernels, {entry['fallbacks']} fallbacks"
             print(f"  bundle {rel:32} {entry['seconds']:6.1f}s  {state}", flush=True)
             _write_index(folder, target, entries)
     return entries
@@ -162,9 +170,19 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"unknown zoo model {unknown}; known: {', '.join(known)}")
         print(f"bundles for {a.target}: {len(models)} models x {a.dtypes}", flush=True)
-        entries = build_bundles(a.carry, a.target, models, [d for d in a.dtypes.split(",") if d])
+        with tempfile.TemporaryDirectory(prefix="uniorch-bundles-") as tmp:
+            folder = os.path.join(tmp, "bundles")
+            entries = build_bundles(folder, a.target, models, [d for d in a.dtypes.split(",") if d])
+            # every stage's text is kept for debugging; it compresses ~20x, binaries ~3x
+            dest = os.path.join(a.carry, BUNDLES)
+            with tarfile.open(dest + ".part", "w:xz", preset=6) as tar:
+                tar.add(folder, arcname="bundles")
+            os.replace(dest + ".part", dest)
+        shutil.rmtree(os.path.join(a.carry, "bundles"), ignore_errors=True)  # an unpacked set from before
         bad = [e for e in entries if e.get("error")]
-        print(f"bundles: {len(entries) - len(bad)} built, {len(bad)} failed (listed in bundles/index.json)")
+        skipped = [e for e in entries if e.get("skipped")]
+        print(f"bundles: {len(entries) - len(bad) - len(skipped)} built, {len(bad)} failed, {len(skipped)} skipped "
+              f"(eager itself fails), in {dest} ({_size(dest) / 2**20:.1f} MiB; listed in bundles/index.json)")
     root = os.path.dirname(os.path.abspath(a.carry)) if os.path.isabs(a.carry) else os.getcwd()
     carry_size, tree_size = _size(a.carry), _tree_size(root)
     total = carry_size + (tree_size if not a.pack_local else 0)

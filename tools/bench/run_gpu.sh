@@ -45,7 +45,7 @@ if [ "$rehearse" = 1 ]; then
   "$real" -m venv --without-pip "$work/python"
   echo "$seen" > "$("$work/python/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/system-site.pth"
   PY=${PYTHON:-$work/python/bin/python}
-  if [ ! -f "$carry/bundles/index.json" ]; then
+  if [ ! -f "$carry/bundles.tar.xz" ]; then
     say "preparing a rehearsal carry (this Python's torch_mlir, interpret bundles)"
     "$base" -m uniorch.tools.bench.prepare_gpu --carry "$carry" --pack-local --target interpret \
       --models mlp --dtypes fp32 >"$out/prepare.log" 2>&1 \
@@ -74,6 +74,12 @@ fi
 say "installing uniorch from this tree (offline)"
 "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$work/pip.log" 2>&1 \
   || { cat "$work/pip.log" >&2; echo "run_gpu.sh: offline install failed" >&2; exit 2; }
+bundles=$carry/bundles
+if [ -f "$carry/bundles.tar.xz" ]; then
+  say "unpacking bundles.tar.xz"
+  tar xf "$carry/bundles.tar.xz" -C "$work"
+  bundles=$work/bundles
+fi
 "$PY" -c "import uniorch.tools, uniorch.backends, uniorch.passes" \
   || { echo "run_gpu.sh: uniorch does not import after installing" >&2; exit 2; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total \
@@ -82,7 +88,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,c
 left=$(( ${UNIORCH_SESSION_SECONDS:-570} - ($(date +%s) - t0) ))
 say "stages, $left s left"
 set +e
-"$PY" -m uniorch.tools.bench.gpu_session --out "$out" --carry "$carry" --deadline "$left" \
+"$PY" -m uniorch.tools.bench.gpu_session --out "$out" --bundles "$bundles" --deadline "$left" \
   $([ "$rehearse" = 1 ] && echo --rehearse) "$@"
 rc=$?
 set -e

@@ -109,6 +109,9 @@ def check_aot(entry: dict, bundles: str, device: str, seed: int) -> dict:
 
     name, dtype_name = entry["model"], entry["dtype"]
     row = {"model": name, "dtype": dtype_name, "path": "aot", "target": entry.get("target")}
+    if entry.get("skipped"):
+        row.update(correct=None, skipped=entry["skipped"])
+        return row
     if entry.get("error"):
         row.update(correct=False, error=f"bundle not built: {entry['error']}"[:300])
         return row
