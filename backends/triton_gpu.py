@@ -1,14 +1,16 @@
 """What the NVIDIA and AMD backends share: Triton compiles both, so their stages are Triton's.
 
 A subclass names its Triton GPUTarget and how to find its device; everything else (stages from
-TTIR to the binary, JIT launch, launch of an ahead-of-time binary) is the same code path.
+TTIR to the binary, JIT launch, launch of an ahead-of-time binary) is the same code path. Freshly
+generated kernels run through Triton's JIT; binaries compiled earlier run through the vendor driver
+(`binary_launch`), so a bundle needs no Triton, or not the one that built it, where it runs.
 """
 from __future__ import annotations
 
 from typing import ClassVar, Optional
 
 from .sdk import Backend, BackendError, CompiledKernel, Launcher
-from .triton_launch import BinaryLauncher, TritonLauncher
+from .triton_launch import TritonLauncher
 
 
 class TritonGPUBackend(Backend):
@@ -59,5 +61,9 @@ class TritonGPUBackend(Backend):
         return TritonLauncher(kernel, loader.load(kernel, interpret=False))
 
     def load_compiled(self, compiled: CompiledKernel) -> Launcher:
+        from .binary_launch import DriverLauncher
+
         self._check_runnable()
-        return BinaryLauncher(compiled, self.binary_stage)
+        launcher = DriverLauncher(compiled, self.name)
+        launcher.check_device(self.present_arch())
+        return launcher

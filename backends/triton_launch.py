@@ -1,13 +1,11 @@
-"""Launching a uniorch kernel through Triton: the JIT path and the ahead-of-time path."""
+"""Launching a uniorch kernel through Triton's JIT (kernels compiled ahead of time launch through
+the vendor driver instead: `binary_launch`)."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import threading
 from typing import Any
 
-from .sdk import CompiledKernel, tensor_args
+from .sdk import tensor_args
 
 
 # Triton's interpreter runs a kernel by patching `triton.language` process-wide and restoring it
@@ -28,41 +26,3 @@ class TritonLauncher:
         with TRITON_LANGUAGE_LOCK:
             self.fn[ks.grid](*tensor_args(ks, inputs, outputs), **ks.constexprs, num_warps=ks.num_warps,
                              num_stages=ks.num_stages)
-
-
-class BinaryLauncher:
-    """Runs a kernel binary compiled earlier (cubin / hsaco) through Triton's runtime, without
-    compiling: the binary and Triton's metadata are handed to `triton.compiler.CompiledKernel`."""
-
-    def __init__(self, compiled: CompiledKernel, binary_stage: str):
-        from triton.compiler import ASTSource
-        from triton.compiler.compiler import CompiledKernel as TritonKernel
-
-        from uniorch.runtime import loader
-
-        ks = compiled.source
-        if binary_stage not in compiled.asm:
-            raise ValueError(f"kernel {compiled.name} was compiled without its '{binary_stage}' stage")
-        # Triton's CompiledKernel takes its inputs as files and reads them all when constructed,
-        # so they live in a folder only that long (one leaked folder per loaded kernel otherwise).
-        with tempfile.TemporaryDirectory(prefix="uniorch-kernel-") as folder:
-            group = {}
-            meta_path = os.path.join(folder, f"{ks.fn_name}.json")
-            with open(meta_path, "w") as f:
-                json.dump(compiled.metadata, f)
-            group[f"{ks.fn_name}.json"] = meta_path
-            bin_path = os.path.join(folder, f"{ks.fn_name}.{binary_stage}")
-            with open(bin_path, "wb") as f:
-                f.write(compiled.asm[binary_stage])
-            group[f"{ks.fn_name}.{binary_stage}"] = bin_path
-            # the JIT function only supplies argument names for the launcher; nothing is compiled
-            fn = loader.load(ks, interpret=False)
-            src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
-            self.kernel = ks
-            self.compiled = TritonKernel(src, group, compiled.metadata.get("hash", ks.fn_name))
-
-    def __call__(self, inputs: list, outputs: list) -> None:
-        ks = self.kernel
-        grid = tuple(ks.grid) + (1,) * (3 - len(ks.grid))
-        args = tensor_args(ks, inputs, outputs) + list(ks.constexprs.values())
-        self.compiled[grid](*args)

@@ -59,6 +59,8 @@ def cross_compile(name: str, linalg_text: str, target_text: str, check_ptx: bool
     its binary; ptxas on each PTX. Failures are collected per kernel, not raised."""
     from torch_mlir import ir
 
+    from uniorch.backends import BackendError
+    from uniorch.backends.binary_launch import VENDORS, DriverLauncher
     from uniorch.backends.driver import compile_kernel
     from uniorch.codegen import generate
     from uniorch.ir import make_context
@@ -90,6 +92,11 @@ def cross_compile(name: str, linalg_text: str, target_text: str, check_ptx: bool
         binary = ck.asm.get(backend.binary_stage)
         if not isinstance(binary, bytes) or elf_machine(binary) not in (EM_CUDA, EM_AMDGPU):
             rep.failures.append((kname, f"{backend.binary_stage} is not an ELF for the GPU"))
+        if backend.name in VENDORS:  # what the driver launcher reads from the binary: its ABI and arch
+            try:
+                DriverLauncher(ck, backend.name).check_device(backend.arch)
+            except BackendError as err:
+                rep.failures.append((kname, f"driver launcher: {err}"))
         if check_ptx and "ptx" in ck.asm:
             proc = run_ptxas(ck.asm["ptx"], backend.arch)
             if proc.returncode == 0:

@@ -254,3 +254,54 @@ def test_corrupted_or_mismatched_bundles_are_clear_errors(bundles, tmp_path):
     kernel.unlink()
     with pytest.raises(BundleError, match=f"{kernel.name} is missing"):
         uniorch.load(str(b))
+
+
+# -- another torch ---------------------------------------------------------------------------------
+def _saved(tmp_path):
+    torch.manual_seed(0)
+    model = NormSoftmax().eval()
+    art = uniorch.compile_aot(model, (torch.randn(4, 32),), target="interpret")
+    return model, art.save(str(tmp_path / "bundle"))
+
+
+def test_a_bundle_from_another_torch_runs_when_its_operators_agree(tmp_path):
+    """A laptop's torch 2.13 bundle on a GPU machine's torch 2.11: the version differs, but every
+    operator the bundle calls has the schema it was saved with, so it loads and runs."""
+    from test_driver_launch import _rewrite
+
+    model, path = _saved(tmp_path)
+    _rewrite(path, "manifest.json", lambda m: {**m, "versions": {**m["versions"], "torch": "2.11.0"}})
+    fn = uniorch.load(path, model=model)
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_an_operator_whose_schema_changed_is_named(tmp_path):
+    from test_driver_launch import _rewrite
+
+    model, path = _saved(tmp_path)
+    manifest = json.load(open(os.path.join(path, "manifest.json")))
+    rel = next(r["eager"] for r in manifest["regions"] if r["eager"])
+    changed = {}
+
+    def edit(graph):
+        for node in graph["nodes"]:
+            if node.get("schema") and not changed:
+                changed["op"] = node["target"]
+                node["schema"] = node["schema"].replace(") -> ", ", int added_in_another_torch=0) -> ", 1)
+        return graph
+
+    _rewrite(path, rel, edit)
+    with pytest.raises(BundleError, match=f"operator {changed['op']} differs in this torch.*added_in_another_torch"):
+        uniorch.load(path, model=model)
+
+
+def test_older_bundles_without_schemas_keep_the_torch_version_check(tmp_path):
+    from test_driver_launch import _rewrite
+
+    model, path = _saved(tmp_path)
+    _rewrite(path, "manifest.json", lambda m: {**{k: v for k, v in m.items() if k != "op_schemas"},
+                                                "versions": {**m["versions"], "torch": "2.11.0"}})
+    with pytest.raises(BundleError, match="built with torch 2.11.0"):
+        uniorch.load(path, model=model)

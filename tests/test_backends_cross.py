@@ -237,34 +237,38 @@ def test_triton_launcher_arguments(compiled):
         assert len(args) == len(tensor_args(ks, inputs, outputs))
 
 
-def test_binary_launcher_arguments(compiled):
-    """BinaryLauncher builds Triton's CompiledKernel from our binary and metadata (no GPU needed
-    until the first launch); the launch gets a 3-D grid and every signature argument in order."""
-    from uniorch.backends.triton_launch import BinaryLauncher
+def test_driver_launcher_arguments(compiled):
+    """The driver launcher (kernels compiled ahead of time, no Triton) packs, at each parameter the
+    binary declares, a tensor's address at each pointer and its strides after it, then Triton's
+    two scratch pointers; constexprs are compiled in. Grid and block are the launch contract's."""
+    import ctypes
+
+    from uniorch.backends.binary_launch import DriverLauncher
 
     target, kernels = compiled
     for ks, ck in kernels:
-        launcher = BinaryLauncher(ck, target.backend.binary_stage)
-        assert launcher.compiled.name == ks.fn_name
-        assert launcher.compiled.kernel == ck.asm[target.backend.binary_stage]
-        assert launcher.compiled.metadata.num_warps == ks.num_warps
-        assert launcher.compiled.metadata.target.arch == target.backend.triton_target().arch
+        launcher = DriverLauncher(ck, target.vendor)
+        assert launcher.binary == ck.asm[target.backend.binary_stage]
+        assert launcher.grid[: len(ks.grid)] == tuple(ks.grid) and set(launcher.grid[len(ks.grid):]) <= {1}
+        warp = 32 if target.vendor == "cuda" else WAVEFRONT[target.arch]
+        assert launcher.block == ks.num_warps * warp
         inputs, outputs = _tensors(ks)
-        launcher.compiled = _Recorder()
-        launcher(inputs, outputs)
-        [(grid, args, kwargs)] = launcher.compiled.calls
-        assert len(grid) == 3 and grid[: len(ks.grid)] == tuple(ks.grid) and set(grid[len(ks.grid):]) <= {1}
-        _check_positional(ks, list(args), inputs, outputs)
-        assert kwargs == {}
+        storage, params = launcher.arguments(inputs, outputs, {"global_scratch": 0, "profile_scratch": 0})
+        got = [int.from_bytes(ctypes.string_at(params[i], 8), "little", signed=True)
+               for i in range(len(launcher.binding.slots))]
+        want = []
+        for t in inputs + outputs:
+            want += [t.data_ptr(), *t.stride()]
+        assert got == want + [0, 0], ks.name
 
 
-def test_binary_launcher_needs_the_binary_stage(one_kernel):
-    from uniorch.backends.triton_launch import BinaryLauncher
+def test_driver_launcher_needs_the_binary_stage(one_kernel):
+    from uniorch.backends.binary_launch import DriverLauncher
 
     target, ks = one_kernel
     ck = compile_kernel(ks, target.backend, stop_after="ptx", use_cache=False)
-    with pytest.raises(ValueError, match="compiled without its 'cubin' stage"):
-        BinaryLauncher(ck, "cubin")
+    with pytest.raises(BackendError, match="compiled without its 'cubin' stage"):
+        DriverLauncher(ck, "cuda")
 
 
 # -- uniorch-opt --dump-dir when a stage fails -------------------------------------------------------

@@ -10,8 +10,10 @@
     kernel/<name>.json              the backend's metadata and how to launch the kernel
 
 Loading parses MLIR and JSON, reads files and hands each kernel to `backend.load_compiled`; it
-never imports the capture, the pass pipeline or codegen. Tensors load with `weights_only=True` and
-graphs are JSON, so a bundle carries no code except its kernels.
+never imports the capture, the pass pipeline or codegen, nor Triton for a bundle of binaries (they
+launch through the vendor driver, so the Triton that built them need not be the one here, if any).
+Tensors load with `weights_only=True` and graphs are JSON, so a bundle carries no code except its
+kernels.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import inspect
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -49,12 +52,24 @@ class InputSpecError(UniorchError, TypeError):
     """A loaded model was called with inputs other than those it was compiled for."""
 
 
-def _versions() -> dict[str, str]:
-    import triton
+# Triton versions whose interpreter runs uniorch's generated source (what interpret bundles hold)
+TRITON_SUPPORTED = ((3, 6), (3, 9))
 
+
+def _triton_version() -> Optional[str]:
+    """The installed Triton's version, or None. Only saving and interpret bundles ask: kernel
+    binaries launch through the vendor driver, so loading them never imports Triton."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def _versions() -> dict[str, Optional[str]]:
     import uniorch
 
-    return {"uniorch": uniorch.__version__, "torch": torch.__version__.split("+")[0], "triton": triton.__version__}
+    return {"uniorch": uniorch.__version__, "torch": torch.__version__.split("+")[0], "triton": _triton_version()}
 
 
 # -- saving ----------------------------------------------------------------------------------------
@@ -102,6 +117,7 @@ def save(art, path: str) -> str:
         "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
         "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
         "fallbacks": [dataclasses.asdict(f) for f in art.fallbacks],
+        "op_schemas": True,  # every graph records its operators' schemas (checked at load, not the torch version)
         "files": {rel: _sha256(_bytes(data)) for rel, data in files.items()},
     }
     files[MANIFEST] = _json(manifest)
@@ -258,15 +274,33 @@ def read_manifest(path: str, check_versions: bool = True) -> dict:
 
 
 def _check_versions(path: str, manifest: dict) -> None:
-    """Kernel binaries and their metadata belong to the Triton that built them; the graph's ATen
-    operator schemas to the torch that captured it. Other versions fail here, not mid-launch."""
-    have, saved = _versions(), manifest["versions"]
-    binaries = any(k.get("binary") for k in manifest["kernels"])
-    for lib, exact in (("triton", binaries), ("torch", False)):
-        a, b = str(saved.get(lib)), have[lib]
-        if (a != b) if exact else (a.split(".")[:2] != b.split(".")[:2]):
-            raise BundleError(f"{path} was built with {lib} {a}, but this process has {lib} {b}; compile it again "
-                              f"with uniorch.compile_aot here, or load with check_versions=False at your own risk")
+    """The graph's ATen operators belong to the torch that captured it. Bundles record each
+    operator's schema, checked one by one as the graphs load, so any torch that agrees on them runs
+    the bundle (a laptop's 2.13 bundle on a GPU machine's 2.11); older bundles, without schemas,
+    need the same torch major.minor. Kernel binaries need no particular Triton (they launch through the
+    vendor driver, which checks each binary's arch and launch ABI as it loads); kernels kept as
+    Triton source (interpret bundles) need a Triton whose interpreter uniorch supports."""
+    saved = manifest["versions"]
+    a, b = str(saved.get("torch")), torch.__version__.split("+")[0]
+    if not manifest.get("op_schemas") and a.split(".")[:2] != b.split(".")[:2]:
+        raise BundleError(f"{path} was built with torch {a}, but this process has torch {b}; compile it again "
+                          f"with uniorch.compile_aot here, or load with check_versions=False at your own risk")
+    kernels = manifest["kernels"]
+    if not kernels or any(k.get("binary") for k in kernels):
+        return
+    have = _triton_version()
+    lo, hi = (".".join(map(str, v)) for v in TRITON_SUPPORTED)
+    if have is None:
+        raise BundleError(f"{path} runs its kernels from their Triton source (target {manifest['target']}), which "
+                          f"needs triton {lo} to {hi}; triton is not installed here")
+    if not TRITON_SUPPORTED[0] <= _major_minor(have) <= TRITON_SUPPORTED[1]:
+        raise BundleError(f"{path} runs its kernels from their Triton source (built with triton {saved.get('triton')}), "
+                          f"which needs triton {lo} to {hi}; this process has triton {have}")
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def load(path: str, model: Optional[torch.nn.Module] = None, check_versions: bool = True) -> "LoadedModel":
@@ -286,8 +320,8 @@ def load(path: str, model: Optional[torch.nn.Module] = None, check_versions: boo
     try:
         for reg in manifest["regions"]:
             entries = [kernels[n] for n in reg["kernels"]]
-            root.add_module(reg["name"], _load_region(path, reg, entries, backend, str(target), device))
-        gm = fx.GraphModule(root, load_graph(_read_json(path, manifest["graph"]), device))
+            root.add_module(reg["name"], _load_region(path, reg, entries, backend, str(target), device, check_versions))
+        gm = fx.GraphModule(root, load_graph(_read_json(path, manifest["graph"]), device, check_versions))
     except GraphFormatError as err:
         raise BundleError(f"{path}: {err}") from None
     except (KeyError, TypeError) as err:  # a manifest that names what is not there
@@ -306,7 +340,8 @@ def _read_json(path: str, rel: str):
         return json.load(f)
 
 
-def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str, device) -> "_LoadedRegion":
+def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str, device,
+                 check_schemas: bool = True) -> "_LoadedRegion":
     from torch_mlir import ir
 
     from uniorch.backends.sdk import CompiledKernel
@@ -341,7 +376,7 @@ def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str
     plan = build_plan(module, main, kernels, lambda kernel, ins, outs: kernel.fn(ins, outs))
     eager = None
     if reg.get("eager"):
-        eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device))
+        eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device, check_schemas))
     return _LoadedRegion(reg["name"], plan, eager)
 
 

@@ -93,14 +93,25 @@ def dump_graph(graph: fx.Graph) -> dict:
     for n in graph.nodes:
         if n.op not in ("placeholder", "call_function", "call_module", "output"):
             raise GraphFormatError(f"node {n.name}: cannot store a '{n.op}' node in a bundle graph")
-        nodes.append({"name": n.name, "op": n.op, "target": _target_name(n),
-                      "args": _encode(list(n.args), n.name),
-                      "kwargs": {k: _encode(v, n.name) for k, v in n.kwargs.items()}})
+        rec = {"name": n.name, "op": n.op, "target": _target_name(n),
+               "args": _encode(list(n.args), n.name),
+               "kwargs": {k: _encode(v, n.name) for k, v in n.kwargs.items()}}
+        if isinstance(n.target, torch._ops.OpOverload):
+            # the operator's full signature: another torch may load the graph when it agrees on it
+            rec["schema"] = str(n.target._schema)
+        nodes.append(rec)
     return {"nodes": nodes}
 
 
-def load_graph(data: dict, device: Optional[torch.device] = None) -> fx.Graph:
-    """The graph `dump_graph` stored; every device argument becomes `device` when given."""
+def has_schemas(data: dict) -> bool:
+    """Whether every operator call of a stored graph records its schema (graphs saved since then)."""
+    return all("schema" in rec for rec in data.get("nodes", []) if rec.get("op") == "call_function"
+               and rec.get("target") != "operator.getitem")
+
+
+def load_graph(data: dict, device: Optional[torch.device] = None, check_schemas: bool = True) -> fx.Graph:
+    """The graph `dump_graph` stored; every device argument becomes `device` when given. An operator
+    whose schema in this torch differs from the recorded one is an error naming both."""
     g = fx.Graph()
     env: dict[str, fx.Node] = {}
     try:
@@ -114,10 +125,14 @@ def load_graph(data: dict, device: Optional[torch.device] = None) -> fx.Graph:
                 g.output(args[0])
             else:
                 target = rec["target"] if op == "call_module" else _resolve(rec["target"])
+                saved = rec.get("schema")
+                if check_schemas and saved is not None and str(target._schema) != saved:
+                    raise GraphFormatError(f"operator {rec['target']} differs in this torch ({torch.__version__}): "
+                                           f"the bundle was saved with `{saved}`, this torch has `{target._schema}`")
                 env[name] = g.create_node(op, target, args, kwargs, name=name)
     except (KeyError, TypeError, ValueError) as err:
         raise GraphFormatError(f"malformed bundle graph: {type(err).__name__}: {err}") from None
     return g
 
 
-__all__ = ["GraphFormatError", "dump_graph", "load_graph"]
+__all__ = ["GraphFormatError", "dump_graph", "has_schemas", "load_graph"]

@@ -1,0 +1,165 @@
+"""Running a kernel compiled ahead of time (cubin / hsaco) through the vendor driver, without Triton.
+
+A bundle built with one Triton runs where another, or none, is installed: the binary is loaded
+with the driver API (`cuda_driver`, `hip_driver`), its parameters are read from its own PTX or
+AMDGCN (`kernel_abi`), its arch from its own header (`binary_arch`), and the launch passes what
+the Triton that compiled it would have: uniorch's arguments, then a global scratch buffer sized
+from the metadata and a null profiler buffer, on torch's current stream with num_warps * warp
+size threads per block and the metadata's shared memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .binary_arch import binary_arch, check_runs_on
+from .kernel_abi import ABI, bind, parse_amdgcn, parse_ptx
+from .sdk import BackendError, CompiledKernel, tensor_args
+
+
+@dataclass(frozen=True)
+class Vendor:
+    binary: str  # the stage holding the binary
+    abi_text: str  # the stage whose text declares its parameters
+    parse: Callable[[str, str], ABI]
+    driver: str  # module whose driver() binds the vendor's library
+
+
+VENDORS = {"cuda": Vendor("cubin", "ptx", parse_ptx, "cuda_driver"),
+           "rocm": Vendor("hsaco", "amdgcn", parse_amdgcn, "hip_driver")}
+
+
+def device_arch(vendor: str, index: int) -> str:
+    """The arch of torch's device `index`, in the form `binary_arch` compares with."""
+    import torch
+
+    if vendor == "cuda":
+        major, minor = torch.cuda.get_device_capability(index)
+        return f"sm_{major}{minor}"
+    return torch.cuda.get_device_properties(index).gcnArchName.split(":")[0]
+
+
+class DriverLauncher:
+    """A `Launcher` for one compiled kernel. Constructing it reads and checks everything the launch
+    needs (no device or driver involved); the module loads on the first launch on each device."""
+
+    def __init__(self, compiled: CompiledKernel, vendor: str, driver=None):
+        if vendor not in VENDORS:
+            raise BackendError(f"no driver launcher for '{vendor}'; known: {', '.join(VENDORS)}")
+        spec = VENDORS[vendor]
+        ks, meta = compiled.source, compiled.metadata
+        self.kernel = ks
+        self.vendor = vendor
+        self.name = meta.get("name") or ks.fn_name
+        for stage in (spec.binary, spec.abi_text):
+            if stage not in compiled.asm:
+                raise BackendError(f"kernel {compiled.name} was compiled without its '{stage}' stage, which the driver "
+                                   f"launcher needs")
+        self.binary = compiled.asm[spec.binary]
+        if not isinstance(self.binary, bytes):
+            raise BackendError(f"kernel {compiled.name}: its '{spec.binary}' stage is not a binary")
+        self.arch = binary_arch(vendor, self.binary, compiled.asm)
+        self.abi = spec.parse(compiled.asm[spec.abi_text], self.name)
+        self.binding = bind(ks, meta, self.abi)
+        warp = meta.get("warp_size") or (meta.get("target") or {}).get("warp_size")
+        if not warp:
+            raise BackendError(f"kernel {compiled.name}: its metadata has no warp_size")
+        self.block = int(meta.get("num_warps", ks.num_warps)) * int(warp)
+        bound = self.abi.max_block
+        if bound is not None and (self.block != bound if self.abi.exact_block else self.block > bound):
+            raise BackendError(f"kernel {compiled.name}: launching {self.block} threads per block "
+                               f"(num_warps x warp size), but its binary was compiled for "
+                               f"{'exactly' if self.abi.exact_block else 'at most'} {bound}")
+        self.shared = int(meta.get("shared") or 0)
+        self.num_ctas = int(meta.get("num_ctas") or 1)
+        self.cooperative = bool(meta.get("launch_cooperative_grid"))
+        self.pdl = bool(meta.get("launch_pdl"))
+        self.scratch_size = int(meta.get("global_scratch_size") or 0)
+        self.scratch_align = max(1, int(meta.get("global_scratch_align") or 1))
+        if int(meta.get("profile_scratch_size") or 0):
+            raise BackendError(f"kernel {compiled.name} was compiled with profiler instrumentation (it needs a "
+                               f"profile scratch buffer); compile it again without instrumentation")
+        grid = tuple(int(g) for g in ks.grid)
+        if not 1 <= len(grid) <= 3:
+            raise BackendError(f"kernel {compiled.name}: grid {grid} is not 1 to 3 dimensions")
+        self.grid = grid + (1,) * (3 - len(grid))
+        self._driver = driver
+        self._loaded: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def check_device(self, arch: str) -> None:
+        check_runs_on(self.vendor, self.name, self.arch, arch)
+
+    def driver(self):
+        if self._driver is None:
+            import importlib
+
+            self._driver = importlib.import_module(f"{__package__}.{VENDORS[self.vendor].driver}").driver()
+        return self._driver
+
+    def _function(self, index: int):
+        fn = self._loaded.get(index)
+        if fn is None:
+            with self._lock:
+                fn = self._loaded.get(index)
+                if fn is None:
+                    import torch
+
+                    torch.cuda.init()  # the driver library and the device's primary context, as torch uses them
+                    self.check_device(device_arch(self.vendor, index))
+                    fn = self.driver().load(self.binary, self.name, index, self.block, self.shared, self.num_ctas)
+                    self._loaded[index] = fn
+        return fn
+
+    def _device(self, tensors: list) -> int:
+        index: Optional[int] = None
+        for t in tensors:
+            if t.device.type != "cuda":
+                raise BackendError(f"kernel {self.name}: a tensor argument is on {t.device}, not on the GPU")
+            if index is None:
+                index = t.device.index
+            elif t.device.index != index:
+                raise BackendError(f"kernel {self.name}: tensor arguments are on cuda:{index} and {t.device}")
+        if index is None:
+            import torch
+
+            index = torch.cuda.current_device()
+        return index
+
+    def arguments(self, inputs: list, outputs: list, extras: dict[str, int]) -> tuple[ctypes.Array, ctypes.Array]:
+        """The argument buffer and the `void*[]` of pointers into it that the driver takes."""
+        args = [a.data_ptr() if hasattr(a, "data_ptr") else int(a) for a in tensor_args(self.kernel, inputs, outputs)]
+        data = self.binding.pack(self.binding.values(args, extras))
+        storage = (ctypes.c_uint64 * max(1, -(-self.binding.size // 8)))()  # 8-byte aligned host copy
+        ctypes.memmove(storage, data, len(data))
+        base = ctypes.addressof(storage)
+        params = (ctypes.c_void_p * max(1, len(self.binding.slots)))(*[base + o for o in self.binding.offsets])
+        return storage, params
+
+    def __call__(self, inputs: list, outputs: list) -> None:
+        import torch
+
+        tensors = list(inputs) + list(outputs)
+        index = self._device(tensors)
+        fn = self._function(index)
+        extras = {"global_scratch": 0, "profile_scratch": 0}
+        scratch = None
+        programs = self.grid[0] * self.grid[1] * self.grid[2]
+        if programs == 0:
+            return
+        if self.scratch_size:
+            # per program (and per CTA of a cluster), as Triton's launcher allocates it; on the launch
+            # stream, so the caching allocator reuses it only after this kernel
+            nbytes = programs * self.num_ctas * self.scratch_size + self.scratch_align
+            scratch = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
+            extras["global_scratch"] = -(-scratch.data_ptr() // self.scratch_align) * self.scratch_align
+        storage, params = self.arguments(inputs, outputs, extras)
+        stream = torch.cuda.current_stream(index).cuda_stream
+        self.driver().launch(fn, self.grid, self.block, self.shared, stream, params, num_ctas=self.num_ctas,
+                             cooperative=self.cooperative, pdl=self.pdl)
+        del storage, params, scratch
+
+
+__all__ = ["DriverLauncher", "VENDORS", "device_arch"]
