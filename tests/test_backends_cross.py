@@ -14,6 +14,8 @@ import struct
 import pytest
 import torch
 
+import uniorch
+
 from cross_util import EM_AMDGPU, EM_CUDA, elf_machine, ptx_target, ptxas_tools, run_ptxas, scheduled_module
 
 from uniorch.backends import BackendError
@@ -315,3 +317,22 @@ def test_corrupt_cache_entry_is_rebuilt_not_loaded(one_kernel, tmp_path, monkeyp
     assert cubins[0].read_bytes() == full.asm["cubin"]  # the damaged entry was replaced
     (cubins[0].parent / "metadata.json").write_text("{not json")
     assert compile_kernel(ks, target.backend).asm["cubin"] == full.asm["cubin"]
+
+
+def test_small_bf16_constants_keep_their_bits_in_gpu_code():
+    """Triton's builder makes bf16 constants through a 6-decimal text form: `tl.full([], 1e-7,
+    tl.bfloat16)` compiled to 0 for GPUs (the interpreter kept it, so no CPU test saw it). The PTX
+    must hold each constant's bf16 bits as torch rounds it."""
+    for value in (1e-7, 3e-6, 0.1):
+        class FillNegatives(torch.nn.Module):
+            def forward(self, x):
+                return torch.where(x > 0, x, torch.full_like(x, value))
+
+        x = torch.randn(64, 32, dtype=torch.bfloat16)
+        art = uniorch.compile_aot(FillNegatives(), (x,), target="cuda:sm_90")
+        assert len(art.kernels) == 1 and not art.fallbacks, str(art)
+        ptx = art.kernels[0].asm["ptx"]
+        bits = int(torch.tensor(value, dtype=torch.bfloat16).view(torch.int16)) & 0xFFFF
+        # the constant is an immediate of the select, or moved into a register first
+        assert re.search(rf"(selp\.b16\s+%rs\d+, %rs\d+, ({bits}|0x{bits:04X}), %p\d+;)|(mov\.b16\s+%rs\d+, "
+                         rf"({bits}|0x{bits:04X});)", ptx), (value, hex(bits))

@@ -2,6 +2,8 @@
 against eager PyTorch on fresh random inputs. Each case captures a small torch function, fuses it
 into one group, outlines the group as a kernel function and launches the generated source."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -445,3 +447,63 @@ def test_circular_pad_inserts_into_a_slice_of_an_empty_tensor(shape, pad):
     cm = uniorch.compile(fn, target="interpret")
     x = torch.randn(*shape)
     torch.testing.assert_close(cm(x), fn(x), rtol=0, atol=0)
+
+
+# -- bf16 constants -------------------------------------------------------------------------------
+# ties (1 + 2**-8 lies halfway between two bf16 values), inexact values, a bf16 subnormal, an fp32
+# subnormal that rounds to -0.0, one near bf16's largest finite value, one that rounds up to inf
+BF16_CONSTANTS = [1.0, -2.5, 0.1, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 1e-7, 3e-39, -1e-45, 65504.0,
+                  3.3e38, 3.4e38, float("inf"), float("-inf"), float("nan")]
+
+
+def test_bf16_constants_round_to_nearest_even_on_the_interpreter():
+    """Triton's front end turns every non-zero bf16 scalar into `builder.get_bf16(value)`; Triton
+    3.6's interpreter builder has no such method, so such a kernel failed at its first launch and
+    ran eagerly. The value must become the bf16 torch makes of it: fp32, then nearest even."""
+    from uniorch.codegen.body import literal
+    from uniorch.codegen.source import KernelSource
+    from uniorch.runtime import loader
+
+    stores = [f"    tl.store(out0_ptr + {i} * out0_s0, tl.full([], {literal(c, 'bf16')}, tl.bfloat16))"
+              for i, c in enumerate(BF16_CONSTANTS)]
+    source = "\n".join(["import triton.language as tl", "", "", "@jit",
+                        "def bf16_constants(out0_ptr, out0_s0):", *stores]) + "\n"
+    ks = KernelSource("bf16_constants", "bf16_constants", source, [], [1], (1,), pointer_types=["*bf16"])
+    out = torch.zeros(len(BF16_CONSTANTS), dtype=torch.bfloat16)
+    loader.launch(ks, loader.load(ks, interpret=True), [], [out])
+    ref = torch.tensor(BF16_CONSTANTS, dtype=torch.float32).to(torch.bfloat16)
+    assert torch.isnan(out[-1]), out
+    # bit for bit (a -0.0 for +0.0 or one bf16 ulp off would pass assert_close)
+    assert torch.equal(out[:-1].view(torch.int16), ref[:-1].view(torch.int16)), (out, ref)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("gelu_silu_chain", lambda x, y: F.silu(F.gelu(x) * y) + x),
+    ("rsqrt_reciprocal", lambda x, y: torch.rsqrt(x.abs() + 1) * y + torch.reciprocal(y)),
+    ("hardswish_elu", lambda x, y: F.hardswish(x) + F.elu(y, alpha=0.3)),
+    ("scaled_softmax", lambda x, y: torch.softmax(x * 0.125 + y, -1)),
+])
+def test_bf16_kernels_with_constants_run_compiled(name, fn):
+    """bf16 kernels holding non-zero bf16 constants run as kernels (no eager fallback, on every
+    Triton uniorch supports) and match eager on fresh inputs."""
+    import uniorch
+
+    def inputs():
+        return (torch.randn(8, 64) * 3).bfloat16(), torch.randn(8, 64).bfloat16()
+
+    rep = uniorch.explain(fn, *inputs(), target="interpret")
+    assert not rep.fallbacks and rep.kernels, rep
+    # what this tests: the kernels hold a non-zero bf16 constant
+    assert any(re.search(r"tl\.full\(\[\], (?!0\.0,)[^,]+, tl\.bfloat16\)", ks.source)
+               for ks in _kernel_sources(fn, inputs()))
+    cm = uniorch.compile(fn, target="interpret", fallback="error")
+    for _ in range(2):
+        x, y = inputs()
+        got, ref = cm(x, y), fn(x, y)
+        assert got.dtype == ref.dtype == torch.bfloat16
+        torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
+
+
+def _kernel_sources(fn, args):
+    _, sources = run_module(capture(fn, args), args)
+    return list(sources.values())

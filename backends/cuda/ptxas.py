@@ -1,8 +1,9 @@
 """Checking PTX with NVIDIA's ptxas, independently of the backend's own cubin stage.
 
 The ptxas on PATH first (a user's CUDA toolkit), else the copies Triton ships: Triton stamps PTX
-with the ISA version of the ptxas it bundles for the arch (9.4 for sm_90 with Triton 3.9), which an
-older toolkit's ptxas refuses before reading a single instruction.
+with the ISA version of the ptxas it bundles for the arch (for sm_90: 9.4 with Triton 3.9, 8.7 with
+Triton 3.6), which an older toolkit's ptxas refuses before reading a single instruction. Every
+copy is tried, because which bundled ptxas Triton picks for an arch changes between releases.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import tempfile
 @functools.lru_cache(maxsize=None)
 def ptxas_tools() -> list[tuple[str, int]]:
     """(path, highest PTX ISA version it reads, e.g. 90 for 9.0) of every ptxas found: the one
-    on PATH first, then the two Triton ships (CUDA 12.x for sm < 90, a newer one for sm >= 90)."""
+    on PATH first, then the two Triton ships (a CUDA 12.x one and a newer one; Triton 3.9 takes the
+    newer from sm_90 on, Triton 3.6 only from sm_100)."""
     try:
         from triton import knobs
         from triton.backends.nvidia.compiler import ptx_get_version

@@ -13,6 +13,13 @@ interpreter's numpy emulation, each with the symptom it caused:
   truncation; every other pair (f64, f16, integers <-> bf16) reinterpreted the number as bits,
   so `int64 -> bf16` of 4 gave ~0 (nanmean divided by it: -inf) and `f64 -> bf16` constants were
   garbage (ndtr). Fixed by going through fp32 and rounding to nearest even, as GPUs convert.
+- bf16 constants: Triton 3.6's builder has no `get_bf16`, which Triton's front end calls for every
+  non-zero bf16 scalar (`tl.full(..., tl.bfloat16)`, a literal meeting a bf16 operand), so every such
+  kernel raised AttributeError at its trial launch and ran eagerly. Added where it is missing, as
+  later Triton defines it: the value rounded to fp32, then to bf16 bits to nearest even.
+
+Each repair is chosen by what the installed interpreter has, not by its version number, so the
+same code serves every Triton uniorch supports.
 """
 from __future__ import annotations
 
@@ -63,6 +70,12 @@ def apply() -> None:
         return original_fp_to_fp(self, src, dst_type, rounding_mode)
 
     InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+
+    if not hasattr(InterpreterBuilder, "get_bf16"):
+        def get_bf16(self, value):
+            return TensorHandle(_f32_to_bf16_bits(np.array([value], dtype=np.float32)), tl.bfloat16)
+
+        InterpreterBuilder.get_bf16 = get_bf16
 
 
 def _np_type(ty):

@@ -78,9 +78,18 @@ def literal(value, name: str) -> str:
     return str(int(value))
 
 
+def full_expr(shape: str, lit: str, tl_name: str) -> str:
+    """`tl.full(shape, lit, tl_name)`. Triton's builder makes bf16 constants through a 6-decimal
+    text form (1e-7 became 0 for the GPU, while the interpreter kept it), so bf16 is filled in
+    fp32, exact for a bf16 value, and converted."""
+    if tl_name == "tl.bfloat16":
+        return f"tl.full({shape}, {lit}, tl.float32).to(tl.bfloat16)"
+    return f"tl.full({shape}, {lit}, {tl_name})"
+
+
 def constant_expr(value, name: str) -> str:
     """A typed 0-d tensor holding `value`: binary ops then never promote."""
-    return f"tl.full([], {literal(value, name)}, {tl_type(name)})"
+    return full_expr("[]", literal(value, name), tl_type(name))
 
 
 def identity_value(spec, name: str):

@@ -313,7 +313,7 @@ class _Emitter:
         full = {"m", "k"} if side == "a" else {"k", "n"}
         text, ty = val.text, val.ty
         if val.const is not None:
-            text = self.line(side, {"k"}, f"tl.full({shape}, {text}, {_TL[ty]})", side)
+            text = self.line(side, {"k"}, _body.full_expr(shape, text, _TL[ty]), side)
         elif set(val.cls) != full:
             text = self.line(side, {"k"}, f"tl.broadcast_to({text}, {shape})", side)
         if self.interpret and ty == "bf16":
@@ -347,7 +347,7 @@ class _Emitter:
         outs = p.gen.opview.outputs[0]
         init = self.value(outs, p.acc_layout, "init")
         if init.const is not None:
-            acc_line = f"acc = tl.full((BLOCK_M, BLOCK_N), {_lit(init.const, self.acc_ty)}, {acc_tl})"
+            acc_line = f"acc = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, self.acc_ty), acc_tl)}"
         else:
             t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
             acc_line = (f"acc = {t}" if set(init.cls) == {"m", "n"}
@@ -366,7 +366,7 @@ class _Emitter:
                 raise CodegenError(_producer(res), f"kernel result of element type {ty}")
             text = val.text
             if val.const is not None:
-                text = f"tl.full((BLOCK_M, BLOCK_N), {_lit(_round(val.const, ty), ty)}, {_TL[ty]})"
+                text = _body.full_expr("(BLOCK_M, BLOCK_N)", _lit(_round(val.const, ty), ty), _TL[ty])
             else:
                 if val.ty != ty:
                     text = f"{text}.to({_TL[ty]})"
