@@ -192,6 +192,10 @@ REGRESSIONS = {
     # torch-mlir read an uninitialised index accumulator; PyTorch's decomposition is exact
     "adaptive_max_pool3d_unbatched": (lambda x: F.adaptive_max_pool3d(x, (4, 3, 5), True),
                                       lambda: (torch.randn(2, 4, 3, 5),)),
+    # global pooling: amax and an argmax over the flattened volume (torch 2.11 has no decomposition)
+    "adaptive_max_pool3d_global": (lambda x: F.adaptive_max_pool3d(x, 1, True), lambda: (torch.randn(2, 2, 4, 3, 5),)),
+    "adaptive_max_pool3d_global_unbatched": (lambda x: F.adaptive_max_pool3d(x, (1, 1, 1), True),
+                                             lambda: (torch.randn(2, 4, 3, 5),)),
 }
 
 
@@ -206,3 +210,25 @@ def test_opinfo_regressions_compile(case):
     out, ref = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
     for o, r in zip(out, ref):
         assert torch.equal(o, r)
+
+
+def test_adaptive_max_pool3d_uneven_unbatched_keeps_the_rest_compiled():
+    """Windows of unequal size have no rewrite: the one op runs eagerly, and the model around it
+    still compiles (unpacking the batched call's NotImplemented used to fail the whole capture)."""
+    fn = lambda x: F.adaptive_max_pool3d(x * 2, (4, 3, 5), True)  # noqa: E731 - an exact kernel before it
+    rep = uniorch.explain(fn, torch.randn(2, 5, 3, 5), target="interpret")
+    assert [f.op for f in rep.fallbacks] == ["aten.adaptive_max_pool3d.default"], rep
+    assert rep.kernels, rep
+    x = torch.randn(2, 5, 3, 5)
+    for o, r in zip(uniorch.compile(fn, target="interpret")(x), fn(x)):
+        assert torch.equal(o, r)
+
+
+@pytest.mark.parametrize("case", sorted(c for c in REGRESSIONS if c.startswith("adaptive_max_pool3d")))
+def test_adaptive_max_pool3d_without_torchs_decomposition(case, monkeypatch):
+    """torch 2.11 has no decomposition of adaptive_max_pool3d (2.13 has): capture's rewrite stands
+    on its own."""
+    from torch._decomp import decomposition_table as torch_table
+
+    monkeypatch.delitem(torch_table, torch.ops.aten.adaptive_max_pool3d.default, raising=False)
+    test_opinfo_regressions_compile(case)

@@ -15,7 +15,7 @@ kind "check" that `CapturedGraph.finish` evaluates.
 from __future__ import annotations
 
 import torch
-from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+from torch._higher_order_ops.effects import _EffectType, _get_effect, _register_effectful_op
 
 from ..runtime.boundary import CheckFailed  # noqa: F401 - raised at the boundary, named here for users
 
@@ -30,6 +30,11 @@ def _require_eager(ok: torch.Tensor, what: str) -> None:
 _lib.impl("require", _require_eager, "CompositeExplicitAutograd")
 torch.library.register_fake("uniorch::require", lambda ok, what: None, lib=_lib)
 _register_effectful_op(torch.ops.uniorch.require.default, _EffectType.ORDERED)
+# torch 2.13 marks ATen's check effectful itself; torch 2.11 does not, and there the check, which
+# returns nothing, was dead code to the re-trace of run_decompositions: a singular matrix then gave
+# inf/NaN from the compiled model instead of eager's LinAlgError.
+if _get_effect(torch.ops.aten._linalg_check_errors.default) is None:
+    _register_effectful_op(torch.ops.aten._linalg_check_errors.default, _EffectType.ORDERED)
 
 
 def require(ok: torch.Tensor, what: str) -> None:

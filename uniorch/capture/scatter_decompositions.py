@@ -12,7 +12,7 @@ exact rewrites into ops it lowers to `tm_tensor.scatter` (codegen/scatter.py com
 - `scatter(..., reduce="add"|"multiply")`: scatter_reduce sum/prod including self;
 - `index_put` with one boolean mask whose values broadcast over each selected element: a select
   (torch-mlir's form goes through nonzero, whose size is data-dependent);
-- `adaptive_max_pool3d`: PyTorch's own decomposition (an even split becomes
+- `adaptive_max_pool3d`: the cases of PyTorch's own decomposition (an even split becomes
   `max_pool3d_with_indices`, output 1x1x1 amax/argmax; other sizes keep the op; unbatched
   inputs get a batch dim). torch-mlir's
   direct lowering read an uninitialised index accumulator ("reads an uninitialised tensor").
@@ -102,12 +102,22 @@ def _int_scatter_mean(x, dim, index, src, reduce, include_self=True):
 
 
 def _adaptive_max_pool3d(x, output_size):
-    from torch._decomp import decomposition_table as torch_table
-
+    """The cases of PyTorch's own decomposition, written here because torch 2.11 has none for this
+    op (2.13 does): looking it up there failed the whole capture."""
     if x.dim() == 4:  # unbatched: torch-mlir lowers max_pool3d_with_indices only with a batch dim
-        values, indices = _adaptive_max_pool3d(x.unsqueeze(0), output_size)
-        return values.squeeze(0), indices.squeeze(0)
-    return torch_table[aten.adaptive_max_pool3d.default](x, output_size)
+        pooled = _adaptive_max_pool3d(x.unsqueeze(0), output_size)
+        if pooled is NotImplemented:
+            return NotImplemented
+        return pooled[0].squeeze(0), pooled[1].squeeze(0)
+    if x.dim() != 5 or 0 in x.shape[1:] or 0 in output_size:
+        return NotImplemented  # ATen's errors, or empty results
+    (d, h, w), (od, oh, ow) = x.shape[-3:], output_size
+    if (od, oh, ow) == (1, 1, 1):  # indices count over the flattened D*H*W volume, as ATen's do
+        values = torch.amax(x, dim=(-3, -2, -1), keepdim=True)
+        return values, torch.argmax(x.flatten(-3), dim=-1).unsqueeze(-1).unsqueeze(-1).unsqueeze(-1)
+    if d % od == 0 and h % oh == 0 and w % ow == 0:  # every window the same size, none overlapping
+        return aten.max_pool3d_with_indices(x, [d // od, h // oh, w // ow])
+    return NotImplemented
 
 
 def table() -> dict:

@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
+from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
@@ -181,8 +182,6 @@ def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) ->
     """Effectful check ops (`_linalg_check_errors`, uniorch's `require`) become extra graph outputs
     of kind "check", evaluated by `CapturedGraph.finish`; their tokens (entries None in `outputs`)
     and `with_effects` wrappers go, leaving a pure graph every later stage understands."""
-    from .checks import CHECK_OPS, as_output_spec
-
     out_node = gm.graph.output_node()
     values = [v for v, o in zip(out_node.args[0], outputs) if o is not None]
     outputs = [o for o in outputs if o is not None]
