@@ -568,6 +568,8 @@ def test_bundles_built_by_triton_36_load_under_this_triton(tmp_path, monkeypatch
         pytest.skip(".venv-triton36 cannot import triton 3.6 and uniorch")
     import triton
 
+    if triton.__version__.startswith("3.6"):
+        pytest.skip("this process runs triton 3.6 itself: no other Triton for its bundles to load under")
     targets = ["cuda:sm_90", "cuda:sm_80", "rocm:gfx942"]
     paths = [str(tmp_path / t.replace(":", "_")) for t in targets]
     args = [a for pair in zip(targets, paths) for a in pair]
