@@ -12,7 +12,7 @@ from ctypes import POINTER, byref, c_char, c_char_p, c_int, c_uint, c_uint64, c_
 from dataclasses import dataclass
 
 from .sdk import BackendError
-from .shared_library import open_library
+from .shared_library import BoundCalls, open_library
 
 # enum values from cuda.h (tests compare the structures below with the header)
 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
@@ -84,20 +84,11 @@ class CudaDriver:
 
     def __init__(self, names: tuple[str, ...] = ("libcuda.so.1", "libcuda.so")):
         self.lib = open_library(names, "the NVIDIA driver library, through which cubins are loaded and launched")
-        self._calls = {}
+        # every driver call returns a CUresult
+        self._call = BoundCalls(self.lib, {k: (v, c_int) for k, v in _PROTOTYPES.items()},
+                                "the NVIDIA driver library", "update the NVIDIA driver")
         self._contexts: dict[int, int] = {}
         self.check("cuInit", self._call("cuInit")(0))
-
-    def _call(self, name: str):
-        fn = self._calls.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self.lib, name)
-            except AttributeError:
-                raise BackendError(f"the NVIDIA driver library has no {name}; update the NVIDIA driver") from None
-            fn.argtypes, fn.restype = _PROTOTYPES[name], c_int
-            self._calls[name] = fn
-        return fn
 
     def error_text(self, result: int) -> str:
         name, text = c_char_p(), c_char_p()

@@ -11,7 +11,7 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_void_p
 from dataclasses import dataclass
 
 from .sdk import BackendError
-from .shared_library import open_library
+from .shared_library import BoundCalls, open_library
 
 HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0  # hipFunction_attribute, from hip/driver_types.h
 
@@ -43,18 +43,7 @@ class HipDriver:
     def __init__(self, names: tuple[str, ...] = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6")):
         self.lib = open_library(names, "the HIP runtime library, through which hsaco code objects are loaded and "
                                        "launched")
-        self._calls = {}
-
-    def _call(self, name: str):
-        fn = self._calls.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self.lib, name)
-            except AttributeError:
-                raise BackendError(f"the HIP runtime library has no {name}; update ROCm") from None
-            fn.argtypes, fn.restype = _PROTOTYPES[name]
-            self._calls[name] = fn
-        return fn
+        self._call = BoundCalls(self.lib, _PROTOTYPES, "the HIP runtime library", "update ROCm")
 
     def error_text(self, result: int) -> str:
         name = self._call("hipGetErrorName")(result) or b"hipErrorUnknown"

@@ -38,4 +38,24 @@ def open_library(names: tuple[str, ...], what: str) -> ctypes.CDLL:
     raise BackendError(f"cannot load {names[0]}, {what}: " + "; ".join(tried))
 
 
-__all__ = ["mapped_path", "open_library"]
+class BoundCalls:
+    """A library's functions with their ctypes prototypes set, each looked up once; a function the
+    library lacks is a BackendError ending in `missing` (what to update)."""
+
+    def __init__(self, lib: ctypes.CDLL, prototypes: dict, what: str, missing: str):
+        self.lib, self._prototypes, self._what, self._missing = lib, prototypes, what, missing
+        self._calls: dict = {}
+
+    def __call__(self, name: str):
+        fn = self._calls.get(name)
+        if fn is None:
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                raise BackendError(f"{self._what} has no {name}; {self._missing}") from None
+            fn.argtypes, fn.restype = self._prototypes[name]
+            self._calls[name] = fn
+        return fn
+
+
+__all__ = ["BoundCalls", "mapped_path", "open_library"]
