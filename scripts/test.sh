@@ -11,10 +11,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 compat=${UNIORCH_COMPAT_TRITON-3.6.0}
+compat_venv=.venv-triton$(echo "$compat" | cut -d. -f1,2 | tr -d .)  # 3.6.0 -> .venv-triton36
 if [ $# -eq 0 ] && [ -n "$compat" ] && [ "$compat" != 0 ]; then
   # made first: the main suite also loads bundles across the two Tritons (tests/test_driver_launch.py)
-  UNIORCH_VENV=.venv-triton${compat//./} UNIORCH_TRITON_VERSION=$compat bash scripts/setup.sh
+  UNIORCH_VENV=$compat_venv UNIORCH_TRITON_VERSION=$compat bash scripts/setup.sh
 fi
+if [ -x "$compat_venv/bin/python" ]; then export UNIORCH_COMPAT_PYTHON=$PWD/$compat_venv/bin/python; fi
 workers=${UNIORCH_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
 if [ "$workers" -gt 4 ]; then workers=4; fi
 spread=()
@@ -28,7 +30,7 @@ set -e
 if [ -z "$compat" ] || [ "$compat" = 0 ]; then exit $main; fi
 echo "[test] the Triton-facing tests again with triton $compat" >&2
 set +e
-".venv-triton${compat//./}/bin/python" -m pytest -q "${spread[@]}" \
+"$compat_venv/bin/python" -m pytest -q "${spread[@]}" \
   tests/test_codegen_contraction.py tests/test_codegen_generic.py tests/test_codegen_scan.py \
   tests/test_codegen_scatter.py tests/test_codegen_sort.py tests/test_backends_cross.py \
   tests/test_cross_compile_zoo.py tests/test_aot.py tests/test_aot_zoo.py tests/test_bench_smoke.py \

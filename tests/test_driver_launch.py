@@ -33,7 +33,8 @@ from uniorch.runtime import bundle as bundle_mod
 from uniorch.runtime.bundle import BundleError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T36 = os.path.join(REPO, ".venv-triton36", "bin", "python")  # scripts/test.sh makes it
+# scripts/test.sh makes the Triton 3.6 venv and names its python here
+T36 = os.environ.get("UNIORCH_COMPAT_PYTHON") or os.path.join(REPO, ".venv-triton36", "bin", "python")
 EF_AMDGPU_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx1100": 0x41}  # LLVM's AMDGPUUsage
 
 
@@ -560,7 +561,7 @@ for target, path in zip(sys.argv[2::2], sys.argv[3::2]):
 """
 
 
-@pytest.mark.skipif(not os.path.exists(T36), reason="no .venv-triton36 (Triton 3.6) beside .venv")
+@pytest.mark.skipif(not os.path.exists(T36), reason="no Triton 3.6 venv (UNIORCH_COMPAT_PYTHON, or .venv-triton36 beside .venv)")
 def test_bundles_built_by_triton_36_load_under_this_triton(tmp_path, monkeypatch):
     """Bundles Triton 3.6 built (ptxas 12.x cubins: ELF ABI 7) pass the version check and bind
     here, under another Triton: the ABI is read from their own PTX / AMDGCN."""
@@ -610,7 +611,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not os.path.exists(T36), reason="no .venv-triton36 (Triton 3.6) beside .venv")
+@pytest.mark.skipif(not os.path.exists(T36), reason="no Triton 3.6 venv (UNIORCH_COMPAT_PYTHON, or .venv-triton36 beside .venv)")
 def test_bundles_built_here_load_under_triton_36(tmp_path):
     if not _t36_ready():
         pytest.skip(".venv-triton36 cannot import triton 3.6 and uniorch")

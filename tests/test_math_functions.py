@@ -145,12 +145,17 @@ def test_dtypes(dtype):
     cm = uniorch.compile(fn, target="interpret")
     outs = cm(x)
     assert not cm.explain(x).fallbacks, cm.explain(x).fallbacks
-    for out, ref in zip(outs, fn(x)):
+    refs64 = fn(x.double()) if dtype in (torch.float16, torch.bfloat16) else fn(x)
+    for out, ref, ref64 in zip(outs, fn(x), refs64):
         assert out.dtype == ref.dtype
-        if ref.dtype.is_floating_point:
-            torch.testing.assert_close(out, ref, rtol=tol[0], atol=tol[1], equal_nan=True)
-        else:
+        if not ref.dtype.is_floating_point:
             assert torch.equal(out, ref)
+            continue
+        # Eager's CPU half kernels (i0e among them) are themselves a few ulps off: where compiled and
+        # eager disagree, the compiled value must be no further from float64 than eager's is.
+        near = torch.isclose(out, ref, rtol=tol[0], atol=tol[1], equal_nan=True)
+        err, eager_err = ((v.double() - ref64).abs() for v in (out, ref))
+        assert (near | (err <= eager_err + tol[1])).all(), (x[~near], out[~near], ref[~near], ref64[~near])
 
 
 def test_unsupported_function_still_falls_back_with_its_reason():
