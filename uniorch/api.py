@@ -121,7 +121,8 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
                                f"'{want}'; move the inputs there, or compile for a target of that device")
 
 
-def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry:
+def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True) -> _Entry:
+    """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched."""
     from .errors import CaptureError
 
     timings = {}
@@ -135,7 +136,12 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str) -> _Entry
         return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err))
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()
-    program = compile_program(captured.graph_module, target, fallback)
+    region = None
+    if not launch:
+        from .runtime.compiler import compile_graph
+
+        region = functools.partial(compile_graph, run=False)
+    program = compile_program(captured.graph_module, target, fallback, compile_region=region)
     timings["compile"] = time.perf_counter() - t
     timings.update({f"  {k}": v for k, v in program.timings.items()})
     return _Entry(captured, program, timings)
@@ -175,6 +181,8 @@ class KernelReport:
     bytes_read: int
     bytes_written: int
     source: str = field(repr=False, default="")
+    # element types the kernel reads, writes or computes ("f32", "i64", "f64", ...), from its MLIR function
+    compute_types: tuple[str, ...] = ()
 
 
 @dataclass
@@ -236,6 +244,47 @@ def explain(model_or_fn: Any, *args, target: str = "auto", **kwargs) -> Report:
     return compile(model_or_fn, target=target).explain(*args, **kwargs)
 
 
+def explain_static(model_or_fn: Any, args: Any = (), kwargs: Optional[dict] = None, target: str = "interpret",
+                   fallback: str = "eager") -> Report:
+    """`explain` without loading or launching a kernel: capture, passes and codegen only, so it is
+    fast on the interpreter and works for any target (`cuda:sm_90` on a machine without a GPU).
+    A kernel that Triton would reject at its first launch is not found, so `explain` can report
+    more fallbacks; bytes and kernels are those `explain` reports otherwise."""
+    tgt = parse_target(target)
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    kwargs = dict(kwargs or {})
+    return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False), tgt, args, kwargs)
+
+
+def _compute_types(func_op) -> tuple[str, ...]:
+    """Element types of the function's arguments and results and of every value an op computes.
+
+    Constants are left out: `arith.constant 1e-05 : f64` truncated to f32 is folded, not float64
+    arithmetic (Triton's source still spells it `tl.full([], 1e-05, tl.float64)`, so the MLIR is
+    the more faithful place to look)."""
+    from torch_mlir import ir
+
+    if func_op is None:
+        return ()
+    seen: set[str] = set()
+
+    def add(t):
+        seen.add(str(ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t))
+
+    ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+    for t in (*ftype.inputs, *ftype.results):
+        add(t)
+
+    def visit(op):
+        if op.name != "arith.constant":
+            for v in op.results:
+                add(v.type)
+        return ir.WalkResult.ADVANCE
+
+    func_op.walk(visit)
+    return tuple(sorted(seen))
+
+
 def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     from .capture.locations import node_source_loc
 
@@ -254,7 +303,9 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
         for k in region.kernels:
             ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
             name = k.name if len(program.regions) == 1 else f"r{r}.{k.name}"  # names repeat per region
-            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source))
+            func = region.plan.kernels[k.name].func_op if k.name in region.plan.kernels else None
+            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source,
+                                        _compute_types(func)))
     failed = program.fallbacks + program.launch_failures
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}
