@@ -72,25 +72,30 @@ def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
             warnings.simplefilter("ignore")
             rep = explain_static(model, args, kwargs, target=target)
     except Exception as err:  # noqa: BLE001 - a model that fails is a row saying so, not a crash
-        row.update(error=f"{type(err).__name__}: {err}".splitlines()[0][:300], seconds=time.perf_counter() - t)
+        row.update(error=f"{type(err).__name__}: {err}".splitlines()[0][:300], seconds=round(time.perf_counter() - t, 2))
         return row
+    row.update(summarize(rep, torch.float64 in floats), seconds=round(time.perf_counter() - t, 2))
+    row["goals"] = {g: bool(test(row)) for g, (_, models, test) in GOALS.items()
+                    if (models is None or name in models) and not (g == "no-f64" and row["f64_kernels"] is None)}
+    return row
+
+
+def summarize(rep, float64_model: bool = False) -> dict:
+    """The report's metrics of one `explain`/`explain_static` Report."""
+    # float64 arithmetic: an f64 value computed, read or written (constants folded to f32 are not);
+    # a float64 model computes in float64 by right, so it is not counted there
     f64 = [k.name for k in rep.kernels if any("f64" in ty for ty in k.compute_types)]
     soft = [k for k in rep.kernels if any(_op(o) in SOFTMAX for o, _ in k.ops)]
     kinds: dict[str, int] = {}
     for k in rep.kernels:
         kinds[k.kind] = kinds.get(k.kind, 0) + 1
-    row.update(
+    return dict(
         kernels=len(rep.kernels), bytes_moved=rep.bytes_moved, bytes_minimum=rep.bytes_minimum,
         ratio=round(rep.bytes_moved / max(1, rep.bytes_minimum), 4),
-        # a float64 model computes in float64 by right: only counted when it is not one
-        f64_kernels=None if torch.float64 in floats else len(f64), f64_names=f64,
+        f64_kernels=None if float64_model else len(f64), f64_names=f64,
         fallbacks=len(rep.fallbacks), fallback_ops=sorted({f.op for f in rep.fallbacks}),
         kinds=dict(sorted(kinds.items())),
-        attention_fused=bool(soft) and all(sum(_op(o) in MATMULS for o, _ in k.ops) >= 2 for k in soft),
-        seconds=round(time.perf_counter() - t, 2))
-    row["goals"] = {g: bool(test(row)) for g, (_, models, test) in GOALS.items()
-                    if (models is None or name in models) and not (g == "no-f64" and row["f64_kernels"] is None)}
-    return row
+        attention_fused=bool(soft) and all(sum(_op(o) in MATMULS for o, _ in k.ops) >= 2 for k in soft))
 
 
 def _work(task):
@@ -104,11 +109,19 @@ def _one_thread():
 def measure_all(models: list[str], dtypes: list[str], jobs: int = 1, target: str = "interpret") -> list[dict]:
     tasks = [(m, d, target) for d in dtypes for m in models]
     if jobs <= 1 or len(tasks) == 1:
-        rows = [measure(*t) for t in tasks]
-    else:
-        # fork: workers inherit the imported torch and uniorch instead of importing them again
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_one_thread, maxtasksperchild=8) as pool:
-            rows = pool.map(_work, tasks, chunksize=1)
+        return [measure(*t) for t in tasks]
+    # the slowest first (last report's seconds), so no worker is left alone with a long one at the end
+    try:
+        last = {(r["model"], r["dtype"]): r["seconds"] for r in json.loads((PERF / "kernel_report.json").read_text())["rows"]}
+    except (OSError, ValueError, KeyError):
+        last = {}
+    order = sorted(range(len(tasks)), key=lambda i: -last.get(tasks[i][:2], 0.0))
+    # fork: workers inherit the imported torch and uniorch instead of importing them again
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_one_thread) as pool:
+        done = pool.map(_work, [tasks[i] for i in order], chunksize=1)
+    rows: list = [None] * len(tasks)
+    for i, row in zip(order, done):
+        rows[i] = row
     return rows
 
 
