@@ -18,7 +18,7 @@ from uniorch.api import explain_static
 from uniorch.testing import zoo
 from uniorch.tools import kernel_report as kr
 
-BF16_SUBSET = ["mlp", "attention_manual", "cnn_bn_eval", "llama_block", "rotary_partial"]
+BF16_SUBSET = ["mlp", "attention_manual", "cnn_bn_eval", "mlp_residual_tanh", "rotary_partial"]
 
 
 def _ceilings() -> dict:

@@ -74,6 +74,15 @@ def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
     except Exception as err:  # noqa: BLE001 - a model that fails is a row saying so, not a crash
         row.update(error=f"{type(err).__name__}: {err}".splitlines()[0][:300], seconds=round(time.perf_counter() - t, 2))
         return row
+    whole = [f.why for f in rep.fallbacks if f.op == "(whole model)"]
+    if whole:  # nothing compiled: either eager cannot run the model in this dtype either, or a bug of ours
+        try:
+            zoo.run_eager(model, args, kwargs)
+        except Exception as err:  # noqa: BLE001 - as the GPU zoo check does: not judged
+            row.update(skipped=f"eager fails in {dtype_name}: {type(err).__name__}: {err}".splitlines()[0][:300])
+            return row
+        row.update(error=f"capture failed: {whole[0]}".splitlines()[0][:300], seconds=round(time.perf_counter() - t, 2))
+        return row
     row.update(summarize(rep, torch.float64 in floats), seconds=round(time.perf_counter() - t, 2))
     row["goals"] = {g: bool(test(row)) for g, (_, models, test) in GOALS.items()
                     if (models is None or name in models) and not (g == "no-f64" and row["f64_kernels"] is None)}
@@ -132,6 +141,8 @@ def check(rows: list[dict], ceilings: dict) -> tuple[list[str], list[str]]:
     for r in rows:
         ceil = ceilings.get(r["dtype"], {}).get(r["model"])
         where = f"{r['model']} [{r['dtype']}]"
+        if "skipped" in r:
+            continue
         if ceil is None:
             unbounded.append(where)
             continue
@@ -153,7 +164,7 @@ def new_ceilings(rows: list[dict], old: dict) -> dict:
     """Today's values as ceilings (the bytes ratio rounded up by 5 %); unmeasured entries stay."""
     out = {k: dict(v) for k, v in old.items() if not k.startswith("_")}
     for r in rows:
-        if "error" in r:
+        if "error" in r or "skipped" in r:
             continue
         c = {m: r[m] for m in METRICS if r.get(m) is not None}
         c["ratio"] = math.ceil(r["ratio"] * RATIO_SLACK * 100) / 100
@@ -191,14 +202,17 @@ def markdown(rows: list[dict], info: dict) -> str:
     for g, (what, models, _) in GOALS.items():
         judged = [r for r in rows if g in r.get("goals", {})]
         met = [f"{r['model']} [{r['dtype']}]" for r in judged if r["goals"][g]]
-        lines.append(f"| {what} | {', '.join(models) if models else 'all'} | {len(met)}/{len(judged)}"
-                     + (f": {', '.join(met)}" if met and len(met) < len(judged) else "") + " |")
+        missed = [f"{r['model']} [{r['dtype']}]" for r in judged if not r["goals"][g]]
+        named = (f"; met: {', '.join(met)}" if len(met) <= len(missed) else f"; missed: {', '.join(missed)}") \
+            if met and missed else ""
+        lines.append(f"| {what} | {', '.join(models) if models else 'all'} | {len(met)}/{len(judged)}{named} |")
     lines += ["", "## Per model", "",
               "| model | dtype | kernels | MB moved | MB minimum | ratio | f64 kernels | fallbacks | kinds | goals missed |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['dtype']} | error: {r['error'].replace('|', '/')} | | | | | | | |")
+        if "error" in r or "skipped" in r:
+            why = f"error: {r['error']}" if "error" in r else f"skipped: {r['skipped']}"
+            lines.append(f"| {r['model']} | {r['dtype']} | {why.replace('|', '/')} | | | | | | | |")
             continue
         kinds = ", ".join(f"{k} {n}" for k, n in r["kinds"].items())
         missed = ", ".join(g for g, ok in r["goals"].items() if not ok) or "-"
@@ -241,10 +255,11 @@ def main(argv=None) -> int:
         old = json.loads(path.read_text()) if path.is_file() else {}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(new_ceilings(rows, old), indent=1) + "\n")
-        print(f"kernel report: ceilings written to {path}")
+        print(f"kernel report: ceilings written to {os.path.relpath(path)}")
     status = 0
     if a.check:
         bad, unbounded = check(rows, json.loads(Path(a.check).read_text()))
+        a.check = os.path.relpath(a.check)
         if unbounded:
             print(f"kernel report: no ceiling yet for {', '.join(unbounded)} (add with --update-ceilings)")
         if bad:
