@@ -66,13 +66,14 @@ def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
         cast = None if dtype_name == "fp32" else DTYPES[dtype_name]  # fp32 is the zoo's own: as made
         model = zoo.model_to(model, "cpu", cast)
         args, kwargs = zoo.to((args, kwargs), "cpu", cast)
-        floats = [x.dtype for x in (*model.parameters(), *model.buffers(), *torch.utils._pytree.tree_leaves((args, kwargs)))
-                  if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        tensors = (*model.parameters(), *model.buffers(), *torch.utils._pytree.tree_leaves((args, kwargs)))
+        floats = [x.dtype for x in tensors if isinstance(x, torch.Tensor) and x.is_floating_point()]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rep = explain_static(model, args, kwargs, target=target)
     except Exception as err:  # noqa: BLE001 - a model that fails is a row saying so, not a crash
-        row.update(error=f"{type(err).__name__}: {err}".splitlines()[0][:300], seconds=round(time.perf_counter() - t, 2))
+        row.update(error=f"{type(err).__name__}: {err}".splitlines()[0][:300],
+                   seconds=round(time.perf_counter() - t, 2))
         return row
     whole = [f.why for f in rep.fallbacks if f.op == "(whole model)"]
     if whole:  # nothing compiled: either eager cannot run the model in this dtype either, or a bug of ours
@@ -121,7 +122,8 @@ def measure_all(models: list[str], dtypes: list[str], jobs: int = 1, target: str
         return [measure(*t) for t in tasks]
     # the slowest first (last report's seconds), so no worker is left alone with a long one at the end
     try:
-        last = {(r["model"], r["dtype"]): r["seconds"] for r in json.loads((PERF / "kernel_report.json").read_text())["rows"]}
+        last = {(r["model"], r["dtype"]): r.get("seconds", 0.0)
+                for r in json.loads((PERF / "kernel_report.json").read_text())["rows"]}
     except (OSError, ValueError, KeyError):
         last = {}
     order = sorted(range(len(tasks)), key=lambda i: -last.get(tasks[i][:2], 0.0))
@@ -207,7 +209,8 @@ def markdown(rows: list[dict], info: dict) -> str:
             if met and missed else ""
         lines.append(f"| {what} | {', '.join(models) if models else 'all'} | {len(met)}/{len(judged)}{named} |")
     lines += ["", "## Per model", "",
-              "| model | dtype | kernels | MB moved | MB minimum | ratio | f64 kernels | fallbacks | kinds | goals missed |",
+              "| model | dtype | kernels | MB moved | MB minimum | ratio | f64 kernels | fallbacks | kinds "
+              "| goals missed |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         if "error" in r or "skipped" in r:
@@ -218,7 +221,8 @@ def markdown(rows: list[dict], info: dict) -> str:
         missed = ", ".join(g for g, ok in r["goals"].items() if not ok) or "-"
         f64 = "-" if r["f64_kernels"] is None else r["f64_kernels"]
         lines.append(f"| {r['model']} | {r['dtype']} | {r['kernels']} | {r['bytes_moved'] / 1e6:.3f} | "
-                     f"{r['bytes_minimum'] / 1e6:.3f} | {r['ratio']:.2f}x | {f64} | {r['fallbacks']} | {kinds} | {missed} |")
+                     f"{r['bytes_minimum'] / 1e6:.3f} | {r['ratio']:.2f}x | {f64} | {r['fallbacks']} | {kinds} "
+                     f"| {missed} |")
     return "\n".join(lines) + "\n"
 
 

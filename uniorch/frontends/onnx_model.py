@@ -162,7 +162,7 @@ class OnnxModel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def explain(self, *args, **kwargs):
-        from ..api import FallbackReport, KernelReport, Report
+        from ..api import FallbackReport, KernelReport, Report, _compute_types
 
         flat = self._flat(args, kwargs)
         entry = self.entry(flat)
@@ -172,8 +172,10 @@ class OnnxModel:
             fb = FallbackReport("(whole ONNX model)", f"runs on {self.reference().kind}", entry.stage,
                                 entry.fallback_reason)
             return Report(str(self._target), [], [fb], entry.timings, len(self.proto.graph.node), 0, 0, minimum)
+        funcs = {name: k.func_op for name, k in entry.compiled.plan.kernels.items()}
         kernels = [KernelReport(k.name, k.kind, [(n, "") for n in k.nodes], k.schedule, k.bytes_read,
-                                k.bytes_written, k.source) for k in entry.compiled.kernels]
+                                k.bytes_written, k.source, _compute_types(funcs.get(k.name)))
+                   for k in entry.compiled.kernels]
         moved = sum(k.bytes_read + k.bytes_written for k in kernels)
         n = len(self.proto.graph.node)
         return Report(str(self._target), kernels, [], entry.timings, n, n, moved, minimum)
