@@ -84,3 +84,17 @@ def test_f64_detector_ignores_folded_constants_and_float64_models():
     assert kr.summarize(explain_static(_ScaledFp32(), (torch.randn(8, 8),)))["f64_kernels"] == 0
     rep = explain_static(_Mixed(), (torch.randn(8, 8, dtype=torch.float64),))
     assert kr.summarize(rep, float64_model=True)["f64_kernels"] is None
+
+
+def test_static_report_matches_explain():
+    """The report's numbers are those `explain` gives after launching each kernel once."""
+    import uniorch
+
+    model, args, kwargs = zoo.load("rotary_partial")
+    static = explain_static(model, args, kwargs)
+    launched = uniorch.explain(model, *args, target="interpret", **kwargs)
+    assert "first launch" not in " ".join(static.timings) and "first launch" in " ".join(launched.timings)
+    assert [(k.name, k.bytes_read, k.bytes_written, k.compute_types) for k in static.kernels] == \
+        [(k.name, k.bytes_read, k.bytes_written, k.compute_types) for k in launched.kernels]
+    assert (static.bytes_moved, static.bytes_minimum, len(static.fallbacks)) == \
+        (launched.bytes_moved, launched.bytes_minimum, len(launched.fallbacks))

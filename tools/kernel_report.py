@@ -226,6 +226,12 @@ def markdown(rows: list[dict], info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shown(path) -> str:
+    """A path as the user would type it: relative when under the current folder."""
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m uniorch.tools.kernel_report", description=__doc__.split("\n\n")[1])
     p.add_argument("--dtypes", default="fp32,bf16", help=f"comma-separated, of {', '.join(DTYPES)} (default fp32,bf16)")
@@ -259,11 +265,11 @@ def main(argv=None) -> int:
         old = json.loads(path.read_text()) if path.is_file() else {}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(new_ceilings(rows, old), indent=1) + "\n")
-        print(f"kernel report: ceilings written to {os.path.relpath(path)}")
+        print(f"kernel report: ceilings written to {_shown(path)}")
     status = 0
     if a.check:
         bad, unbounded = check(rows, json.loads(Path(a.check).read_text()))
-        a.check = os.path.relpath(a.check)
+        a.check = _shown(a.check)
         if unbounded:
             print(f"kernel report: no ceiling yet for {', '.join(unbounded)} (add with --update-ceilings)")
         if bad:
