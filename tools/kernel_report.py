@@ -84,7 +84,8 @@ def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
             return row
         row.update(error=f"capture failed: {whole[0]}".splitlines()[0][:300], seconds=round(time.perf_counter() - t, 2))
         return row
-    row.update(summarize(rep, torch.float64 in floats), seconds=round(time.perf_counter() - t, 2))
+    row.update(summarize(rep, torch.float64 in floats), seconds=round(time.perf_counter() - t, 2),
+               capture_s=round(rep.timings.get("capture", 0.0), 2), compile_s=round(rep.timings.get("compile", 0.0), 2))
     row["goals"] = {g: bool(test(row)) for g, (_, models, test) in GOALS.items()
                     if (models is None or name in models) and not (g == "no-f64" and row["f64_kernels"] is None)}
     return row
