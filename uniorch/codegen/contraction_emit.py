@@ -356,7 +356,11 @@ class _Emitter:
         self.pre.append(acc_line)
         self.loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
 
-        # results, in the output domain
+        return self.assemble(self.stores())
+
+    def stores(self) -> list[str]:
+        """The store of every kernel result, in the output domain (after the K loop)."""
+        p = self.p
         stores = []
         for r, res in enumerate(p.results):
             lay = _get(p.layouts, res)
@@ -386,7 +390,7 @@ class _Emitter:
             where = _loc(prod) if prod is not None else ""
             stores.append(f"# result {r} ({_elem(res)} {_shape(res)}) at {where}")
             stores.append(f"tl.store({addr}, {text}, mask={m})" if m else f"tl.store({addr}, {text})")
-        return self.assemble(stores)
+        return stores
 
     def assemble(self, stores: list[str]) -> KernelSource:
         p, s = self.p, self.s

@@ -265,7 +265,29 @@ def _analyze(kernel) -> _Plan:
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
-    # output-domain values: the contraction result and the pointwise generics built on it
+    plan.layouts = epilogue_layouts(plan, ops)
+    layouts = plan.layouts
+
+    want = sorted(d for d, c in plan.cls.items() if c in "bmn")
+    acc_shape = _shape(gen.results[0])
+    for r in plan.results:
+        if not _known(layouts, r) and _shape(r) == acc_shape:
+            # a kernel value not derived from the product (e.g. a fill also used outside) with the
+            # output's shape: computed and stored elementwise over the same tiles
+            layouts[r] = plan.acc_layout
+        if not _known(layouts, r):
+            raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
+        lay = _get(layouts, r)
+        got = sorted(d for lin in lay for d in lin.dims())
+        if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
+            raise CodegenError(_producer(r) or func, "kernel result does not cover the contraction's output exactly once")
+    return plan
+
+
+def epilogue_layouts(plan: _Plan, ops: list) -> dict:
+    """Where each value computed over the contraction's output sits: the contraction result and
+    every pointwise generic of `ops` after it that reads such a value (a Lin per tensor dim)."""
+    gen = plan.gen
     layouts = {gen.results[0]: plan.acc_layout}
     after = False
     for op in ops:
@@ -303,22 +325,7 @@ def _analyze(kernel) -> _Plan:
                 g_env[d] = Lin.cst(0)
         for r, res in enumerate(op.results):
             layouts[res] = tuple(_lin(e, g_env, op) for e in g_maps[len(gview.inputs) + r].results)
-    plan.layouts = layouts
-
-    want = sorted(d for d, c in plan.cls.items() if c in "bmn")
-    acc_shape = _shape(gen.results[0])
-    for r in plan.results:
-        if not _known(layouts, r) and _shape(r) == acc_shape:
-            # a kernel value not derived from the product (e.g. a fill also used outside) with the
-            # output's shape: computed and stored elementwise over the same tiles
-            layouts[r] = plan.acc_layout
-        if not _known(layouts, r):
-            raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
-        lay = _get(layouts, r)
-        got = sorted(d for lin in lay for d in lin.dims())
-        if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
-            raise CodegenError(_producer(r) or func, "kernel result does not cover the contraction's output exactly once")
-    return plan
+    return layouts
 
 
 def _is_empty(v) -> bool:
