@@ -4,9 +4,11 @@ Marks each op of a kernel with `uniorch.group = N`, and the group's anchor op wi
 `uniorch.domain = {parallel = [...], reduction = [...]}` and `uniorch.kind`. Groups are grown
 greedily from seeds, in this order:
 
-1. contractions (`patterns.is_contraction`): take transposed A/B operands (pure permutations),
-   a fill of the accumulator, and pointwise epilogues over the output (bias, activation, residual);
-2. reductions (incl. convolutions and pooling, computed directly): take pointwise producers and
+1. contractions (`patterns.is_contraction`, and convolutions as implicit GEMMs,
+   `patterns.is_convolution`): take transposed A/B operands (pure permutations), a constant
+   `tensor.pad` of a convolution's input (masked loads), a fill or broadcast (bias) of the
+   accumulator, and pointwise epilogues over the output (bias, BatchNorm, activation, residual);
+2. reductions (incl. pooling and convolutions the contraction template does not take, computed directly): take pointwise producers and
    consumers over the same rows and other reductions over the same rows (softmax, LayerNorm,
    RMSNorm: one kernel each);
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
@@ -34,6 +36,7 @@ from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .pad_views import pad_value
 
 GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
 
@@ -157,7 +160,7 @@ class _Fusion:
                 if o not in self.group_of and pat.is_generic(o) and _static(o) and o.results and pred(o):
                     yield o
 
-        for o in list(seeds(pat.is_contraction)):
+        for o in list(seeds(lambda o: pat.is_contraction(o) or pat.is_convolution(o))):
             if o not in self.group_of:
                 self.grow(self.new_group("contraction", o))
         for o in list(seeds(lambda o: pat.is_reduction(o) and not pat.is_contraction(o))):
@@ -174,7 +177,7 @@ class _Fusion:
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
         for o in [o.operation for o in self.block.operations]:
-            if o.name in pat.COPY_OPS and _static(o):
+            if o.name in pat.COPY_OPS and _static(o) and o not in self.group_of:
                 self.new_group("copy", o)
         self.drop_dead()
         self.annotate()
@@ -342,7 +345,9 @@ class _Fusion:
                     for i, v in enumerate(m.operands):
                         if isinstance(v.owner, ir.Block) or pat.op_of(v.owner) != x:
                             continue
-                        ok = pat.is_permutation_movement(x) if i < n_in else pat.is_fill(x)
+                        # the accumulator starts from a fill or a broadcast (a convolution's bias)
+                        ok = (pat.is_permutation_movement(x) if i < n_in
+                              else pat.is_fill(x) or pat.is_data_movement(x))
                         if not ok:
                             return False
                 elif not (pat.is_data_movement(x) or pat.is_fill(x)):
@@ -355,6 +360,8 @@ class _Fusion:
         return pat.is_pointwise(x)
 
     def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        if x.name == "tensor.pad":
+            return self.try_join_pad(g, x, role)
         if not self.admissible(g, x, role):
             return False
         members = set(g.ops)
@@ -409,6 +416,21 @@ class _Fusion:
                 self.group_of[o] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
+
+    def try_join_pad(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        """A constant-value pad read only by a convolution's input joins its contraction kernel: the
+        kernel loads the unpadded tensor with the bounds as a mask (no padded copy in memory)."""
+        if g.kind != "contraction" or role != "producer" or not _static(x) or pad_value(x) is None:
+            return False
+        n_in = pat.num_inputs(g.anchor)
+        users = [(pat.op_of(u.owner), u.operand_number) for u in x.results[0].uses]
+        if not users or any(o != g.anchor or i >= n_in for o, i in users):
+            return False
+        if self.creates_cycle(g, x):
+            return False
+        g.ops.append(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
 
     def try_join_view(self, g: _Group, x: ir.Operation, role: str, view: ir.Operation) -> bool:
         """x joins g together with the unit view between them (values stay in registers)."""

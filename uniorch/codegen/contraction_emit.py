@@ -146,11 +146,41 @@ class _Emitter:
             return _Val(name, ty, frozenset({"m", "n"}))
         if op.name == "linalg.generic":
             return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
+        if op.name == "tensor.pad":
+            return self.pad(op, idx, ctx)
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")
 
-    def load(self, i: int, idx: tuple, ctx: str) -> _Val:
+    def pad(self, op, idx: tuple, ctx: str) -> _Val:
+        """A constant `tensor.pad` of a kernel argument at `idx`: the unpadded tensor loaded at
+        `idx - low` wherever that is inside it, the pad value elsewhere (a masked load), so a
+        convolution reads its input once and no padded copy is ever written."""
+        from uniorch.passes.pad_views import pad_value
+
+        src, padv = op.operands[0], pad_value(op)
+        if padv is None or len(op.operands) != 1:
+            raise CodegenError(op, "tensor.pad with a non-constant value or dynamic amounts")
+        arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
+        if arg is None:
+            raise CodegenError(op, "tensor.pad of a value computed in the kernel")
+        fill = self.scalar(padv, op)
+        low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
+        high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
+        shifted = tuple(lin + Lin.cst(-lo) for lin, lo in zip(idx, low))
+        inside = []
+        for lin, lo, hi, size in zip(shifted, low, high, _shape(src)):
+            if lin.is_const():
+                if not 0 <= lin.const < size:
+                    return fill
+                continue
+            if lo:
+                inside.append(f"({self.lin_text(lin, ctx)} >= 0)")
+            if hi:
+                inside.append(f"({self.lin_text(lin, ctx)} < {size})")
+        return self.load(arg, shifted, ctx, inside, fill)
+
+    def load(self, i: int, idx: tuple, ctx: str, inside: list | None = None, fill: _Val | None = None) -> _Val:
         ty = _elem(self.p.args[i])
         if ty not in _PTR:
             raise CodegenError(self.p.func, f"kernel argument of element type {ty}")
@@ -163,11 +193,16 @@ class _Emitter:
             cls |= self.lin_cls(lin)
             terms.append(f"({t}) * in{i}_s{j}" if (" " in t) else f"{t} * in{i}_s{j}")
         addr = f"in{i}_ptr" + "".join(f" + {t}" for t in terms)
-        m = self.mask(cls, ctx)
+        tile = self.mask(cls, ctx)
+        m = " & ".join(([tile] if tile else []) + list(inside or [])) or None
         other = "0.0" if _is_float(ty) else "0"
+        if fill is not None:
+            other = fill.text
         text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
         name = self.line(ctx, cls, text, f"{ctx}_in{i}_")
-        return _Val(name, ty, frozenset(cls), zero_k=("k" in cls and m is not None and "mask_k" in m))
+        zero_other = fill is None or fill.const == 0
+        return _Val(name, ty, frozenset(cls),
+                    zero_k=("k" in cls and tile is not None and "mask_k" in tile and zero_other))
 
     def scalar(self, v, op) -> _Val:
         p = _producer(v)
