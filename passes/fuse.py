@@ -39,6 +39,9 @@ from .ir_utils import main_func
 from .pad_views import pad_value
 
 GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
+# One tile of output channels on every target (contraction_schedule.py caps fp32 tiles at 64), so
+# a fused prologue is computed once per input element and kernel window position, not per tile.
+PROLOGUE_MAX_FILTERS = 64
 
 
 @dataclass
@@ -47,6 +50,7 @@ class _Group:
     anchor: ir.Operation
     layout: Layout
     ops: list = field(default_factory=list)
+    prologue: set = field(default_factory=set)  # pointwise producers evaluated in a conv's input tiles
 
 
 def _i64(v: int):
@@ -362,6 +366,8 @@ class _Fusion:
     def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
         if x.name == "tensor.pad":
             return self.try_join_pad(g, x, role)
+        if g.kind == "contraction" and role == "producer" and self.try_join_prologue(g, x):
+            return True
         if not self.admissible(g, x, role):
             return False
         members = set(g.ops)
@@ -431,6 +437,48 @@ class _Fusion:
         g.ops.append(x)
         self.group_of[x] = self.groups.index(g)
         return True
+
+    def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:
+        """A pointwise producer read only by a convolution's input side (directly, through its pad,
+        or through other such producers) is evaluated in the kernel's input tiles (BatchNorm + ReLU
+        before a DenseNet conv, GroupNorm's normalise + SiLU before a UNet conv): its result never
+        goes to memory. Only while the filters fit one tile (`PROLOGUE_MAX_FILTERS`), so each
+        element is computed for one tile of output channels, not once per tile of them."""
+        a = g.anchor
+        if not pat.is_convolution(a) or not pat.is_pointwise(x) or not _static(x):
+            return False
+        if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):  # gathers
+            return False
+        members = set(g.ops)
+        n_in = pat.num_inputs(a)
+        for r in x.results:
+            for u in r.uses:
+                o = pat.op_of(u.owner)
+                if o not in members or (o == a and u.operand_number >= n_in):
+                    return False
+                if o == a and self._filters(a, u.operand_number) > PROLOGUE_MAX_FILTERS:
+                    return False
+                if o != a and o.name != "tensor.pad" and o not in g.prologue:
+                    return False
+        if not list(x.results[0].uses) or self.creates_cycle(g, x):
+            return False
+        if any(o.name == "tensor.pad" and self._filters(a, 0) > PROLOGUE_MAX_FILTERS for o in g.ops):
+            return False
+        g.ops.append(x)
+        g.prologue.add(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
+
+    @staticmethod
+    def _filters(conv, i: int) -> int:
+        """How many output elements share each element of input i: the parallel loops it does not
+        index (a convolution's output channels per group, for its image input)."""
+        used = pat.map_dims(pat.indexing_maps(conv)[i])
+        n = 1
+        for d, (it, size) in enumerate(zip(pat.iterator_types(conv), pat.loop_sizes(conv))):
+            if it == "parallel" and d not in used:
+                n *= size
+        return n
 
     def try_join_view(self, g: _Group, x: ir.Operation, role: str, view: ir.Operation) -> bool:
         """x joins g together with the unit view between them (values stay in registers)."""

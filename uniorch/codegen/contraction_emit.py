@@ -37,7 +37,8 @@ class _Emitter:
         self.loop: list[str] = []   # inside the K loop
         self.post: list[str] = []   # after the K loop
         self.need: set[str] = set()
-        self.memo: list = []        # [(value, idx, ctx, _Val)]
+        self.memo: list = []        # [(value, idx, (ctx, inside), _Val)]
+        self.inside: list = []      # bounds of the pads being evaluated (masks for loads under them)
         self.count: dict[str, int] = {}
         self.frames: list[dict] = []   # fused ops being emitted: their header comment, location
         self.last_loc: dict[int, str] = {}
@@ -121,11 +122,12 @@ class _Emitter:
 
     def value(self, v, idx: tuple, ctx: str) -> _Val:
         """Triton value of tensor `v` at index `idx` (a Lin per dim of v) in context `ctx`."""
-        for mv, midx, mctx, val in self.memo:
-            if mctx == ctx and midx == idx and mv == v:
+        key = (ctx, tuple(self.inside))  # loads under a pad are masked: not the same value
+        for mv, midx, mkey, val in self.memo:
+            if mkey == key and midx == idx and mv == v:
                 return val
         val = self._value(v, idx, ctx)
-        self.memo.append((v, idx, ctx, val))
+        self.memo.append((v, idx, key, val))
         return val
 
     def _value(self, v, idx, ctx) -> _Val:
@@ -161,9 +163,6 @@ class _Emitter:
         src, padv = op.operands[0], pad_value(op)
         if padv is None or len(op.operands) != 1:
             raise CodegenError(op, "tensor.pad with a non-constant value or dynamic amounts")
-        arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
-        if arg is None:
-            raise CodegenError(op, "tensor.pad of a value computed in the kernel")
         fill = self.scalar(padv, op)
         low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
         high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
@@ -178,7 +177,23 @@ class _Emitter:
                 inside.append(f"({self.lin_text(lin, ctx)} >= 0)")
             if hi:
                 inside.append(f"({self.lin_text(lin, ctx)} < {size})")
-        return self.load(arg, shifted, ctx, inside, fill)
+        arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
+        if arg is not None:
+            return self.load(arg, shifted, ctx, inside, fill)
+        # a prologue computed in the kernel (BatchNorm + ReLU before the conv): every load under it
+        # is masked to the unpadded region, and the pad value replaces what lies outside
+        bounded = [lin for lin, lo, hi in zip(shifted, low, high) if (lo or hi) and not lin.is_const()]
+        self.inside.append((tuple(inside), tuple(bounded)))
+        try:
+            val = self.value(src, shifted, ctx)
+        finally:
+            self.inside.pop()
+        if not inside:
+            return val
+        cls = set(val.cls).union(*[self.lin_cls(lin) for lin in shifted])
+        cond = " & ".join(inside)
+        text = f"tl.where({cond}, {val.text}, {fill.text})"
+        return _Val(self.line(ctx, cls, text, f"{ctx}_pad"), val.ty, frozenset(cls))
 
     def load(self, i: int, idx: tuple, ctx: str, inside: list | None = None, fill: _Val | None = None) -> _Val:
         ty = _elem(self.p.args[i])
@@ -194,7 +209,15 @@ class _Emitter:
             terms.append(f"({t}) * in{i}_s{j}" if (" " in t) else f"{t} * in{i}_s{j}")
         addr = f"in{i}_ptr" + "".join(f" + {t}" for t in terms)
         tile = self.mask(cls, ctx)
-        m = " & ".join(([tile] if tile else []) + list(inside or [])) or None
+        # under a pad, a load indexed by a padded position is masked to the unpadded region (its
+        # address may lie outside the tensor there); loads of per-channel values need no mask
+        outer = []
+        for conds, bounded in self.inside:
+            if any(lin in bounded for lin in idx):
+                if set().union(*[self.lin_cls(lin) for lin in bounded]) - cls:
+                    raise CodegenError(self.p.gen, "a padded load whose bounds vary along an axis its address does not")
+                outer += conds
+        m = " & ".join(([tile] if tile else []) + outer + list(inside or [])) or None
         other = "0.0" if _is_float(ty) else "0"
         if fill is not None:
             other = fill.text

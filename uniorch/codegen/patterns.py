@@ -329,6 +329,23 @@ def is_contraction(op) -> bool:
         return False
 
 
+def map_dims(m: ir.AffineMap) -> set[int]:
+    """Loop dims an indexing map reads (inside sums and products too)."""
+    out: set[int] = set()
+
+    def visit(e):
+        e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+        if isinstance(e, ir.AffineDimExpr):
+            out.add(e.position)
+        elif isinstance(e, ir.AffineBinaryExpr):
+            visit(e.lhs)
+            visit(e.rhs)
+
+    for r in m.results:
+        visit(r)
+    return out
+
+
 def is_convolution(op) -> bool:
     """A convolution generic (`out + x[.., oh * stride + kh * dilation, ..] * w[..]`: some input
     index is a sum of loop dims) that the tiled contraction template takes as an implicit GEMM
