@@ -354,8 +354,8 @@ class _Fusion:
                               else pat.is_fill(x) or pat.is_data_movement(x))
                         if not ok:
                             return False
-                elif not (pat.is_data_movement(x) or pat.is_fill(x)):
-                    return False
+                elif not (pat.is_data_movement(x) or pat.is_fill(x) or pat.is_cheap(x)):
+                    return False  # cheap: e.g. a 16-bit bias widened before its broadcast
             return True
         if g.kind == "reduction":
             if role == "sibling":
