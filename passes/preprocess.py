@@ -3,8 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue) and compare
-in the type the values have (narrow_compares).
+rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue, pad_views)
+and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from .narrow_compares import narrow_compares
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
 from .split_prologue import split_prologues
+from .pad_views import pad_after_collapse
 from .view_rewrites import rewrite_views
 
 PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"
@@ -42,4 +43,5 @@ class Preprocess(Pass):
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             split_prologues(main)
             rewrite_views(main)
+            pad_after_collapse(main)  # pads meet the convolutions that read them
             narrow_compares(main)

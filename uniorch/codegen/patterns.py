@@ -358,6 +358,42 @@ def is_contraction(op) -> bool:
         return False
 
 
+def map_dims(m: ir.AffineMap) -> set[int]:
+    """Loop dims an indexing map reads (inside sums and products too)."""
+    out: set[int] = set()
+
+    def visit(e):
+        e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+        if isinstance(e, ir.AffineDimExpr):
+            out.add(e.position)
+        elif isinstance(e, ir.AffineBinaryExpr):
+            visit(e.lhs)
+            visit(e.rhs)
+
+    for r in m.results:
+        visit(r)
+    return out
+
+
+def is_convolution(op) -> bool:
+    """A convolution generic (`out + x[.., oh * stride + kh * dilation, ..] * w[..]`: some input
+    index is a sum of loop dims) that the tiled contraction template takes as an implicit GEMM
+    (codegen/contraction_plan.py `supports`): M, N = output channels and batch x output pixels,
+    K = input channels x kernel window; groups and depthwise channels are its batch dims."""
+    o = op_of(op)
+    if not is_reduction(o) or is_contraction(o):
+        return False
+    try:
+        maps = indexing_maps(o)
+    except (ValueError, KeyError):
+        return False
+    if not any(isinstance(e, ir.AffineBinaryExpr) for m in maps for e in m.results):
+        return False
+    from .contraction_plan import supports  # late: contraction_plan imports this module's siblings
+
+    return supports(o)
+
+
 # -- reductions -------------------------------------------------------------------------------------
 def _depends_on(v: ir.Value, args: list[ir.Value], blk: ir.Block) -> bool:
     stack, seen = [v], []
