@@ -95,23 +95,42 @@ def _try_merge(block, c2) -> bool:
         if sm is None:
             continue
         s_op = _producer(sm.source)
-        g_a = _group(s_op) if s_op is not None else None
-        if g_a is None or g_a in (g_b, g_c):
-            continue
-        c1s = [o for o in members[g_a] if _kind(o) == "contraction" and pat.is_contraction(o)]
-        if len(c1s) != 1 or not _only_used_by(members[g_a], [sm.source], members[g_b] + _views(block, sm.ops)):
+        c1 = _scores_contraction(sm.source, in_b)
+        g_a = _group(c1) if c1 is not None else None
+        if s_op is None or g_a is None or g_a in (g_b, g_c) or _kind(c1) != "contraction":
             continue
         b_ops = members[g_b] + _views(block, sm.ops)
+        if not _only_used_by(members[g_a], None, b_ops):
+            continue
         if not _only_used_by(b_ops, [probs], [c2]):
             continue
-        if any(o not in sm.ops and _group(o) == g_b for o in b_ops if pat.is_generic(o) and not pat.is_fill(o)):
-            continue  # group B computes more than the softmax
+        if any(pat.is_generic(o) and not any(o == m for m in sm.ops) for o in members[g_b]):
+            continue  # group B computes more than the scores' epilogue and the softmax
+        c1s = [c1]
         why = check_pair(c1s[0], sm.source, probs, c2)
         if why:
             continue
         _annotate(block, members[g_a] + b_ops + members[g_c], g_c, c1s[0], c2, s_op, sm)
         return True
     return False
+
+
+def _scores_contraction(scores, in_b):
+    """The contraction the scores are computed from: the one reached by walking back from them
+    through pointwise ops and views (in the softmax's group or its own)."""
+    stack, seen = [scores], []
+    while stack:
+        v = stack.pop()
+        p = _producer(v)
+        if p is None or any(p == s for s in seen):
+            continue
+        seen.append(p)
+        if pat.is_contraction(p):
+            return p
+        if pat.is_generic(p) and "reduction" in pat.iterator_types(p):
+            return None
+        stack.extend(w for w in p.operands if isinstance(w.type, ir.ShapedType))
+    return None
 
 
 def _views(block, ops) -> list:
@@ -130,7 +149,7 @@ def _only_used_by(group_ops, allowed_values, readers) -> bool:
                     top = pat.op_of(top.parent)
                 if any(top == i for i in inside):
                     continue
-                if any(r == v for v in allowed_values) and any(top == x for x in readers):
+                if (allowed_values is None or any(r == v for v in allowed_values)) and any(top == x for x in readers):
                     continue
                 return False
     return True

@@ -18,10 +18,10 @@ from uniorch.ir.stages import run_pipeline_text
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .narrow_compares import narrow_compares
+from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
 from .split_prologue import split_prologues
-from .pad_views import pad_after_collapse
 from .view_rewrites import rewrite_views
 
 PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"

@@ -14,7 +14,7 @@ from .contraction_ir import (
     Lin, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
-from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes
+from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
 from .source import CodegenError, KernelSource
 
@@ -150,6 +150,10 @@ class _Emitter:
             return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
         if op.name == "tensor.pad":
             return self.pad(op, idx, ctx)
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and not _is_empty(v):
+            sub = unit_view_index(idx, _shape(v), _shape(op.operands[0]))
+            if sub is not None:  # size-1 dims added or dropped: the same element
+                return self.value(op.operands[0], sub, ctx)
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")

@@ -295,6 +295,11 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         if op == gen:
             after = True
             continue
+        if after and op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _known(layouts, op.operands[0]):
+            lay = unit_view_index(_get(layouts, op.operands[0]), _shape(op.operands[0]), _shape(op.results[0]))
+            if lay is not None:
+                layouts[op.results[0]] = lay
+            continue
         if not after or op.name != "linalg.generic":
             continue
         gview = op.opview
@@ -327,6 +332,15 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         for r, res in enumerate(op.results):
             layouts[res] = tuple(_lin(e, g_env, op) for e in g_maps[len(gview.inputs) + r].results)
     return layouts
+
+
+def unit_view_index(idx: tuple, src_shape, dst_shape):
+    """The index into `dst_shape` of element `idx` of `src_shape`, for a reshape that only adds or
+    drops size-1 dims (None for any other reshape)."""
+    if [n for n in src_shape if n != 1] != [n for n in dst_shape if n != 1]:
+        return None
+    inner = iter([lin for lin, n in zip(idx, src_shape) if n != 1])
+    return tuple(Lin.cst(0) if n == 1 else next(inner) for n in dst_shape)
 
 
 def _is_empty(v) -> bool:

@@ -55,14 +55,17 @@ class _Matcher:
         self.full = None      # non-unit shape of the source (rows..., key)
         self.ops: list = []
         self.memo: list = []  # [(value, expr)]
+        self.sources: list = []  # [(signature, value)] of the scores' leaves
+        self.ext: list = []      # values from outside the group, numbered for signatures
 
     def run(self, probs):
         self.full = _nonunit(_shape(probs))  # softmax keeps its input's shape
         if len(self.full) < 2:
             raise _NoMatch
         kind, expr = self.tensor(probs)
-        if self.source is None or kind != "full":
+        if len(self.sources) != 1 or kind != "full":
             raise _NoMatch
+        self.source = self.sources[0][1]
         while expr[0] in ("arith.truncf", "arith.extf"):  # the probabilities' own storage type
             expr = expr[1]
         x = ("S",)
@@ -87,12 +90,19 @@ class _Matcher:
 
     def _tensor(self, v):
         owner = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
-        if owner is None or not self.allowed(owner):
-            if self.source is None and _nonunit(_shape(v)) == self.full:
-                self.source = v
-            if v != self.source:
+        if owner is None or not self.allowed(owner) or self.score_value(v):
+            # the scores: from outside, or a pointwise score epilogue the group cloned (masks read
+            # per use): identical clones have one signature, so they are one leaf
+            if _nonunit(_shape(v)) != self.full:
                 raise _NoMatch
-            return ("full", ("S",))
+            sig = self.signature(v)
+            if sig is None:
+                raise _NoMatch
+            if not any(sig == s for s, _ in self.sources):
+                self.sources.append((sig, v))
+            if owner is not None and self.allowed(owner):
+                self.ops.extend(self.ancestors(v))
+            return ("full", ("S",) if len(self.sources) == 1 and self.sources[0][0] == sig else ("S", sig))
         self.ops.append(owner)
         if owner.name in _UNIT_VIEWS:
             if _nonunit(_shape(owner.operands[0])) != _nonunit(_shape(v)):
@@ -101,6 +111,57 @@ class _Matcher:
         if not pat.is_generic(owner):
             raise _NoMatch
         return self.generic(owner, ir.OpResult(v).result_number)
+
+    def score_value(self, v) -> bool:
+        """A full-shaped value the group computes pointwise from outside values and indices only."""
+        owner = pat.op_of(v.owner)
+        return (pat.is_generic(owner) and "reduction" not in pat.iterator_types(owner)
+                and _nonunit(_shape(v)) == self.full and self.signature(v) is not None
+                and self.outside_reads(v))
+
+    def outside_reads(self, v) -> bool:
+        """Whether v's computation inside the group reads something from outside it (the scores)."""
+        owner = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+        if owner is None or not self.allowed(owner):
+            return True
+        return any(isinstance(w.type, ir.ShapedType) and self.outside_reads(w) for w in owner.operands)
+
+    def signature(self, v):
+        """A structural key of v's computation inside the group (None if it reduces)."""
+        owner = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+        if owner is None or not self.allowed(owner):
+            for i, e in enumerate(self.ext):
+                if e == v:
+                    return ("ext", i)
+            self.ext.append(v)
+            return ("ext", len(self.ext) - 1)
+        if owner.name in _UNIT_VIEWS:
+            inner = self.signature(owner.operands[0])
+            return None if inner is None else ("view", str(v.type), inner)
+        if not pat.is_generic(owner) or "reduction" in pat.iterator_types(owner):
+            return None
+        ins = []
+        for w in owner.opview.inputs:
+            if isinstance(w.type, ir.ShapedType):
+                s = self.signature(w)
+                if s is None:
+                    return None
+                ins.append(s)
+            else:
+                ins.append(("scalar", _const(w)))
+        body = tuple(_op_text(o) for o in owner.regions[0].blocks[0].operations)
+        maps = tuple(str(m) for m in pat.indexing_maps(owner))
+        return ("gen", ir.OpResult(v).result_number, str(v.type), maps, body, tuple(ins))
+
+    def ancestors(self, v) -> list:
+        owner = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+        if owner is None or not self.allowed(owner):
+            return []
+        out = [owner]
+        for w in owner.operands:
+            if isinstance(w.type, ir.ShapedType):
+                out += self.ancestors(w)
+        return out
 
     def kind_of(self, v) -> str:
         shape = _nonunit(_shape(v))
@@ -233,6 +294,12 @@ def _const(v):
         val = ir.IntegerAttr(a).value
         return bool(val) if str(ir.IntegerAttr(a).type) == "i1" else int(val)
     return None
+
+
+def _op_text(op) -> str:
+    """An op of a body as text without its result names (clones print alike)."""
+    text = str(op)
+    return text.split(" = ", 1)[1] if " = " in text.split("(")[0] else text
 
 
 def _contains(e, sub) -> bool:
