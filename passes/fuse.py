@@ -4,9 +4,11 @@ Marks each op of a kernel with `uniorch.group = N`, and the group's anchor op wi
 `uniorch.domain = {parallel = [...], reduction = [...]}` and `uniorch.kind`. Groups are grown
 greedily from seeds, in this order:
 
-1. contractions (`patterns.is_contraction`): take transposed A/B operands (pure permutations),
-   a fill of the accumulator, and pointwise epilogues over the output (bias, activation, residual);
-2. reductions (incl. convolutions and pooling, computed directly): take pointwise producers and
+1. contractions (`patterns.is_contraction`, and convolutions as implicit GEMMs,
+   `patterns.is_convolution`): take transposed A/B operands (pure permutations), a constant
+   `tensor.pad` of a convolution's input (masked loads), a fill or broadcast (bias) of the
+   accumulator, and pointwise epilogues over the output (bias, BatchNorm, activation, residual);
+2. reductions (incl. pooling and convolutions the contraction template does not take, computed directly): take pointwise producers and
    consumers over the same rows and other reductions over the same rows (softmax, LayerNorm,
    RMSNorm: one kernel each);
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
@@ -34,8 +36,12 @@ from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .pad_views import pad_value
 
 GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
+# One tile of output channels on every target (contraction_schedule.py caps fp32 tiles at 64), so
+# a fused prologue is computed once per input element and kernel window position, not per tile.
+PROLOGUE_MAX_FILTERS = 64
 
 
 @dataclass
@@ -44,6 +50,7 @@ class _Group:
     anchor: ir.Operation
     layout: Layout
     ops: list = field(default_factory=list)
+    prologue: set = field(default_factory=set)  # pointwise producers evaluated in a conv's input tiles
 
 
 def _i64(v: int):
@@ -157,7 +164,7 @@ class _Fusion:
                 if o not in self.group_of and pat.is_generic(o) and _static(o) and o.results and pred(o):
                     yield o
 
-        for o in list(seeds(pat.is_contraction)):
+        for o in list(seeds(lambda o: pat.is_contraction(o) or pat.is_convolution(o))):
             if o not in self.group_of:
                 self.grow(self.new_group("contraction", o))
         for o in list(seeds(lambda o: pat.is_reduction(o) and not pat.is_contraction(o))):
@@ -174,7 +181,7 @@ class _Fusion:
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
         for o in [o.operation for o in self.block.operations]:
-            if o.name in pat.COPY_OPS and _static(o):
+            if o.name in pat.COPY_OPS and _static(o) and o not in self.group_of:
                 self.new_group("copy", o)
         self.drop_dead()
         self.annotate()
@@ -342,11 +349,13 @@ class _Fusion:
                     for i, v in enumerate(m.operands):
                         if isinstance(v.owner, ir.Block) or pat.op_of(v.owner) != x:
                             continue
-                        ok = pat.is_permutation_movement(x) if i < n_in else pat.is_fill(x)
+                        # the accumulator starts from a fill or a broadcast (a convolution's bias)
+                        ok = (pat.is_permutation_movement(x) if i < n_in
+                              else pat.is_fill(x) or pat.is_data_movement(x))
                         if not ok:
                             return False
-                elif not (pat.is_data_movement(x) or pat.is_fill(x)):
-                    return False
+                elif not (pat.is_data_movement(x) or pat.is_fill(x) or pat.is_cheap(x)):
+                    return False  # cheap: e.g. a 16-bit bias widened before its broadcast
             return True
         if g.kind == "reduction":
             if role == "sibling":
@@ -355,6 +364,10 @@ class _Fusion:
         return pat.is_pointwise(x)
 
     def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        if x.name == "tensor.pad":
+            return self.try_join_pad(g, x, role)
+        if g.kind == "contraction" and role == "producer" and self.try_join_prologue(g, x):
+            return True
         if not self.admissible(g, x, role):
             return False
         members = set(g.ops)
@@ -409,6 +422,63 @@ class _Fusion:
                 self.group_of[o] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
+
+    def try_join_pad(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        """A constant-value pad read only by a convolution's input joins its contraction kernel: the
+        kernel loads the unpadded tensor with the bounds as a mask (no padded copy in memory)."""
+        if g.kind != "contraction" or role != "producer" or not _static(x) or pad_value(x) is None:
+            return False
+        n_in = pat.num_inputs(g.anchor)
+        users = [(pat.op_of(u.owner), u.operand_number) for u in x.results[0].uses]
+        if not users or any(o != g.anchor or i >= n_in for o, i in users):
+            return False
+        if self.creates_cycle(g, x):
+            return False
+        g.ops.append(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
+
+    def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:
+        """A pointwise producer read only by a convolution's input side (directly, through its pad,
+        or through other such producers) is evaluated in the kernel's input tiles (BatchNorm + ReLU
+        before a DenseNet conv, GroupNorm's normalise + SiLU before a UNet conv): its result never
+        goes to memory. Only while the filters fit one tile (`PROLOGUE_MAX_FILTERS`), so each
+        element is computed for one tile of output channels, not once per tile of them."""
+        a = g.anchor
+        if not pat.is_convolution(a) or not pat.is_pointwise(x) or not _static(x):
+            return False
+        if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):  # gathers
+            return False
+        members = set(g.ops)
+        n_in = pat.num_inputs(a)
+        for r in x.results:
+            for u in r.uses:
+                o = pat.op_of(u.owner)
+                if o not in members or (o == a and u.operand_number >= n_in):
+                    return False
+                if o == a and self._filters(a, u.operand_number) > PROLOGUE_MAX_FILTERS:
+                    return False
+                if o != a and o.name != "tensor.pad" and o not in g.prologue:
+                    return False
+        if not list(x.results[0].uses) or self.creates_cycle(g, x):
+            return False
+        if any(o.name == "tensor.pad" and self._filters(a, 0) > PROLOGUE_MAX_FILTERS for o in g.ops):
+            return False
+        g.ops.append(x)
+        g.prologue.add(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
+
+    @staticmethod
+    def _filters(conv, i: int) -> int:
+        """How many output elements share each element of input i: the parallel loops it does not
+        index (a convolution's output channels per group, for its image input)."""
+        used = pat.map_dims(pat.indexing_maps(conv)[i])
+        n = 1
+        for d, (it, size) in enumerate(zip(pat.iterator_types(conv), pat.loop_sizes(conv))):
+            if it == "parallel" and d not in used:
+                n *= size
+        return n
 
     def try_join_view(self, g: _Group, x: ir.Operation, role: str, view: ir.Operation) -> bool:
         """x joins g together with the unit view between them (values stay in registers)."""

@@ -3,7 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue).
+rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue, pad_views)
+and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .narrow_compares import narrow_compares
+from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
 from .split_prologue import split_prologues
@@ -40,3 +43,5 @@ class Preprocess(Pass):
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             split_prologues(main)
             rewrite_views(main)
+            pad_after_collapse(main)  # pads meet the convolutions that read them
+            narrow_compares(main)

@@ -10,6 +10,7 @@ _PASSES = {
     "uniorch-verify-linalg": "verify_linalg:VerifyLinalg",
     "uniorch-op-stats": "op_stats:OpStats",
     "uniorch-fuse": "fuse:Fuse",
+    "uniorch-fuse-attention": "fuse_attention:FuseAttention",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
     "uniorch-plan-memory": "plan_memory:PlanMemory",

@@ -224,7 +224,13 @@ def run_module(module, args, schedule=None):
                 from uniorch.runtime import loader
 
                 with kernel.context:
-                    ks = generate_generic(kernel, "interpret", schedule)
+                    kind = kernel.attributes["uniorch.kind"] if "uniorch.kind" in kernel.attributes else None
+                    if kind is not None and ir.StringAttr(kind).value == "contraction":
+                        from uniorch.codegen import generate  # convolutions: the contraction template
+
+                        ks = generate(kernel, "interpret")
+                    else:
+                        ks = generate_generic(kernel, "interpret", schedule)
                 outs = [torch.empty(list(ir.RankedTensorType(r.type).shape), dtype=torch_dtype(r.type)) for r in results]
                 if "uniorch.inplace" in kernel.attributes:
                     src = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(kernel.attributes["uniorch.inplace"])]

@@ -224,10 +224,10 @@ def test_index_select_gather():
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_conv2d_bias_relu_direct(stride):
+def test_conv2d_bias_relu_implicit_gemm(stride):
     x, w, b = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3), torch.randn(4)
     ks = _check(lambda x, w, b: torch.relu(F.conv2d(x, w, b, stride=stride)), (x, w, b), rtol=1e-4, atol=1e-4)
-    assert ks.constexprs["BLOCK_R"] == 32  # 3 * 3 * 3 reduction, persistent
+    assert ks.constexprs["BLOCK_K"] == 32  # K = 3 * 3 * 3 in one tl.dot tile (contraction template)
 
 
 def test_maxpool():

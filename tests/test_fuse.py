@@ -215,7 +215,7 @@ def test_conv_bn_relu_pool_graph():
         y = F.batch_norm(y, mean, var, g, beta, training=False)
         return F.max_pool2d(torch.relu(y), 2).mean((2, 3))
     fused = _numerics(f, (torch.randn(2, 3, 10, 10), w, b, mean, var, g, beta), atol=1e-4)
-    assert set(fused.kinds.values()) == {"reduction"}  # conv (+bias, BN, ReLU), pool, mean
+    assert sorted(fused.kinds.values()) == ["contraction", "reduction", "reduction"]  # conv (+bias, BN, ReLU), pool, mean
 
 
 def test_transformer_ish_block_numerics():
@@ -316,9 +316,9 @@ def test_is_contraction_patterns():
     assert not is_contraction(op)
 
 
-def test_convolution_is_a_reduction_not_a_contraction():
-    module = capture(lambda x, w: F.conv2d(x, w), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)))
-    assert set(_kinds(module).values()) == {"reduction"}
+def test_convolution_is_an_implicit_gemm_contraction():
+    module = capture(lambda x, w: F.conv2d(x, w, padding=1), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)))
+    assert _kinds(module) == {0: "contraction"}  # the pad joins the conv: no copy kernel
 
 
 def test_sibling_reductions_share_a_kernel():

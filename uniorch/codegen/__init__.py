@@ -1,7 +1,7 @@
 """Kernel code generation: one outlined kernel function (docs/kernels.md) → Triton source → TTIR.
 
 `choose_schedule` and `generate` dispatch on the kernel's `uniorch.kind`: contractions use the
-tiled-`tl.dot` template (contraction.py), scans `tl.associative_scan` (scan.py), sorts a
+tiled-`tl.dot` template (contraction.py), attention a flash kernel (attention.py), scans `tl.associative_scan` (scan.py), sorts a
 bitonic network (sort.py), scatters stores or atomics (scatter.py), everything else the generic
 loop-nest emitter (generic.py).
 """
@@ -24,6 +24,10 @@ def _module_for(kernel):
         from . import contraction
 
         return contraction, "contraction"
+    if _kind(kernel) == "attention":
+        from . import attention
+
+        return attention, "attention"
     if _kind(kernel) == "scan":
         from . import scan
 

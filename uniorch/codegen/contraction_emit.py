@@ -14,7 +14,7 @@ from .contraction_ir import (
     Lin, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
-from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes
+from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
 from .source import CodegenError, KernelSource
 
@@ -37,7 +37,8 @@ class _Emitter:
         self.loop: list[str] = []   # inside the K loop
         self.post: list[str] = []   # after the K loop
         self.need: set[str] = set()
-        self.memo: list = []        # [(value, idx, ctx, _Val)]
+        self.memo: list = []        # [(value, idx, (ctx, inside), _Val)]
+        self.inside: list = []      # bounds of the pads being evaluated (masks for loads under them)
         self.count: dict[str, int] = {}
         self.frames: list[dict] = []   # fused ops being emitted: their header comment, location
         self.last_loc: dict[int, str] = {}
@@ -121,11 +122,12 @@ class _Emitter:
 
     def value(self, v, idx: tuple, ctx: str) -> _Val:
         """Triton value of tensor `v` at index `idx` (a Lin per dim of v) in context `ctx`."""
-        for mv, midx, mctx, val in self.memo:
-            if mctx == ctx and midx == idx and mv == v:
+        key = (ctx, tuple(self.inside))  # loads under a pad are masked: not the same value
+        for mv, midx, mkey, val in self.memo:
+            if mkey == key and midx == idx and mv == v:
                 return val
         val = self._value(v, idx, ctx)
-        self.memo.append((v, idx, ctx, val))
+        self.memo.append((v, idx, key, val))
         return val
 
     def _value(self, v, idx, ctx) -> _Val:
@@ -146,11 +148,58 @@ class _Emitter:
             return _Val(name, ty, frozenset({"m", "n"}))
         if op.name == "linalg.generic":
             return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
+        if op.name == "tensor.pad":
+            return self.pad(op, idx, ctx)
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and not _is_empty(v):
+            sub = unit_view_index(idx, _shape(v), _shape(op.operands[0]))
+            if sub is not None:  # size-1 dims added or dropped: the same element
+                return self.value(op.operands[0], sub, ctx)
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")
 
-    def load(self, i: int, idx: tuple, ctx: str) -> _Val:
+    def pad(self, op, idx: tuple, ctx: str) -> _Val:
+        """A constant `tensor.pad` of a kernel argument at `idx`: the unpadded tensor loaded at
+        `idx - low` wherever that is inside it, the pad value elsewhere (a masked load), so a
+        convolution reads its input once and no padded copy is ever written."""
+        from uniorch.passes.pad_views import pad_value
+
+        src, padv = op.operands[0], pad_value(op)
+        if padv is None or len(op.operands) != 1:
+            raise CodegenError(op, "tensor.pad with a non-constant value or dynamic amounts")
+        fill = self.scalar(padv, op)
+        low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
+        high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
+        shifted = tuple(lin + Lin.cst(-lo) for lin, lo in zip(idx, low))
+        inside = []
+        for lin, lo, hi, size in zip(shifted, low, high, _shape(src)):
+            if lin.is_const():
+                if not 0 <= lin.const < size:
+                    return fill
+                continue
+            if lo:
+                inside.append(f"({self.lin_text(lin, ctx)} >= 0)")
+            if hi:
+                inside.append(f"({self.lin_text(lin, ctx)} < {size})")
+        arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
+        if arg is not None:
+            return self.load(arg, shifted, ctx, inside, fill)
+        # a prologue computed in the kernel (BatchNorm + ReLU before the conv): every load under it
+        # is masked to the unpadded region, and the pad value replaces what lies outside
+        bounded = [lin for lin, lo, hi in zip(shifted, low, high) if (lo or hi) and not lin.is_const()]
+        self.inside.append((tuple(inside), tuple(bounded)))
+        try:
+            val = self.value(src, shifted, ctx)
+        finally:
+            self.inside.pop()
+        if not inside:
+            return val
+        cls = set(val.cls).union(*[self.lin_cls(lin) for lin in shifted])
+        cond = " & ".join(inside)
+        text = f"tl.where({cond}, {val.text}, {fill.text})"
+        return _Val(self.line(ctx, cls, text, f"{ctx}_pad"), val.ty, frozenset(cls))
+
+    def load(self, i: int, idx: tuple, ctx: str, inside: list | None = None, fill: _Val | None = None) -> _Val:
         ty = _elem(self.p.args[i])
         if ty not in _PTR:
             raise CodegenError(self.p.func, f"kernel argument of element type {ty}")
@@ -163,11 +212,24 @@ class _Emitter:
             cls |= self.lin_cls(lin)
             terms.append(f"({t}) * in{i}_s{j}" if (" " in t) else f"{t} * in{i}_s{j}")
         addr = f"in{i}_ptr" + "".join(f" + {t}" for t in terms)
-        m = self.mask(cls, ctx)
+        tile = self.mask(cls, ctx)
+        # under a pad, a load indexed by a padded position is masked to the unpadded region (its
+        # address may lie outside the tensor there); loads of per-channel values need no mask
+        outer = []
+        for conds, bounded in self.inside:
+            if any(lin in bounded for lin in idx):
+                if set().union(*[self.lin_cls(lin) for lin in bounded]) - cls:
+                    raise CodegenError(self.p.gen, "a padded load whose bounds vary along an axis its address does not")
+                outer += conds
+        m = " & ".join(([tile] if tile else []) + outer + list(inside or [])) or None
         other = "0.0" if _is_float(ty) else "0"
+        if fill is not None:
+            other = fill.text
         text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
         name = self.line(ctx, cls, text, f"{ctx}_in{i}_")
-        return _Val(name, ty, frozenset(cls), zero_k=("k" in cls and m is not None and "mask_k" in m))
+        zero_other = fill is None or fill.const == 0
+        return _Val(name, ty, frozenset(cls),
+                    zero_k=("k" in cls and tile is not None and "mask_k" in tile and zero_other))
 
     def scalar(self, v, op) -> _Val:
         p = _producer(v)
@@ -356,7 +418,11 @@ class _Emitter:
         self.pre.append(acc_line)
         self.loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
 
-        # results, in the output domain
+        return self.assemble(self.stores())
+
+    def stores(self) -> list[str]:
+        """The store of every kernel result, in the output domain (after the K loop)."""
+        p = self.p
         stores = []
         for r, res in enumerate(p.results):
             lay = _get(p.layouts, res)
@@ -386,7 +452,7 @@ class _Emitter:
             where = _loc(prod) if prod is not None else ""
             stores.append(f"# result {r} ({_elem(res)} {_shape(res)}) at {where}")
             stores.append(f"tl.store({addr}, {text}, mask={m})" if m else f"tl.store({addr}, {text})")
-        return self.assemble(stores)
+        return stores
 
     def assemble(self, stores: list[str]) -> KernelSource:
         p, s = self.p, self.s

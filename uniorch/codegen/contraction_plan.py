@@ -53,7 +53,8 @@ class _Plan:
         return self.extent("b")
 
 
-_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "func.return")
+# tensor.pad: a convolution's zero padding, read through masked loads (contraction_emit.py)
+_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "tensor.pad", "func.return")
 _KNOWN_BODY_OPS = set(_body.TABLE) | {"arith.cmpf", "arith.cmpi", "math.fpowi", "math.ipowi", "arith.constant",
                                       "linalg.index"}
 
@@ -265,12 +266,39 @@ def _analyze(kernel) -> _Plan:
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
-    # output-domain values: the contraction result and the pointwise generics built on it
+    plan.layouts = epilogue_layouts(plan, ops)
+    layouts = plan.layouts
+
+    want = sorted(d for d, c in plan.cls.items() if c in "bmn")
+    acc_shape = _shape(gen.results[0])
+    for r in plan.results:
+        if not _known(layouts, r) and _shape(r) == acc_shape:
+            # a kernel value not derived from the product (e.g. a fill also used outside) with the
+            # output's shape: computed and stored elementwise over the same tiles
+            layouts[r] = plan.acc_layout
+        if not _known(layouts, r):
+            raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
+        lay = _get(layouts, r)
+        got = sorted(d for lin in lay for d in lin.dims())
+        if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
+            raise CodegenError(_producer(r) or func, "kernel result does not cover the contraction's output exactly once")
+    return plan
+
+
+def epilogue_layouts(plan: _Plan, ops: list) -> dict:
+    """Where each value computed over the contraction's output sits: the contraction result and
+    every pointwise generic of `ops` after it that reads such a value (a Lin per tensor dim)."""
+    gen = plan.gen
     layouts = {gen.results[0]: plan.acc_layout}
     after = False
     for op in ops:
         if op == gen:
             after = True
+            continue
+        if after and op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _known(layouts, op.operands[0]):
+            lay = unit_view_index(_get(layouts, op.operands[0]), _shape(op.operands[0]), _shape(op.results[0]))
+            if lay is not None:
+                layouts[op.results[0]] = lay
             continue
         if not after or op.name != "linalg.generic":
             continue
@@ -303,22 +331,16 @@ def _analyze(kernel) -> _Plan:
                 g_env[d] = Lin.cst(0)
         for r, res in enumerate(op.results):
             layouts[res] = tuple(_lin(e, g_env, op) for e in g_maps[len(gview.inputs) + r].results)
-    plan.layouts = layouts
+    return layouts
 
-    want = sorted(d for d, c in plan.cls.items() if c in "bmn")
-    acc_shape = _shape(gen.results[0])
-    for r in plan.results:
-        if not _known(layouts, r) and _shape(r) == acc_shape:
-            # a kernel value not derived from the product (e.g. a fill also used outside) with the
-            # output's shape: computed and stored elementwise over the same tiles
-            layouts[r] = plan.acc_layout
-        if not _known(layouts, r):
-            raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
-        lay = _get(layouts, r)
-        got = sorted(d for lin in lay for d in lin.dims())
-        if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
-            raise CodegenError(_producer(r) or func, "kernel result does not cover the contraction's output exactly once")
-    return plan
+
+def unit_view_index(idx: tuple, src_shape, dst_shape):
+    """The index into `dst_shape` of element `idx` of `src_shape`, for a reshape that only adds or
+    drops size-1 dims (None for any other reshape)."""
+    if [n for n in src_shape if n != 1] != [n for n in dst_shape if n != 1]:
+        return None
+    inner = iter([lin for lin, n in zip(idx, src_shape) if n != 1])
+    return tuple(Lin.cst(0) if n == 1 else next(inner) for n in dst_shape)
 
 
 def _is_empty(v) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
 from torch_mlir import ir
 
 from . import body as B
@@ -551,6 +552,9 @@ _FOLD_CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda 
              "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 
 
+_FLOAT_FOLD = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
 def _fold(op, vals: list, rty: str):
     """Compile-time value of an op on constants (the common integer/compare cases), else None."""
     name = op.name
@@ -565,6 +569,10 @@ def _fold(op, vals: list, rty: str):
             return int(vals[0])
         if name == "arith.select":
             return vals[1] if vals[0] else vals[2]
+        if name in ("arith.truncf", "arith.extf") and rty in _FLOAT_FOLD:
+            # a Python float constant captured as f64 then narrowed (LayerNorm's eps): round it
+            # here, so an f32 kernel carries no f64 value at all
+            return torch.tensor(float(vals[0]), dtype=torch.float64).to(_FLOAT_FOLD[rty]).item()
         if name == "arith.cmpi":
             pred = ir.IntegerAttr(op.attributes["predicate"]).value
             key = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge"}.get(pred)

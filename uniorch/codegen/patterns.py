@@ -235,14 +235,42 @@ class ContractionDims:
     b: int  # which input is B (batch+k+n)
 
 
-def _strip_extf(v: ir.Value, blk: ir.Block) -> ir.Value | None:
-    """`v` if it is a block argument, or the operand of an `arith.extf` of one."""
+def _strip_extf(v: ir.Value, blk: ir.Block, used: list | None = None) -> ir.Value | None:
+    """The block argument `v` reads: `v` itself, the operand of an `arith.extf` of one, or either
+    of those scaled by a constant (`mulf`/`divf`: SDPA multiplies q and k by sqrt(scale) each).
+    Body ops passed through go to `used`."""
     if isinstance(v.owner, ir.Block):
         return v
     o = op_of(v.owner)
     if o.name == "arith.extf" and isinstance(o.operands[0].owner, ir.Block):
+        if used is not None:
+            used.append(o)
         return o.operands[0]
+    if o.name in ("arith.mulf", "arith.divf"):
+        a, c = o.operands
+        if o.name == "arith.mulf" and not _constant_in_body(c, blk):
+            a, c = c, a
+        if _constant_in_body(c, blk):
+            inner = _strip_extf(a, blk, used)
+            if inner is not None and used is not None:
+                used.append(o)
+                _constant_in_body(c, blk, used)
+            return inner
     return None
+
+
+def _constant_in_body(v: ir.Value, blk: ir.Block, used: list | None = None) -> bool:
+    """Whether `v` depends on no block argument (constants and casts of them)."""
+    if isinstance(v.owner, ir.Block):
+        return False
+    o = op_of(v.owner)
+    if o.name == "arith.constant":
+        return True
+    if o.name not in ("arith.truncf", "arith.extf") or not _constant_in_body(o.operands[0], blk, used):
+        return False
+    if used is not None:
+        used.append(o)
+    return True
 
 
 def contraction_dims(op) -> ContractionDims | None:
@@ -271,7 +299,7 @@ def contraction_dims(op) -> ContractionDims | None:
     blk = body(o)
     ops = body_ops(o)
     y = yield_op(o)
-    if len(y.operands) != 1 or len(ops) < 2 or len(ops) > 4:
+    if len(y.operands) != 1 or len(ops) < 2 or len(ops) > 9:
         return None
     add = y.operands[0].owner
     if isinstance(add, ir.Block) or op_of(add).name != "arith.addf":
@@ -287,11 +315,12 @@ def contraction_dims(op) -> ContractionDims | None:
     mul = prod.owner
     if isinstance(mul, ir.Block) or op_of(mul).name != "arith.mulf":
         return None
-    x, w = (_strip_extf(v, blk) for v in mul.operands)
+    used: list = []
+    x, w = (_strip_extf(v, blk, used) for v in mul.operands)
     if x is None or w is None or {x, w} != {blk.arguments[0], blk.arguments[1]} or x == w:
         return None
-    allowed = {op_of(add), op_of(mul)} | {op_of(v.owner) for v in mul.operands if not isinstance(v.owner, ir.Block)}
-    if any(b not in allowed for b in ops):
+    allowed = [op_of(add), op_of(mul)] + [op_of(u) for u in used]
+    if any(not any(b == a for a in allowed) for b in ops):
         return None
     if not all(isinstance(ir.RankedTensorType(v.type).element_type, (ir.F32Type, ir.F16Type, ir.BF16Type, ir.F64Type))
                for v in list(o.operands)):
@@ -327,6 +356,42 @@ def is_contraction(op) -> bool:
         return contraction_dims(op) is not None
     except (ValueError, KeyError):
         return False
+
+
+def map_dims(m: ir.AffineMap) -> set[int]:
+    """Loop dims an indexing map reads (inside sums and products too)."""
+    out: set[int] = set()
+
+    def visit(e):
+        e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+        if isinstance(e, ir.AffineDimExpr):
+            out.add(e.position)
+        elif isinstance(e, ir.AffineBinaryExpr):
+            visit(e.lhs)
+            visit(e.rhs)
+
+    for r in m.results:
+        visit(r)
+    return out
+
+
+def is_convolution(op) -> bool:
+    """A convolution generic (`out + x[.., oh * stride + kh * dilation, ..] * w[..]`: some input
+    index is a sum of loop dims) that the tiled contraction template takes as an implicit GEMM
+    (codegen/contraction_plan.py `supports`): M, N = output channels and batch x output pixels,
+    K = input channels x kernel window; groups and depthwise channels are its batch dims."""
+    o = op_of(op)
+    if not is_reduction(o) or is_contraction(o):
+        return False
+    try:
+        maps = indexing_maps(o)
+    except (ValueError, KeyError):
+        return False
+    if not any(isinstance(e, ir.AffineBinaryExpr) for m in maps for e in m.results):
+        return False
+    from .contraction_plan import supports  # late: contraction_plan imports this module's siblings
+
+    return supports(o)
 
 
 # -- reductions -------------------------------------------------------------------------------------

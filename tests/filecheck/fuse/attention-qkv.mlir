@@ -1,19 +1,28 @@
 // Causal attention over a fused qkv projection. The permute of the projection and the zero fills
 // of the matmul accumulators never become kernels of their own: each q/k/v slice is transposed
-// inside the kernel that reads it, and each fill inside its contraction. Four kernels: the
-// projection, QK^T with the causal mask, softmax, and P.V.
-// RUN: uniorch-opt %s -p 'uniorch-preprocess,uniorch-fuse' | FileCheck %s
+// inside the kernel that reads it, and each fill inside its contraction. uniorch-fuse leaves four
+// kernels: the projection, QK^T, softmax with the causal mask (cloned into it, SDPA's safe form),
+// and P.V; uniorch-fuse-attention makes the last three one flash-attention kernel whose anchor
+// (P.V) records the safe softmax, and marks the op defining the masked scores.
+// RUN: uniorch-opt %s -p 'uniorch-preprocess,uniorch-fuse' | FileCheck %s --check-prefix=UNFUSED
+// RUN: uniorch-opt %s -p 'uniorch-preprocess,uniorch-fuse,uniorch-fuse-attention' | FileCheck %s
+
+// UNFUSED-LABEL: func.func @main
+// UNFUSED: uniorch.group = 0 : i64, uniorch.kind = "contraction"
+// UNFUSED: uniorch.group = 1 : i64, uniorch.kind = "contraction"
+// UNFUSED: uniorch.group = 2 : i64, uniorch.kind = "reduction"
+// UNFUSED: uniorch.group = 3 : i64, uniorch.kind = "contraction"
+// UNFUSED-NOT: uniorch.kind = "attention"
 
 // CHECK-LABEL: func.func @main
 // CHECK-NOT: uniorch.kind = "pointwise"
 // CHECK: uniorch.group = 0 : i64, uniorch.kind = "contraction"
-// CHECK-NOT: uniorch.kind = "pointwise"
-// CHECK: uniorch.group = 1 : i64, uniorch.kind = "reduction"
-// CHECK-NOT: uniorch.kind = "pointwise"
-// CHECK: uniorch.group = 2 : i64, uniorch.kind = "reduction"
-// CHECK-NOT: uniorch.kind = "pointwise"
-// CHECK: uniorch.group = 3 : i64, uniorch.kind = "contraction"
-// CHECK-NOT: uniorch.group = 4
+// CHECK: uniorch.attention_scores = 0 : i64
+// CHECK-SAME: uniorch.group = 1 : i64
+// CHECK-NOT: uniorch.kind = "reduction"
+// CHECK: uniorch.attention = {safe = true}
+// CHECK-SAME: uniorch.domain = {parallel = [2, 4, 16], reduction = [4, 16]}, uniorch.group = 1 : i64, uniorch.kind = "attention"
+// CHECK-NOT: uniorch.group = 2
 // CHECK: return
 
 #map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>

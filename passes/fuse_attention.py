@@ -1,0 +1,195 @@
+"""uniorch-fuse-attention: QKᵀ, its score epilogue, softmax and PV as one flash-attention kernel.
+
+Runs after uniorch-fuse, which leaves attention as three kernels (a contraction with the scale and
+mask as its epilogue, a softmax reduction, a contraction) that write and read the T x T scores and
+probabilities. Where those three groups are exactly that, they become one group of kind
+"attention" (codegen/attention.py: online softmax over key tiles, scores never stored):
+
+- group A: a contraction (scores = q·kᵀ over the head dim) and the pointwise epilogue computing
+  the scores `S` (scale, causal or padding masks, additive biases: anything pointwise, reading
+  other tensors or indices), with nothing of it used outside but `S`, by the softmax only;
+- group B: softmax of `S` over its last dimension (codegen/softmax_match.py: plain or SDPA's
+  safe form), with nothing used outside but the probabilities `P`, by the second contraction only;
+- group C: a contraction reading `P` as its factor over the key dimension, with its epilogue.
+
+The merged group's anchor is group C's contraction: `uniorch.kind = "attention"`, its domain
+`{parallel = [batch..., queries, head dim of v], reduction = [keys, head dim]}`, and
+`uniorch.attention = {scores = <result number on the op that defines S>, safe}`; the op defining
+`S` carries `uniorch.attention_scores`. Anything else is left as it was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from uniorch.codegen import patterns as pat
+from uniorch.codegen.attention_plan import MAX_HEAD_DIM, check_pair
+from uniorch.codegen.softmax_match import match_softmax
+
+from .base import Pass, PassContext
+from .fuse import DOMAIN, GROUP, KIND
+from .ir_utils import main_func
+
+SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
+_UNIT_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+@dataclass(frozen=True)
+class FuseAttention(Pass):
+    name = "uniorch-fuse-attention"
+    summary = "merge QK^T + score epilogue, softmax and PV groups into one flash-attention kernel"
+
+    def run(self, module, pctx: PassContext) -> None:
+        main = main_func(module)
+        with module.context:
+            _merge_all(main.regions[0].blocks[0])
+
+
+def _group(op) -> int | None:
+    op = pat.op_of(op)
+    return ir.IntegerAttr(op.attributes[GROUP]).value if GROUP in op.attributes else None
+
+
+def _kind(op) -> str | None:
+    return ir.StringAttr(op.attributes[KIND]).value if KIND in op.attributes else None
+
+
+def _producer(v):
+    return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+
+
+def _users(v) -> list:
+    return [pat.op_of(u.owner) for u in v.uses]
+
+
+def _top(op, block):
+    while op is not None and op.parent is not None and pat.op_of(op.parent) != pat.op_of(block.owner):
+        op = pat.op_of(op.parent)
+    return op
+
+
+def _merge_all(block) -> None:
+    merged = False
+    for c2 in [o.operation for o in block.operations]:
+        if _kind(c2) == "contraction" and pat.is_contraction(c2):
+            merged |= _try_merge(block, c2)
+    if merged:
+        _renumber(block)
+
+
+def _try_merge(block, c2) -> bool:
+    ops = [o.operation for o in block.operations]
+    members: dict[int, list] = {}
+    for o in ops:
+        g = _group(o)
+        if g is not None:
+            members.setdefault(g, []).append(o)
+    g_c = _group(c2)
+    for probs in list(c2.opview.inputs):
+        g_b = _group(_producer(probs)) if _producer(probs) is not None else None
+        if g_b is None or g_b == g_c:
+            continue
+        in_b = lambda o: _group(o) == g_b or (_group(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
+        sm = match_softmax(probs, in_b)
+        if sm is None:
+            continue
+        s_op = _producer(sm.source)
+        c1 = _scores_contraction(sm.source, in_b)
+        g_a = _group(c1) if c1 is not None else None
+        if s_op is None or g_a is None or g_a in (g_b, g_c) or _kind(c1) != "contraction":
+            continue
+        b_ops = members[g_b] + _views(block, sm.ops)
+        if not _only_used_by(members[g_a], None, b_ops):
+            continue
+        if not _only_used_by(b_ops, [probs], [c2]):
+            continue
+        if any(pat.is_generic(o) and not any(o == m for m in sm.ops) for o in members[g_b]):
+            continue  # group B computes more than the scores' epilogue and the softmax
+        c1s = [c1]
+        why = check_pair(c1s[0], sm.source, probs, c2)
+        if why:
+            continue
+        _annotate(block, members[g_a] + b_ops + members[g_c], g_c, c1s[0], c2, s_op, sm)
+        return True
+    return False
+
+
+def _scores_contraction(scores, in_b):
+    """The contraction the scores are computed from: the one reached by walking back from them
+    through pointwise ops and views (in the softmax's group or its own)."""
+    stack, seen = [scores], []
+    while stack:
+        v = stack.pop()
+        p = _producer(v)
+        if p is None or any(p == s for s in seen):
+            continue
+        seen.append(p)
+        if pat.is_contraction(p):
+            return p
+        if pat.is_generic(p) and "reduction" in pat.iterator_types(p):
+            return None
+        stack.extend(w for w in p.operands if isinstance(w.type, ir.ShapedType))
+    return None
+
+
+def _views(block, ops) -> list:
+    return [o for o in ops if o.name in _UNIT_VIEWS and _group(o) is None]
+
+
+def _only_used_by(group_ops, allowed_values, readers) -> bool:
+    """Every result of the group is read inside it, or is one of `allowed_values` read by `readers`."""
+    inside = [pat.op_of(o) for o in group_ops]
+    readers = [pat.op_of(o) for o in readers] + inside
+    for o in group_ops:
+        for r in o.results:
+            for u in _users(r):
+                top = u
+                while top.parent is not None and top.parent.name != "func.func":
+                    top = pat.op_of(top.parent)
+                if any(top == i for i in inside):
+                    continue
+                if (allowed_values is None or any(r == v for v in allowed_values)) and any(top == x for x in readers):
+                    continue
+                return False
+    return True
+
+
+def _annotate(block, ops, gid: int, c1, c2, s_op, sm) -> None:
+    for o in ops:
+        o.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), gid)
+        if o != c2:
+            for a in (KIND, DOMAIN):
+                if a in o.attributes:
+                    del o.attributes[a]
+    s_no = next(i for i, r in enumerate(s_op.results) if r == sm.source)
+    s_op.attributes[SCORES] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s_no)
+    c2.attributes[KIND] = ir.StringAttr.get("attention")
+    c2.attributes[ATTENTION] = ir.DictAttr.get({"safe": ir.BoolAttr.get(sm.safe)})
+    dom = ir.DictAttr(c2.attributes[DOMAIN])
+    i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
+    sizes = pat.loop_sizes(c1)
+    its = pat.iterator_types(c1)
+    head = [s for s, it in zip(sizes, its) if it == "reduction"]
+    keys = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(dom["reduction"])]
+    c2.attributes[DOMAIN] = ir.DictAttr.get({
+        "parallel": dom["parallel"],
+        "reduction": ir.ArrayAttr.get([i64(s) for s in keys + head]),
+    })
+
+
+def _renumber(block) -> None:
+    """Group numbers dense again, in order of each group's first op."""
+    first: dict[int, int] = {}
+    for i, o in enumerate(block.operations):
+        g = _group(o.operation)
+        if g is not None and g not in first:
+            first[g] = i
+    new = {g: n for n, g in enumerate(sorted(first, key=first.get))}
+    for o in block.operations:
+        g = _group(o.operation)
+        if g is not None:
+            o.operation.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), new[g])
+
+
+__all__ = ["FuseAttention", "MAX_HEAD_DIM"]

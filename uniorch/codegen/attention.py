@@ -1,0 +1,326 @@
+"""Attention kernels: flash attention (online softmax over key tiles) for a group of kind
+"attention" (passes/fuse_attention.py), so the T x T scores and probabilities never leave registers.
+
+One program per (BLOCK_M queries, batch index). The q tile is loaded once; for each tile of
+BLOCK_N keys the scores come from `tl.dot(q, kᵀ)` and the group's own score epilogue (scale,
+masks, biases: evaluated by the contraction emitter at the tile's query and key indices); then
+
+    m_new = max(m, rowmax(s));  p = exp(s - m_new);  l = l·exp(m - m_new) + rowsum(p)
+    acc = acc·exp(m - m_new) + p·v
+
+and after the last tile `out = acc / l`, followed by the epilogue of P·v (casts, ...). A row whose
+scores are all -inf gives 0/0 = NaN, as `torch.softmax` does; SDPA's safe softmax gives 0 there,
+so its kernels test `l == 0`. Subtracting 0 instead of -inf keeps exp() off -inf - -inf.
+Softmax statistics are fp32; p goes to the second dot in the type the probabilities had (16-bit
+models round them, as eager does).
+
+Both head dims are held whole (BLOCK_D, BLOCK_V: powers of two up to 256, masked to the true
+size); key tiles are masked to T, so T need not be a multiple of the tile.
+"""
+from __future__ import annotations
+
+import re
+
+from torch_mlir import ir
+
+from . import body as _body
+from .attention_plan import AttnPlan, analyze_pair
+from .contraction_emit import _Emitter, _Val
+from .contraction_ir import _TL, _as_op, _elem, _iterators, _lit, _loc, _shape
+from .contraction_plan import _get, _known, epilogue_layouts
+from .contraction_schedule import _pow2, _target_kind
+from .source import CodegenError, KernelSource
+
+SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
+
+
+def _analyze(kernel) -> AttnPlan:
+    func = _as_op(kernel)
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    block = func.regions[0].blocks[0]
+    args = list(block.arguments)
+    ops = [_as_op(o) for o in block.operations]
+    ret = ops[-1]
+    c2s = [o for o in ops if ATTENTION in o.attributes]
+    s_ops = [o for o in ops if SCORES in o.attributes]
+    if len(c2s) != 1 or len(s_ops) != 1:
+        raise CodegenError(func, "an attention kernel needs one P·v contraction and one scores op")
+    c2, s_op = c2s[0], s_ops[0]
+    scores = s_op.results[ir.IntegerAttr(s_op.attributes[SCORES]).value]
+    safe = bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
+    c1s = [o for o in ops if o.name == "linalg.generic" and "reduction" in _iterators(o) and o != c2
+           and _in_chain(o, scores)]
+    if len(c1s) != 1:
+        raise CodegenError(func, "the scores do not come from one q·kᵀ contraction")
+    probs = [v for v in c2.opview.inputs if not isinstance(v.owner, ir.Block)]
+    err = None
+    for pv in probs:
+        try:
+            p1, p2 = analyze_pair(c1s[0], scores, pv, c2, ops)
+        except CodegenError as e:
+            err = e
+            continue
+        p1.func, p1.name, p1.args, p1.results = func, name, args, [scores]
+        p1.layouts = epilogue_layouts(p1, _chain_ops(ops, c1s[0], scores))
+        p2.func, p2.name, p2.args, p2.results = func, name, args, list(ret.operands)
+        p2.layouts = epilogue_layouts(p2, ops)
+        for r in p2.results:
+            if not _known(p2.layouts, r):
+                raise CodegenError(func, "an attention kernel's result is not computed from P·v")
+            want = sorted(d for d, c in p2.cls.items() if c in "bmn")
+            got = sorted(d for lin in _get(p2.layouts, r) for d in lin.dims())
+            if got != want:
+                raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
+        return AttnPlan(p1, p2, scores, pv, safe)
+    raise err or CodegenError(func, "no probabilities input for P·v")
+
+
+def _in_chain(op, v) -> bool:
+    """Whether `v` is computed from `op` (through top-level producers)."""
+    seen, stack = [], [v]
+    while stack:
+        w = stack.pop()
+        if isinstance(w.owner, ir.Block):
+            continue
+        p = _as_op(w.owner)
+        if p == op:
+            return True
+        if any(p == s for s in seen):
+            continue
+        seen.append(p)
+        stack.extend(p.operands)
+    return False
+
+
+def _chain_ops(ops, c1, scores):
+    from .attention_plan import score_chain
+
+    return score_chain(c1, scores, ops)
+
+
+def _schedule(plan: AttnPlan, target: str) -> dict:
+    kind, warp = _target_kind(target)
+    p1, p2 = plan.p1, plan.p2
+    bd, bv = max(16, _pow2(p1.K)), max(16, _pow2(p2.N))
+    if kind == "interpret":
+        bm, bn, warps, stages = min(64, max(16, _pow2(p1.M))), min(64, max(16, _pow2(p1.N))), 4, 1
+    else:
+        big = max(bd, bv) > 64
+        bm = 64 if big else 128 if p1.M >= 128 else max(16, _pow2(p1.M))
+        bn = 32 if max(bd, bv) > 128 else 64
+        bn = min(bn, max(16, _pow2(p1.N)))
+        warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
+        stages = 2 if kind == "rocm" else 3
+    return {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
+            "num_stages": stages, "grid": [-(-p1.M // bm), p1.B, 1]}
+
+
+def choose_schedule(kernel, target: str) -> dict:
+    return _schedule(_analyze(kernel), target)
+
+
+class _Part(_Emitter):
+    """One contraction of the pair, emitting into the flash kernel's sections. `rename` maps the
+    contraction emitter's index and mask names onto the kernel's (its N is the keys for q·kᵀ, the
+    v head dim for P·v); `tag` keeps the two parts' temporaries apart."""
+
+    def __init__(self, plan, sched, target, tag: str, sections: dict, rename: dict):
+        super().__init__(plan, sched, target)
+        self.tag, self.sections, self.rename = tag, sections, rename
+
+    def fresh(self, prefix: str) -> str:
+        return super().fresh(self.tag + prefix)
+
+    def block(self, ctx: str, cls) -> list[str]:
+        if ctx not in self.sections:
+            raise CodegenError(self.p.gen, f"attention kernels have no {ctx!r} section here")
+        return self.sections[ctx]
+
+    def text(self, lines: list[str]) -> list[str]:
+        return [self.rename_text(ln) for ln in lines]
+
+    def rename_text(self, text: str) -> str:
+        return re.sub(r"\b(acc|mask_[a-z]+|bt\d+|m\d+|n\d+|ka\d+|kb\d+)\b",
+                      lambda m: self.rename.get(m.group(1), _indexed(self.rename, m.group(1))), text)
+
+
+def _indexed(rename: dict, name: str) -> str:
+    m = re.fullmatch(r"([a-z]+)(\d+)", name)
+    if m and m.group(1) in rename:
+        return rename[m.group(1)] + m.group(2)
+    return name
+
+
+def generate_attention(kernel, target: str) -> KernelSource:
+    plan = _analyze(kernel)
+    s = _schedule(plan, target)
+    return _Flash(plan, s, target).build()
+
+
+class _Flash:
+    def __init__(self, plan: AttnPlan, s: dict, target: str):
+        self.plan, self.s, self.target = plan, s, target
+        self.interpret = _target_kind(target)[0] == "interpret"
+        self.q, self.k, self.sc = [], [], []      # before the key loop; per key tile: k, scores
+        self.v, self.out = [], []                 # per key tile: v; after the loop: the epilogue
+        s1 = {"block_m": s["block_m"], "block_n": s["block_n"], "block_k": s["block_d"]}
+        s2 = {"block_m": s["block_m"], "block_n": s["block_v"], "block_k": s["block_n"]}
+        self.e1 = _Part(plan.p1, s1, target, "s_", {"a": self.q, "b": self.k, "e": self.sc, "init": self.sc},
+                        {"acc": "qk", "mask_n": "mask_j", "mask_ka": "mask_da", "mask_kb": "mask_db",
+                         "n": "j", "ka": "da", "kb": "db"})
+        self.e2 = _Part(plan.p2, s2, target, "o_", {"b": self.v, "e": self.out, "init": self.out},
+                        {"mask_n": "mask_v", "mask_kb": "mask_jb", "n": "v", "kb": "jb"})
+
+    def dot_operands(self, part: _Part, a: _Val, b: _Val, lines_a, lines_b) -> tuple[str, str, str, str]:
+        ta, tb = part.p.dot_types
+        if "f64" in (ta, tb):
+            dt = "f64"
+        elif ta == tb and ta in ("f16", "bf16") and not (self.interpret and ta == "bf16"):
+            dt = ta
+        else:
+            dt = "f32"
+        at = a.text if a.ty == dt else part.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
+        bt = b.text if b.ty == dt else part.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
+        prec = ', input_precision="ieee"' if dt in ("f32", "f64") else ""
+        return at, bt, dt, prec
+
+    def build(self) -> KernelSource:
+        p1, p2, s = self.plan.p1, self.plan.p2, self.s
+        e1, e2 = self.e1, self.e2
+        acc_ty = "f64" if "f64" in p1.dot_types + p2.dot_types else "f32"
+        e1.acc_ty = e2.acc_ty = acc_ty
+        acc_tl = _TL[acc_ty]
+        # scores: q (hoisted), k per tile, the dot, the score epilogue
+        qa = e1.operand("a")
+        kb = e1.operand("b")
+        qt, kt, _, prec1 = self.dot_operands(e1, qa, kb, self.q, self.k)
+        init = e1.value(p1.gen.opview.outputs[0], p1.acc_layout, "init")
+        if init.const is None:
+            raise CodegenError(p1.gen, "q·kᵀ's accumulator starts from a tensor, not a constant")
+        self.k.append(f"acc = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, acc_ty), acc_tl)}")
+        self.k.append(f"acc = tl.dot({qt}, {kt}, acc{prec1})")
+        init2 = e2.value(p2.gen.opview.outputs[0], p2.acc_layout, "init")
+        if init2.const is None or float(init2.const) != 0.0:
+            raise CodegenError(p2.gen, "P·v's accumulator does not start from zero")
+        sv = e1.value(self.plan.scores, _get(p1.layouts, self.plan.scores), "e")
+        s_text = sv.text if sv.ty == "f32" else f"{sv.text}.to(tl.float32)"
+        if set(sv.cls) != {"m", "n"}:
+            s_text = f"tl.broadcast_to({s_text}, (BLOCK_M, BLOCK_N))"
+        # values: P·v's B side per key tile
+        vb = e2.operand("b")
+        pty = p2.dot_types[0]
+        dt2 = "f64" if acc_ty == "f64" else (pty if pty in ("f16", "bf16") and vb.ty == pty
+                                              and not (self.interpret and pty == "bf16") else "f32")
+        vt = vb.text if vb.ty == dt2 else e2.line("b", {"k"}, f"{vb.text}.to({_TL[dt2]})", "b")
+        p_text = "p"
+        if pty in ("f16", "bf16"):  # the probabilities are stored in 16 bits by eager: round p too
+            p_text = f"p.to({_TL[pty]})" if dt2 == pty else f"p.to({_TL[pty]}).to({_TL[dt2]})"
+        elif dt2 != "f32":
+            p_text = f"p.to({_TL[dt2]})"
+        prec2 = ', input_precision="ieee"' if dt2 in ("f32", "f64") else ""
+        stores = e2.stores()
+        return self.assemble(s_text, p_text, vt, prec2, stores)
+
+    def assemble(self, s_text, p_text, v_text, prec2, stores) -> KernelSource:
+        p1, p2, s, e1, e2 = self.plan.p1, self.plan.p2, self.s, self.e1, self.e2
+        name = p1.name
+        fn = re.sub(r"\W", "_", name)
+        if not fn or fn[0].isdigit():
+            fn = "k_" + fn
+        in_ranks = [len(_shape(a)) for a in p1.args]
+        out_ranks = [len(_shape(r)) for r in p2.results]
+        params = []
+        for prefix, ranks in (("in", in_ranks), ("out", out_ranks)):
+            for i, rank in enumerate(ranks):
+                params.append(f"{prefix}{i}_ptr")
+                params.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+        constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
+                      "BLOCK_V": s["block_v"]}
+        params.extend(f"{k}: tl.constexpr" for k in constexprs)
+        M, N, D, DV = p1.M, p1.N, p1.K, p2.N
+        need = e1.need | e2.need
+        body = [
+            f"# {name}: flash attention (kind 'attention'), online softmax over key tiles",
+            f"# scores: {p1.gen.name} at {_loc(p1.gen)}; output: {p2.gen.name} at {_loc(p2.gen)}",
+            f"#   batch = {p1.B}; queries = {M}; keys = {N}; head dims {D} (q·k), {DV} (v)",
+            "pid_m = tl.program_id(0)",
+            "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        ]
+        if p1.order["b"]:
+            body.append("pid_b = tl.program_id(1)")
+        body += e1.index_defs("b", "pid_b")
+        body += [ln for ln in e2.index_defs("b", "pid_b") if ln.split(" =")[0] not in e1.need]
+        body += [ln for ln in e1.index_defs("m", "offs_m[:, None]")]
+        body += [ln for ln in e2.index_defs("m", "offs_m[:, None]") if ln.split(" =")[0] not in e1.need]
+        if "mask_m" in need:
+            body.append(f"mask_m = offs_m[:, None] < {M}")
+        body.append("offs_d = tl.arange(0, BLOCK_D)")
+        body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[None, :]", ctx="a")]
+        body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[:, None]", ctx="b")]
+        if "mask_ka" in e1.need:
+            body.append(f"mask_da = offs_d[None, :] < {D}")
+        if "mask_kb" in e1.need:
+            body.append(f"mask_db = offs_d[:, None] < {D}")
+        body.append("offs_v = tl.arange(0, BLOCK_V)")
+        body += [e2.rename_text(ln) for ln in e2.index_defs("n", "offs_v[None, :]")]
+        if "mask_n" in e2.need:
+            body.append(f"mask_v = offs_v[None, :] < {DV}")
+        body += e1.text(self.q)
+        body += [
+            "# running max, sum and output of the online softmax (fp32)",
+            'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
+            "l_i = tl.full((BLOCK_M,), 0.0, tl.float32)",
+            f"out = tl.full((BLOCK_M, BLOCK_V), 0.0, {_TL[e2.acc_ty]})",
+            f"for start_n in range(0, {N}, BLOCK_N):",
+        ]
+        loop = ["offs_n = start_n + tl.arange(0, BLOCK_N)"]
+        loop += [e1.rename_text(ln) for ln in e1.index_defs("n", "offs_n[None, :]")]
+        loop += [e2.rename_text(ln) for ln in e2.index_defs("k", "offs_n[:, None]", ctx="b")]
+        mask_keys = N % s["block_n"] != 0
+        if mask_keys:
+            loop.append(f"mask_j = offs_n[None, :] < {N}")
+            loop.append(f"mask_jb = offs_n[:, None] < {N}")
+        loop += e1.text(self.k)
+        loop += e1.text(self.sc)
+        loop.append(f"s = {e1.rename_text(s_text)}")
+        if mask_keys:
+            loop.append('s = tl.where(mask_j, s, float("-inf"))')
+        loop += [
+            "m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_f))",
+            '# subtract 0, not -inf, where a row has seen only -inf so far: exp(-inf - -inf) is NaN',
+            'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
+            "alpha = tl.exp(m_i - m_use)",
+            "p = tl.exp(s - m_use[:, None])",
+            "l_i = l_i * alpha + tl.reduce(p, 1, _add_f)",
+            "out = out * alpha[:, None]",
+        ]
+        loop += e2.text(self.v)
+        loop += [f"out = tl.dot({p_text}, {e2.rename_text(v_text)}, out{prec2})", "m_i = m_new"]
+        body += ["    " + ln for ln in loop]
+        if self.plan.safe:
+            body.append("# SDPA's safe softmax: a row of only -inf scores gives 0")
+            body.append("acc = tl.where(l_i[:, None] == 0.0, 0.0, out / l_i[:, None])")
+        else:
+            body.append("acc = out / l_i[:, None]")
+        body += e2.text(self.out)
+        body += e2.text(stores)
+        src = ["import triton.language as tl", "", "", "@jit", "def _max_f(a, b):",
+               "    return tl.maximum(a, b)", "", "", "@jit", "def _add_f(a, b):", "    return a + b",
+               "", "", "@jit", f"def {fn}(", "    " + ", ".join(params) + ",", "):"]
+        src += ["    " + ln for ln in body]
+        source = "\n".join(src) + "\n"
+        helpers = _body.helpers_used(source)
+        if helpers:
+            head = "import triton.language as tl\n\n\n"
+            source = head + "\n\n".join(_body.HELPERS[h] for h in helpers) + "\n\n" + source[len(head):]
+        from .contraction_ir import _PTR
+
+        ptypes = [_PTR[_elem(a)] for a in p1.args] + [_PTR[_elem(r)] for r in p2.results]
+        return KernelSource(
+            name=name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
+            grid=tuple(s["grid"]), constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
+            pointer_types=ptypes,
+        )
+
+
+__all__ = ["choose_schedule", "generate_attention"]
