@@ -36,7 +36,6 @@ METRICS = ("kernels", "ratio", "f64_kernels", "fallbacks")  # what a ceiling bou
 RATIO_SLACK = 1.05  # new ceilings: bytes ratio rounded up by 5 %, counts exact
 
 # The fusion goals (issue "kernel report"): name -> (what, models it applies to or None for all, test)
-MATMULS = {"mm", "bmm", "baddbmm", "addmm", "matmul"}
 SOFTMAX = {"_softmax", "_safe_softmax", "softmax"}
 ATTENTION = ("attention_manual", "attention_sdpa")
 TRANSFORMERS = ("hf_bert", "hf_gpt2", "hf_llama", "hf_t5", "hf_vit", "llama_block", "transformer_block")
@@ -106,7 +105,7 @@ def summarize(rep, float64_model: bool = False) -> dict:
         f64_kernels=None if float64_model else len(f64), f64_names=f64,
         fallbacks=len(rep.fallbacks), fallback_ops=sorted({f.op for f in rep.fallbacks}),
         kinds=dict(sorted(kinds.items())),
-        attention_fused=bool(soft) and all(sum(_op(o) in MATMULS for o, _ in k.ops) >= 2 for k in soft))
+        attention_fused=bool(soft) and all(k.kind == "attention" for k in soft))
 
 
 def _work(task):
