@@ -63,6 +63,7 @@ def _product(op: ir.Operation):
 
 
 def _bare(v: ir.Value, blk: ir.Block) -> bool:
+    """A side that reads its operand as is, through an extf, or scaled by constants (SDPA)."""
     return pat._strip_extf(v, blk) is not None
 
 
@@ -92,7 +93,7 @@ def _split(op: ir.Operation) -> None:
         for v, (ops, args) in zip((lhs, rhs), sides):
             a = sorted(args)[0]
             if _bare(v, blk) and len(args) == 1 and all(isinstance(e, ir.AffineDimExpr) for e in maps[a].results):
-                new_ins.append((ins[a], v))
+                new_ins.append((ins[a], (v, ops, blk.arguments[a])))
                 new_maps.append(maps[a])
                 continue
             p = _prologue(op, v, ops, sorted(args), maps, sizes)
@@ -163,7 +164,9 @@ def _prologue(op, value, ops, args, maps, sizes) -> ir.Operation:
 
 
 def _contraction(op, add, mul, ins, maps) -> ir.Operation:
-    """`out + a * b` over `ins` (value, body value it replaces: extf of a bare operand, or None)."""
+    """`out + a * b` over `ins`: (operand, None) for a computed side, now a prologue's result, or
+    (operand, (side value, body ops computing it, block argument read)) for a bare side, whose ops
+    (extf, constant scales) are cloned into the new body."""
     out = pat.outputs(op)[0]
     new = ir.Operation.create(
         "linalg.generic", results=[op.results[0].type], operands=[v for v, _ in ins] + [out],
@@ -176,12 +179,19 @@ def _contraction(op, add, mul, ins, maps) -> ir.Operation:
     nb = new.regions[0].blocks.append(*types, arg_locs=[op.location] * len(types))
     operands = []
     with ir.InsertionPoint(nb):
-        for i, (_, old) in enumerate(ins):
+        for i, (_, side) in enumerate(ins):
             v = nb.arguments[i]
-            if old is not None and not isinstance(old.owner, ir.Block):  # the operand's extf
-                ext = pat.op_of(pat.op_of(old.owner).clone())
-                ext.operands[0] = v
-                v = ext.results[0]
+            if side is not None:
+                value, ops, arg = side
+                mapping = {arg: v}
+                for o in ops:  # every body value they read is cloned too: none left dangling
+                    c = pat.op_of(o.clone())
+                    for j, x in enumerate(c.operands):
+                        if x in mapping:
+                            c.operands[j] = mapping[x]
+                    for r_old, r_new in zip(o.results, c.results):
+                        mapping[r_old] = r_new
+                v = mapping[value]
             operands.append(v)
         m = pat.op_of(mul.clone())
         m.operands[0], m.operands[1] = operands
