@@ -277,8 +277,11 @@ class _Fusion:
                             sibs.append(t)
         out = ([(c, "consumer", None) for c in cons] + [(p, "producer", None) for p in prods]
                + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])
-        if self.views and g.kind != "contraction":
-            out += self.view_candidates(g)
+        if self.views:
+            views = self.view_candidates(g)
+            if g.kind == "contraction":  # an iota behind a unit view: a causal mask's positions
+                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)]
+            out += views
         return out
 
     def view_candidates(self, g: _Group):
@@ -349,8 +352,9 @@ class _Fusion:
                     for i, v in enumerate(m.operands):
                         if isinstance(v.owner, ir.Block) or pat.op_of(v.owner) != x:
                             continue
+                        # factors: transposed or repeated (grouped-query attention's k and v);
                         # the accumulator starts from a fill or a broadcast (a convolution's bias)
-                        ok = (pat.is_permutation_movement(x) if i < n_in
+                        ok = (pat.is_data_movement(x) if i < n_in
                               else pat.is_fill(x) or pat.is_data_movement(x))
                         if not ok:
                             return False

@@ -3,7 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (view_rewrites, split_prologue, pad_views)
+rewrites undo what would hide a fusion opportunity (split_prologue, sink_collapse, view_rewrites,
+pad_views)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .narrow_compares import narrow_compares
 from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
+from .sink_collapse import sink_collapses
 from .split_prologue import split_prologues
 from .view_rewrites import rewrite_views
 
@@ -42,6 +44,7 @@ class Preprocess(Pass):
         with module.context:
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             split_prologues(main)
+            sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
             pad_after_collapse(main)  # pads meet the convolutions that read them
             narrow_compares(main)

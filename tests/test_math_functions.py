@@ -111,7 +111,16 @@ def test_polynomials(name):
     big = 130.0 if name.startswith("hermite") else 40.0
     n = torch.tensor([-1.0, 0.0, 1.0, 2.0, 3.7, 5.0, 7.0, 9.0, 12.0, 20.0, math.nan, big])
     fn = getattr(torch.special, name)
-    _check(lambda x, n: fn(x, n), x, n)
+    cm = uniorch.compile(lambda x, n: fn(x, n), target="interpret")
+    out, ref = cm(x, n), fn(x, n)
+    assert not cm.explain(x, n).fallbacks
+    # at order 40 the closed forms turn an ulp of x into 1e-4: where ours and eager's disagree,
+    # ours must be no further from float64 than eager's (plus the tolerance)
+    ref64 = fn(x.double(), n.double())
+    err, eager_err = ((v.double() - ref64).abs() for v in (out, ref))
+    close = torch.isclose(out, ref, rtol=1e-4, atol=1e-5, equal_nan=True)
+    ok = close | (err <= eager_err + 1e-4 * ref64.abs() + 1e-5)
+    assert ok.all(), (x[~ok.all(1)], out[~ok], ref[~ok], ref64[~ok])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])

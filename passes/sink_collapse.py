@@ -1,0 +1,238 @@
+"""Sinks batch-merging collapses below the ops that read them, part of `uniorch-preprocess`.
+
+Grouped-query attention repeats k and v for each query head of a group
+(`k[:, :, None].expand(b, g, r, t, d).reshape(b, g * r, t, d)`: Llama's `repeat_kv`, or
+`repeat_interleave`). After canonicalisation q·kᵀ is a contraction over (b, g, r) whose scores are
+collapsed to (b, h) for the mask and the softmax, and v's repeat is materialised and collapsed to
+(b, h) to feed P·v: the two contractions no longer agree on their batch dims, so attention does not
+fuse, and the copy of v is a kernel of its own.
+
+Here every op reading such a collapse is rewritten to iterate over the uncollapsed dims instead
+(MLIR's fold-reshape-by-expansion), reading the collapse's source and giving its results collapsed
+back for whoever reads them, which is then rewritten the same way. Only collapses that merge a
+repeat's dims or a contraction's batch dims start it, and only parallel dims are split, so the
+chain stays in (b, g, r) down to P·v: both repeats become index maps of the contractions reading
+them, and the attention pass sees one batch layout.
+"""
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir
+from torch_mlir.dialects import tensor
+
+from uniorch.codegen import patterns as pat
+
+COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
+
+
+def sink_collapses(func_op: ir.Operation) -> None:
+    block = func_op.regions[0].blocks[0]
+    work = [o.operation for o in block.operations if o.operation.name == COLLAPSE and _starts(o.operation)]
+    budget = 10 * len(list(block.operations))  # each step moves a collapse down: bounded, but be sure
+    while work and budget > 0:
+        budget -= 1
+        c = work.pop()
+        users: list = []
+        for u in c.results[0].uses:
+            o = pat.op_of(u.owner)
+            if not any(o == x for x in users):
+                users.append(o)
+        for user in users:
+            if pat.is_generic(user):
+                work.extend(_expand_generic(user) or [])
+            elif user.name == EXPAND:
+                work.extend(_swap(c, user) or [])
+        if not list(c.results[0].uses):
+            c.erase()
+
+
+def _groups(op: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _shape(v: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+def _producer(v: ir.Value):
+    return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+
+
+def _starts(c: ir.Operation) -> bool:
+    """A collapse merging a repeat's dims or a contraction's batch dims (directly, or through
+    pointwise ops computing from it: the scores' scale)."""
+    if not ir.RankedTensorType(c.operands[0].type).has_static_shape:
+        return False
+    merged = [g for g in _groups(c) if len(g) > 1]
+    return bool(merged) and _from_batch(c.operands[0], [i for g in merged for i in g], 4)
+
+
+def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
+    """Whether dims `positions` of `v` are batch dims of the contraction or repeated dims of the
+    copy computing `v`, or pointwise-computed from such a value's same dims."""
+    p = _producer(v)
+    if p is None or not pat.is_generic(p) or len(p.results) != 1 or depth == 0:
+        return False
+    out_map = pat.indexing_maps(p)[-1]
+    dims = [e.position if isinstance(e, ir.AffineDimExpr) else None for e in out_map.results]
+    its = pat.iterator_types(p)
+    ds = [dims[i] for i in positions]
+    if any(d is None or its[d] != "parallel" for d in ds):
+        return False
+    in_maps = pat.indexing_maps(p)[:pat.num_inputs(p)]
+    if pat.is_contraction(p):  # batch dims: read by every operand
+        return all(d in pat.map_dims(m) for m in in_maps for d in ds)
+    blk = pat.body(p)
+    if len(in_maps) == 1 and not pat.body_ops(p) and pat.yield_op(p).operands[0] == blk.arguments[0]:
+        if any(d not in pat.map_dims(in_maps[0]) for d in ds):
+            return True  # a repeat
+    if not pat.is_pointwise(p):
+        return False
+    for x, m in zip(pat.inputs(p), in_maps):
+        at = {e.position: j for j, e in enumerate(m.results) if isinstance(e, ir.AffineDimExpr)}
+        if isinstance(x.type, ir.RankedTensorType) and all(d in at for d in ds) and _from_batch(
+                x, [at[d] for d in ds], depth - 1):
+            return True
+    return False
+
+
+def _expand_generic(g: ir.Operation) -> list | None:
+    """`g` over the uncollapsed dims of the collapses it reads (where they split parallel loop dims
+    only); its results collapsed back. Returns the new collapses, or None if `g` stays as it was."""
+    maps = pat.indexing_maps(g)
+    its = pat.iterator_types(g)
+    operands = list(pat.inputs(g)) + list(pat.outputs(g))
+    split: dict[int, list[int]] = {}
+    for v, m in zip(operands, maps):
+        c = _producer(v)
+        if c is None or c.name != COLLAPSE or not ir.RankedTensorType(c.operands[0].type).has_static_shape:
+            continue
+        src = _shape(c.operands[0])
+        for j, grp in enumerate(_groups(c)):
+            if len(grp) < 2:
+                continue
+            e = m.results[j]
+            if not isinstance(e, ir.AffineDimExpr) or its[e.position] != "parallel":
+                return None
+            sizes = [src[i] for i in grp]
+            if split.setdefault(e.position, sizes) != sizes:
+                return None
+    if not split:
+        return None
+    for m in maps:
+        for e in m.results:
+            if not isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)) and pat.map_dims(
+                    ir.AffineMap.get(m.n_dims, 0, [e])) & set(split):
+                return None  # a split dim inside an expression (d1 + d2): not rewritten
+    for o in pat.body_ops(g):
+        if o.name == "linalg.index" and ir.IntegerAttr(o.attributes["dim"]).value in split:
+            return None
+    new_pos, n = {}, 0
+    for d in range(len(its)):
+        new_pos[d] = n
+        n += len(split.get(d, [1]))
+    new_its = [its[d] for d in range(len(its)) for _ in split.get(d, [1])]
+
+    new_vals, new_maps, out_groups = [], [], []
+    with ir.InsertionPoint(g), g.location:
+        for k, (v, m) in enumerate(zip(operands, maps)):
+            exprs, grps, shape = [], [], []
+            for p, e in enumerate(m.results):
+                if isinstance(e, ir.AffineDimExpr) and e.position in split:
+                    sizes = split[e.position]
+                    grps.append(list(range(len(exprs), len(exprs) + len(sizes))))
+                    exprs += [ir.AffineDimExpr.get(new_pos[e.position] + i) for i in range(len(sizes))]
+                    shape += sizes
+                else:
+                    grps.append([len(exprs)])
+                    exprs.append(_renumber(e, new_pos, n))
+                    shape.append(_shape(v)[p])
+            new_maps.append(ir.AffineMap.get(n, 0, exprs))
+            if k >= pat.num_inputs(g):
+                out_groups.append(grps)
+            new_vals.append(v if len(shape) == len(_shape(v)) else _expanded(v, grps, shape))
+        new = pat.op_of(g.clone())
+    for i, v in enumerate(new_vals):
+        new.operands[i] = v
+    new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    new.attributes["iterator_types"] = ir.Attribute.parse(
+        "[" + ", ".join(f"#linalg.iterator_type<{t}>" for t in new_its) + "]")
+    outs = new_vals[pat.num_inputs(g):]
+    for r, v in zip(new.results, outs):
+        r.set_type(v.type)
+    for o in pat.body_ops(new):
+        if o.name == "linalg.index":
+            o.attributes["dim"] = ir.IntegerAttr.get(ir.IndexType.get(), new_pos[ir.IntegerAttr(o.attributes["dim"]).value])
+    made = []
+    with ir.InsertionPoint(g), g.location:
+        for old, r, grps in zip(g.results, new.results, out_groups):
+            if _shape(r) == _shape(old):
+                old.replace_all_uses_with(r)
+                continue
+            c = tensor.CollapseShapeOp(old.type, r, _reassociation(grps))
+            old.replace_all_uses_with(c.result)
+            made.append(pat.op_of(c.operation))
+    g.erase()
+    return made
+
+
+def _renumber(e, new_pos: dict, n: int):
+    """A map result over the old dims, over the new ones (dims not split keep one position)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return ir.AffineDimExpr.get(new_pos[e.position])
+    if isinstance(e, ir.AffineConstantExpr):
+        return e
+    old_n = max(new_pos) + 1
+    sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(new_pos[d]) for d in range(old_n)])
+    return ir.AffineMap.get(old_n, 0, [e]).compose(sub).results[0]
+
+
+def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
+
+
+def _expanded(v: ir.Value, groups: list[list[int]], shape: list[int]) -> ir.Value:
+    """`v` split as `groups` says: the collapse's source when `v` is that collapse, else a view."""
+    c = _producer(v)
+    if c is not None and c.name == COLLAPSE and _groups(c) == groups and _shape(c.operands[0]) == shape:
+        return c.operands[0]
+    t = ir.RankedTensorType.get(shape, ir.RankedTensorType(v.type).element_type)
+    return tensor.ExpandShapeOp(t, v, _reassociation(groups), [], shape).result
+
+
+def _swap(c: ir.Operation, e: ir.Operation) -> list | None:
+    """expand(collapse(x)) where the expand splits only dims the collapse kept: the expand first
+    (on x), then a collapse to the same result. Returns the new collapse, or None."""
+    rc, re = _groups(c), _groups(e)
+    if rc == re and _shape(c.operands[0]) == _shape(e.results[0]):  # the expand undoes the collapse
+        e.results[0].replace_all_uses_with(c.operands[0])
+        e.erase()
+        return []
+    if any(len(a) > 1 and len(b) > 1 for a, b in zip(rc, re)):
+        return None
+    x = c.operands[0]
+    xs, es = _shape(x), _shape(e.results[0])
+    ex_groups, shape, co_groups = [], [], []
+    for a, b in zip(rc, re):
+        if len(a) == 1:  # x's dim a[0] split as the expand splits it; each piece its own group after
+            start = len(shape)
+            ex_groups.append(list(range(start, start + len(b))))
+            shape += [es[i] for i in b]
+            co_groups += [[i] for i in range(start, start + len(b))]
+        else:  # merged by the collapse, kept by the expand: x's dims as they are, merged after
+            start = len(shape)
+            for i in a:
+                ex_groups.append([len(shape)])
+                shape.append(xs[i])
+            co_groups.append(list(range(start, len(shape))))
+    if math.prod(shape) != math.prod(xs):
+        return None
+    with ir.InsertionPoint(e), e.location:
+        t = ir.RankedTensorType.get(shape, ir.RankedTensorType(x.type).element_type)
+        ex = tensor.ExpandShapeOp(t, x, _reassociation(ex_groups), [], shape).result
+        new = tensor.CollapseShapeOp(e.results[0].type, ex, _reassociation(co_groups))
+    e.results[0].replace_all_uses_with(new.result)
+    e.erase()
+    return [pat.op_of(new.operation)]
