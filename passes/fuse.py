@@ -354,7 +354,7 @@ class _Fusion:
                             continue
                         # factors: transposed or repeated (grouped-query attention's k and v);
                         # the accumulator starts from a fill or a broadcast (a convolution's bias)
-                        ok = (pat.is_data_movement(x) if i < n_in
+                        ok = (_moves_or_widens(x) if i < n_in
                               else pat.is_fill(x) or pat.is_data_movement(x))
                         if not ok:
                             return False
@@ -661,3 +661,16 @@ class _Fusion:
                 "reduction": ir.ArrayAttr.get([_i64(s) for s in red]),
             })
             anchor.attributes[KIND] = ir.StringAttr.get(g.kind)
+
+
+def _moves_or_widens(op) -> bool:
+    """Data movement, or data movement with a widening cast (a 16-bit k or v repeated and read in
+    fp32 by SDPA's decomposition): loaded through the contraction's index maps, cast in registers."""
+    if pat.is_data_movement(op):
+        return True
+    if not pat.is_pointwise(op) or len(pat.inputs(op)) != 1 or len(op.results) != 1:
+        return False
+    body = pat.body_ops(op)
+    y = pat.yield_op(op)
+    return (len(body) == 1 and body[0].name == "arith.extf" and body[0].operands[0] == pat.body(op).arguments[0]
+            and y.operands[0] == body[0].results[0])

@@ -107,6 +107,18 @@ def test_grouped_query_heads_one_kernel(name):
     assert rep.bytes_moved <= 1.05 * rep.bytes_minimum, str(rep)
 
 
+def test_grouped_query_heads_bf16():
+    """bf16 k and v are widened by SDPA's decomposition: the repeat with its cast is still read by
+    the attention kernel's loads, and the result is as close to float64 as eager's."""
+    q, k, v = _qkv(1, 4, 40, 40, 32, torch.bfloat16, hk=2)
+    fn = GQA["repeat_kv_sdpa"]
+    cm = uniorch.compile(fn, target="interpret")
+    out = cm(q, k, v)
+    assert [k.kind for k in cm.explain(q, k, v).kernels] == ["attention"]
+    ref64 = fn(q.double(), k.double(), v.double())
+    assert (out.double() - ref64).abs().max() <= 2 * (fn(q, k, v).double() - ref64).abs().max() + 1e-2
+
+
 def test_fully_masked_rows_match_eager():
     """A row with every key masked: SDPA gives what eager gives (0 through its safe softmax), the
     written-out softmax NaN, as torch.softmax does."""
