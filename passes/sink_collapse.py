@@ -69,8 +69,9 @@ def _starts(c: ir.Operation) -> bool:
 
 
 def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
-    """Whether dims `positions` of `v` are batch dims of the contraction or repeated dims of the
-    copy computing `v`, or pointwise-computed from such a value's same dims."""
+    """Whether dims `positions` of `v` are batch dims of the contraction computing `v`, or dims a
+    pointwise op computing `v` broadcasts along (a repeat), or pointwise-computed from such a
+    value's same dims."""
     p = _producer(v)
     if p is None or not pat.is_generic(p) or len(p.results) != 1 or depth == 0:
         return False
@@ -83,12 +84,11 @@ def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
     in_maps = pat.indexing_maps(p)[:pat.num_inputs(p)]
     if pat.is_contraction(p):  # batch dims: read by every operand
         return all(d in pat.map_dims(m) for m in in_maps for d in ds)
-    blk = pat.body(p)
-    if len(in_maps) == 1 and not pat.body_ops(p) and pat.yield_op(p).operands[0] == blk.arguments[0]:
-        if any(d not in pat.map_dims(in_maps[0]) for d in ds):
-            return True  # a repeat
     if not pat.is_pointwise(p):
         return False
+    read = set().union(*(pat.map_dims(m) for m in in_maps)) if in_maps else set()
+    if any(d not in read for d in ds):
+        return True  # a repeat (or a computation broadcast along the dim: RoPE applied to repeated k)
     for x, m in zip(pat.inputs(p), in_maps):
         at = {e.position: j for j, e in enumerate(m.results) if isinstance(e, ir.AffineDimExpr)}
         if isinstance(x.type, ir.RankedTensorType) and all(d in at for d in ds) and _from_batch(
