@@ -279,9 +279,26 @@ class _Fusion:
                + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])
         if self.views:
             views = self.view_candidates(g)
-            if g.kind == "contraction":  # an iota behind a unit view: a causal mask's positions
-                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)]
+            if g.kind == "contraction":  # an iota behind a unit view read by the epilogue: a causal
+                # mask's positions (the emitter reads views in the epilogue only)
+                after = self._after_anchor(g)
+                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)
+                         and all(self.top(u.owner) in after for u in v.results[0].uses)]
             out += views
+        return out
+
+    def _after_anchor(self, g: _Group) -> list:
+        """The members of g computed from its anchor's result (its epilogue)."""
+        members = set(g.ops)
+        out, stack = [], [g.anchor]
+        while stack:
+            m = stack.pop()
+            for r in m.results:
+                for u in r.uses:
+                    t = self.top(u.owner)
+                    if t in members and t not in out:
+                        out.append(t)
+                        stack.append(t)
         return out
 
     def view_candidates(self, g: _Group):

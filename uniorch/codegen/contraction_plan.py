@@ -253,8 +253,10 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(func, "kernel arguments must be tensors")
         _shape(a)
     for op in ops:
-        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _is_empty(op.operands[0]):
-            continue  # a reshaped tensor.empty: still only a shape (e.g. the outs of a fill)
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and (
+                _is_empty(op.operands[0])  # a reshaped tensor.empty: still only a shape (the outs of a fill)
+                or [n for n in _shape(op.results[0]) if n != 1] == [n for n in _shape(op.operands[0]) if n != 1]):
+            continue  # or size-1 dims added or dropped (an iota's): read through by the emitter
         if op.name not in _ALLOWED_OUTSIDE:
             raise CodegenError(op, "op not supported inside a contraction kernel")
         if op.name == "arith.constant" and _is_shaped(op.results[0]):
