@@ -347,6 +347,11 @@ def decomposition_table(data_dependent: bool = True) -> dict:
 
     for name in _FAMILIES if data_dependent else [f for f in _FAMILIES if f != "data_dependent"]:
         table.update(importlib.import_module(f"{__package__}.{name}").TABLE)
+    from .sdpa_layout import like_eager
+
+    sdpa = aten.scaled_dot_product_attention.default
+    if sdpa in table:
+        table[sdpa] = like_eager(table[sdpa])
     from .opmath import wrap
 
     return wrap(table)  # last: around every entry above
