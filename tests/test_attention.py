@@ -144,3 +144,32 @@ def test_softmax_used_elsewhere_is_not_fused():
     for got, want in zip(cm(q, k, v), fn(q, k, v)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert "attention" not in [k.kind for k in cm.explain(q, k, v).kernels]
+
+
+class _NanoGPTAttention(torch.nn.Module):
+    """nanoGPT's CausalSelfAttention as written there, with the reshape/view its variants use."""
+
+    def __init__(self, c=64, h=4):
+        super().__init__()
+        self.c_attn, self.c_proj, self.h = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c), h
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        k = k.view(b, t, self.h, c // self.h).transpose(1, 2)
+        q = q.view(b, t, self.h, c // self.h).transpose(1, 2)
+        v = v.view(b, t, self.h, c // self.h).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, c)  # a view in eager: SDPA's output is laid out like q
+        return self.c_proj(y.view(-1, c))
+
+
+def test_nanogpt_attention_views_capture():
+    """`.view` after SDPA and reshape needs eager's output strides (capture/sdpa_layout.py): the
+    whole block is captured and compiled, and equals eager."""
+    model = _NanoGPTAttention().eval()
+    x = torch.randn(2, 16, 64)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
+    rep = cm.explain(x)
+    assert not rep.fallbacks and [k.kind for k in rep.kernels].count("attention") == 1, str(rep)

@@ -136,6 +136,20 @@ def test_torch_compile_backend():
     torch.testing.assert_close(compiled(x), model(x), **TOL)
 
 
+@pytest.mark.parametrize("options,match", [({"target": "nosuch"}, "unknown target 'nosuch'"),
+                                           ({"targte": "interpret"}, "unknown option.*'targte'"),
+                                           ({"fallback": "never"}, "fallback must be")])
+def test_torch_compile_options_reach_uniorch(options, match):
+    """torch.compile hands its `options=` dict to the backend as one keyword: every setting in it
+    is used or refused by name, never silently dropped."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(Block().eval(), backend="uniorch", options=options)
+    with pytest.raises(Exception, match=match):
+        compiled(torch.randn(4, 32))
+
+
 def test_transformer_block_fuses_to_a_third_of_its_ops():
     import os
     import sys

@@ -207,6 +207,24 @@ def test_embedding_bag_per_sample_weights_and_padding(mode):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,mode,pad", [(torch.float32, 0, -1), (torch.float64, 0, -1), (torch.float32, 0, 2),
+                                            (torch.float32, 1, -1)])
+def test_embedding_bag_outputs_shaped_as_eager(dtype, mode, pad):
+    """All four outputs of `aten._embedding_bag` as ATen's CPU kernel gives them: offset2bag is empty
+    on its sum fast path (float/half/bf16 weights, no padding index) and per index otherwise."""
+    weight = torch.randn(10, 3).to(dtype)
+    idx, offsets = torch.randint(0, 10, (6,)), torch.tensor([0, 2, 5])
+
+    def f(w, i, o):
+        return torch.ops.aten._embedding_bag(w, i, o, False, mode, False, None, False, pad)
+
+    cm = uniorch.compile(f, target="interpret", fallback="error")
+    got, want = cm(weight, idx, offsets), f(weight, idx, offsets)
+    assert [t.shape for t in got] == [t.shape for t in want]
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[1], want[1])
+
+
 def test_integer_max_pool3d_runs_eagerly_instead_of_crashing():
     # torch-mlir's lowering kills the process (SIGSEGV) here: runtime/eager_only.py keeps it eager
     def f(x):

@@ -180,3 +180,19 @@ def test_interpreted_kernels_in_threads_leave_triton_language_alone():
     assert {n: getattr(tl, n) for n in before} == before
     art = uniorch.compile_aot(lambda x: x.amax(-1), (x,), target="cuda:sm_90")  # Triton's front end still works
     assert art.kernels and "tt.reduce" in art.kernels[0].asm["ttir"]
+
+
+def test_import_from_the_folder_holding_a_checkout_says_why(tmp_path):
+    """Python imports ./uniorch from the current directory first: from the folder holding a checkout
+    named uniorch, that is the checkout itself. The import fails at once, naming the cause and the
+    fix, instead of an empty namespace package failing later with "no attribute 'compile'"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "uniorch").symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+    r = subprocess.run([sys.executable, "-c", "import uniorch; uniorch.compile"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "found the uniorch checkout" in r.stderr and "pip install -e" in r.stderr, r.stderr
+    assert "has no attribute" not in r.stderr

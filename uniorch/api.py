@@ -343,13 +343,24 @@ def _where_model() -> str:
     return "every op runs eagerly"
 
 
-def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):
-    """torch.compile(model, backend="uniorch"): Dynamo's graph is compiled like any function.
+BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit")
 
-    Registered through the `torch_dynamo_backends` entry point; `options=` of torch.compile arrive
-    as keyword arguments (e.g. options={"target": "interpret"}).
+
+def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: dict | None = None,
+                  mode: str | None = None, **kwargs):
+    """torch.compile(model, backend="uniorch", options={...}): Dynamo's graph is compiled like any
+    function, with `uniorch.compile`'s keywords (target, fallback, cache_size_limit) as options.
+
+    Registered through the `torch_dynamo_backends` entry point. torch.compile passes its `options=`
+    dict as one keyword (and `mode=` when given: Inductor's tuning modes, nothing to do here); a
+    key uniorch does not know is an error naming it, not a silently ignored setting.
     """
-    return compile(gm, target=options.get("target", "auto"), fallback=options.get("fallback", "eager"))
+    opts = {**(options or {}), **kwargs}
+    unknown = sorted(k for k in opts if k not in BACKEND_OPTIONS)
+    if unknown:
+        raise ValueError(f"torch.compile(backend='uniorch'): unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(BACKEND_OPTIONS)}")
+    return compile(gm, **opts)
 
 
 __all__ = ["compile", "explain", "CompiledModule", "Report", "torch_backend"]

@@ -16,6 +16,12 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 aten = torch.ops.aten
 
 
+def _sum_fast_path(weight, per_sample_weights, padding_idx) -> bool:
+    """ATen's `is_fast_path` for mode "sum": its CPU kernel then leaves offset2bag empty."""
+    return (weight.dtype in (torch.float32, torch.float16, torch.bfloat16) and weight.stride(1) == 1
+            and padding_idx < 0 and (per_sample_weights is None or per_sample_weights.stride(0) == 1))
+
+
 def _embedding_bag(
     weight,
     indices,
@@ -52,6 +58,8 @@ answer, found by OpInfo), so every sum goes this way too; max mode is not handle
     bags = weight.new_zeros(num_bags, weight.shape[1]).index_add(0, offset2bag, rows)
     if mode == 0:
         zeros = offsets.new_zeros(num_bags)
+        if _sum_fast_path(weight, per_sample_weights, padding_idx):  # ATen skips offset2bag there
+            offset2bag = indices.new_empty(0)
         return bags, offset2bag, zeros, zeros.clone()
     counts = weight.new_zeros(num_bags).index_add(0, offset2bag, keep)
     bags = bags / counts.clamp(min=1)[:, None]  # empty bags stay zero, as in ATen
@@ -289,7 +297,7 @@ def _from_torch(names) -> dict:
 
 # modules with a TABLE of decompositions for one family of ops each
 _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
-             "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics")
+             "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics", "integer_division")
 
 
 @functools.cache
@@ -339,6 +347,11 @@ def decomposition_table(data_dependent: bool = True) -> dict:
 
     for name in _FAMILIES if data_dependent else [f for f in _FAMILIES if f != "data_dependent"]:
         table.update(importlib.import_module(f"{__package__}.{name}").TABLE)
+    from .sdpa_layout import like_eager
+
+    sdpa = aten.scaled_dot_product_attention.default
+    if sdpa in table:
+        table[sdpa] = like_eager(table[sdpa])
     from .opmath import wrap
 
     return wrap(table)  # last: around every entry above
