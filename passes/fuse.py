@@ -279,26 +279,27 @@ class _Fusion:
                + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])
         if self.views:
             views = self.view_candidates(g)
-            if g.kind == "contraction":  # an iota behind a unit view read by the epilogue: a causal
-                # mask's positions (the emitter reads views in the epilogue only)
-                after = self._after_anchor(g)
+            if g.kind == "contraction":  # an iota behind a unit view read by the epilogue (a mask's
+                # positions), not by the factors' prologue, whose loads take no views
+                before = self._before_anchor(g)
                 views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)
-                         and all(self.top(u.owner) in after for u in v.results[0].uses)]
+                         and not any(self.top(u.owner) in before for u in v.results[0].uses)]
             out += views
         return out
 
-    def _after_anchor(self, g: _Group) -> list:
-        """The members of g computed from its anchor's result (its epilogue)."""
+    def _before_anchor(self, g: _Group) -> list:
+        """The members of g its anchor is computed from (the factors' prologue), anchor included."""
         members = set(g.ops)
-        out, stack = [], [g.anchor]
+        out, stack = [g.anchor], [g.anchor]
         while stack:
             m = stack.pop()
-            for r in m.results:
-                for u in r.uses:
-                    t = self.top(u.owner)
-                    if t in members and t not in out:
-                        out.append(t)
-                        stack.append(t)
+            for v in m.operands:
+                if isinstance(v.owner, ir.Block):
+                    continue
+                t = self.top(v.owner)
+                if t in members and t not in out:
+                    out.append(t)
+                    stack.append(t)
         return out
 
     def view_candidates(self, g: _Group):
