@@ -29,6 +29,7 @@ from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
+from .library_pytrees import register_for
 
 
 class _FunctionModule(torch.nn.Module):
@@ -72,6 +73,7 @@ class _Baked(torch.nn.Module):
 def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -> CapturedGraph:
     """Traces `model_or_fn(*args, **kwargs)` into a CapturedGraph of core ATen ops."""
     module = as_module(model_or_fn)
+    register_for(module)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     flat, spec = pytree.tree_flatten((args, kwargs))

@@ -1,0 +1,55 @@
+"""transformers decoders in their default settings (KV cache returned, SDPA attention), built from
+tiny random configs: captured whole (the cache is a pytree of graph outputs, capture/
+library_pytrees.py; views after SDPA valid, capture/sdpa_layout.py), compiled with no eager
+fallback, logits and every cached key and value equal to eager's. CI runs three families; the rest
+with UNIORCH_SLOW_TESTS=1."""
+import pytest
+import torch
+
+import uniorch
+from uniorch import config
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")
+
+_SMALL = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64)
+MODELS = {
+    "llama": lambda T: T.LlamaForCausalLM(T.LlamaConfig(num_key_value_heads=2, **_SMALL)),
+    "gpt2": lambda T: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
+    "opt": lambda T: T.OPTForCausalLM(T.OPTConfig(vocab_size=96, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                                  num_attention_heads=4, max_position_embeddings=64,
+                                                  word_embed_proj_dim=32)),
+    "mistral": lambda T: T.MistralForCausalLM(T.MistralConfig(num_key_value_heads=2, **_SMALL)),
+    "qwen2": lambda T: T.Qwen2ForCausalLM(T.Qwen2Config(num_key_value_heads=2, **_SMALL)),
+    "gpt_neox": lambda T: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                                                               num_hidden_layers=2, num_attention_heads=4,
+                                                               max_position_embeddings=64)),
+    "phi": lambda T: T.PhiForCausalLM(T.PhiConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                                                  num_hidden_layers=2, num_attention_heads=4,
+                                                  max_position_embeddings=64)),
+}
+CI = ("llama", "gpt2", "opt")
+
+
+def _cache_tensors(cache):
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_decoder_with_cache_compiles_whole(name):
+    if name not in CI and not config.flag("UNIORCH_SLOW_TESTS"):
+        pytest.skip("UNIORCH_SLOW_TESTS=1 runs every family")
+    torch.manual_seed(0)
+    model = MODELS[name](transformers).eval()
+    ids = torch.randint(0, 96, (2, 8))
+    cm = uniorch.compile(model, target="interpret")
+    out, ref = cm(ids), model(ids)
+    rep = cm.explain(ids)
+    assert not rep.fallbacks, str(rep)
+    assert type(out.past_key_values) is type(ref.past_key_values)
+    torch.testing.assert_close(out.logits, ref.logits, rtol=1e-4, atol=1e-5)
+    got, want = _cache_tensors(out.past_key_values), _cache_tensors(ref.past_key_values)
+    assert len(got) == len(want) and len(got) > 0
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
