@@ -53,3 +53,25 @@ def test_decoder_with_cache_compiles_whole(name):
     assert len(got) == len(want) and len(got) > 0
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "opt"])
+def test_generate_matches_eager_token_for_token(name):
+    """`uniorch.compile(model).generate(...)`: the prefill and every decode step (a DynamicCache in
+    and out) are captured and compiled, and greedy decoding gives eager's tokens."""
+    if name != "llama" and not config.flag("UNIORCH_SLOW_TESTS"):
+        pytest.skip("UNIORCH_SLOW_TESTS=1 runs every family")
+    torch.manual_seed(1)
+    model = MODELS[name](transformers).eval()
+    ids = torch.randint(1, 96, (2, 6))
+    mask = torch.ones_like(ids)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    cm = uniorch.compile(model, target="interpret")
+    got = cm.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(got, want), (got, want)
+    assert "forward" not in vars(model)  # the model is left as it was
+    entries = list(cm._cache.values())
+    assert len(entries) == 3  # the prefill and two decode steps, each its own input spec
+    for e in entries:
+        assert e.captured is not None, e.capture_error
+        assert not e.program.fallbacks, e.program.fallbacks

@@ -99,6 +99,31 @@ class CompiledModule:
     def cache_size(self) -> int:
         return len(self._cache)
 
+    def generate(self, *args, **kwargs):
+        """`model.generate(...)` (transformers) with every forward call, the prefill and each decode
+        step, running through this compiled module; the same arguments and result as the model's."""
+        model = self._model
+        if not hasattr(model, "generate"):
+            raise AttributeError(f"{type(model).__name__} has no generate()")
+        original, compiled, inside = model.forward, self, threading.local()
+
+        def forward(*a, **k):
+            # capture traces the model and an eager fallback runs it: both reach this forward again,
+            # and must get the model's own
+            if getattr(inside, "on", False):
+                return original(*a, **k)
+            inside.on = True
+            try:
+                return compiled(*a, **k)
+            finally:
+                inside.on = False
+
+        model.forward = forward
+        try:
+            return model.generate(*args, **kwargs)
+        finally:
+            del model.forward
+
     def explain(self, *args, **kwargs) -> "Report":
         """The report for this input spec (compiling it first if needed)."""
         entry = self.entry(args, kwargs)
