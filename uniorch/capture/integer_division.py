@@ -23,7 +23,7 @@ def _floor_divide(a, b):
     if not isinstance(a, torch.Tensor) or not _integral(a, b) or isinstance(b, float):
         return NotImplemented
     q = torch.div(a, b, rounding_mode="trunc")
-    r = torch.fmod(a, b)
+    r = a - q * b  # the truncated remainder (torch-mlir lowers no integer fmod by a Python int)
     return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
 
 
