@@ -75,3 +75,28 @@ def test_generate_matches_eager_token_for_token(name):
     for e in entries:
         assert e.captured is not None, e.capture_error
         assert not e.program.fallbacks, e.program.fallbacks
+
+
+def test_generate_with_torch_compile_backend():
+    """transformers' recipe, `model.forward = torch.compile(model.forward, backend=...)`, with
+    uniorch's backend: Dynamo's graphs go through uniorch and greedy tokens equal eager's."""
+    import torch._dynamo
+
+    from uniorch.api import torch_backend
+
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    model = MODELS["llama"](transformers).eval()
+    ids = torch.randint(1, 96, (2, 6))
+    mask = torch.ones_like(ids)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    graphs = []
+
+    def backend(gm, example_inputs, **kw):  # uniorch's backend, counting the graphs it is given
+        graphs.append(gm)
+        return torch_backend(gm, example_inputs, **kw)
+
+    model.forward = torch.compile(model.forward, backend=backend, options={"target": "interpret"})
+    got = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(got, want), (got, want)
+    assert graphs
