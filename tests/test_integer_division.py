@@ -73,3 +73,26 @@ def test_float_floor_division_unchanged():
 
     for got, want in zip(uniorch.compile(fn, target="interpret")(a, b), fn(a, b)):
         torch.testing.assert_close(got, want)
+
+
+def test_division_by_zero_raises_eagers_error():
+    """Eager raises ZeroDivisionError for an integer zero divisor; the compiled call checks the
+    divisor after its kernels and runs eagerly, raising the same error. Non-zero divisors stay compiled."""
+    fn = lambda a, b: a // b  # noqa: E731
+    cm = uniorch.compile(fn, target="interpret")
+    a, b = torch.tensor([7, -7, 5]), torch.tensor([2, 3, 0])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cm(a, b)
+    ok = torch.tensor([2, 3, -4])
+    assert torch.equal(cm(a, ok), fn(a, ok))
+    assert not cm.explain(a, ok).fallbacks
+
+
+def test_constant_divisor_needs_no_check():
+    a = _values(torch.int64)
+    rep = uniorch.explain(lambda a: a // 3, a, target="interpret")
+    assert not rep.checks and len(rep.kernels) == 1, str(rep)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        uniorch.compile(lambda a: a // 0, target="interpret")(a)
