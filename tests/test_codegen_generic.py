@@ -23,7 +23,11 @@ def _check(fn, args, schedule=None, rtol=1e-4, atol=1e-5, expect_groups=1):
     outs, sources = run_module(module, args, schedule)
     ref = fn(*args)
     ref = ref if isinstance(ref, tuple) else (ref,)
-    assert len(outs) == len(ref)
+    # outputs after the model's are run-time checks (capture/checks.py: a zero integer divisor);
+    # on these inputs every one must hold
+    assert len(outs) >= len(ref)
+    assert all(o.dtype == torch.bool and bool(o.all()) for o in outs[len(ref):]), outs[len(ref):]
+    outs = outs[:len(ref)]
     for o, r in zip(outs, ref):
         assert o.shape == r.shape and o.dtype == r.dtype, (o.shape, r.shape, o.dtype, r.dtype)
         if r.dtype.is_floating_point:
