@@ -281,9 +281,11 @@ class _Fusion:
             views = self.view_candidates(g)
             if g.kind == "contraction":  # an iota behind a unit view read by the epilogue (a mask's
                 # positions), not by the factors' prologue, whose loads take no views
-                before = self._before_anchor(g)
-                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)
-                         and not any(self.top(u.owner) in before for u in v.results[0].uses)]
+                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)]
+                if views:  # the walk back from the anchor only when there is something to judge
+                    before = self._before_anchor(g)
+                    views = [(x, r, v) for x, r, v in views
+                             if not any(self.top(u.owner) in before for u in v.results[0].uses)]
             out += views
         return out
 

@@ -30,6 +30,7 @@ from uniorch.codegen.softmax_match import match_softmax
 from .base import Pass, PassContext
 from .fuse import DOMAIN, GROUP, KIND
 from .ir_utils import main_func
+from .ir_utils import producer as _producer
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
 _UNIT_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
@@ -53,10 +54,6 @@ def _group(op) -> int | None:
 
 def _kind(op) -> str | None:
     return ir.StringAttr(op.attributes[KIND]).value if KIND in op.attributes else None
-
-
-def _producer(v):
-    return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
 
 
 def _users(v) -> list:

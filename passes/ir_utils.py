@@ -6,6 +6,11 @@ from torch_mlir import ir
 from uniorch.errors import LoweringError
 
 
+def producer(v: ir.Value):
+    """The op defining `v`, or None for a block argument."""
+    return None if isinstance(v.owner, ir.Block) else getattr(v.owner, "operation", v.owner)
+
+
 def main_func(module: ir.Module):
     for op in module.body.operations:
         op = op.operation  # block iteration yields OpViews, and FuncOp's `.name` is its symbol

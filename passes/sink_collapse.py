@@ -23,6 +23,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import producer as _producer
+
 COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
 
 
@@ -53,10 +55,6 @@ def _groups(op: ir.Operation) -> list[list[int]]:
 
 def _shape(v: ir.Value) -> list[int]:
     return list(ir.RankedTensorType(v.type).shape)
-
-
-def _producer(v: ir.Value):
-    return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
 
 
 def _starts(c: ir.Operation) -> bool:

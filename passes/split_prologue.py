@@ -152,15 +152,21 @@ def _prologue(op, value, ops, args, maps, sizes) -> ir.Operation:
     nb = p.regions[0].blocks.append(*types, arg_locs=[loc] * len(types))
     mapping = {blk.arguments[a]: nb.arguments[i] for i, a in enumerate(args)}
     with ir.InsertionPoint(nb):
-        for o in ops:
-            c = pat.op_of(o.clone())
-            for i, v in enumerate(c.operands):
-                if v in mapping:
-                    c.operands[i] = mapping[v]
-            for r_old, r_new in zip(o.results, c.results):
-                mapping[r_old] = r_new
+        _clone_into(ops, mapping)
         ir.Operation.create("linalg.yield", operands=[mapping.get(value, value)], loc=loc)
     return p
+
+
+def _clone_into(ops, mapping: dict) -> None:
+    """Clones body ops at the insertion point, reading `mapping`'s values for the old ones (block
+    arguments, earlier clones); each clone's results are added to it."""
+    for o in ops:
+        c = pat.op_of(o.clone())
+        for i, v in enumerate(c.operands):
+            if v in mapping:
+                c.operands[i] = mapping[v]
+        for r_old, r_new in zip(o.results, c.results):
+            mapping[r_old] = r_new
 
 
 def _contraction(op, add, mul, ins, maps) -> ir.Operation:
@@ -184,13 +190,7 @@ def _contraction(op, add, mul, ins, maps) -> ir.Operation:
             if side is not None:
                 value, ops, arg = side
                 mapping = {arg: v}
-                for o in ops:  # every body value they read is cloned too: none left dangling
-                    c = pat.op_of(o.clone())
-                    for j, x in enumerate(c.operands):
-                        if x in mapping:
-                            c.operands[j] = mapping[x]
-                    for r_old, r_new in zip(o.results, c.results):
-                        mapping[r_old] = r_new
+                _clone_into(ops, mapping)  # every body value they read too: none left dangling
                 v = mapping[value]
             operands.append(v)
         m = pat.op_of(mul.clone())

@@ -26,20 +26,16 @@ from torch_mlir import ir
 from . import body as _body
 from .attention_plan import AttnPlan, analyze_pair
 from .contraction_emit import _Emitter, _Val
-from .contraction_ir import _TL, _as_op, _elem, _iterators, _lit, _loc, _shape
+from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import _get, _known, epilogue_layouts
 from .contraction_schedule import _pow2, _target_kind
-from .source import CodegenError, KernelSource
+from .source import CodegenError, KernelSource, kernel_ident, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
 
 
 def _analyze(kernel) -> AttnPlan:
-    func = _as_op(kernel)
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    block = func.regions[0].blocks[0]
-    args = list(block.arguments)
-    ops = [_as_op(o) for o in block.operations]
+    func, name, args, ops = kernel_parts(kernel)
     ret = ops[-1]
     c2s = [o for o in ops if ATTENTION in o.attributes]
     s_ops = [o for o in ops if SCORES in o.attributes]
@@ -224,16 +220,10 @@ class _Flash:
     def assemble(self, s_text, p_text, v_text, prec2, stores) -> KernelSource:
         p1, p2, s, e1, e2 = self.plan.p1, self.plan.p2, self.s, self.e1, self.e2
         name = p1.name
-        fn = re.sub(r"\W", "_", name)
-        if not fn or fn[0].isdigit():
-            fn = "k_" + fn
+        fn = kernel_ident(name)
         in_ranks = [len(_shape(a)) for a in p1.args]
         out_ranks = [len(_shape(r)) for r in p2.results]
-        params = []
-        for prefix, ranks in (("in", in_ranks), ("out", out_ranks)):
-            for i, rank in enumerate(ranks):
-                params.append(f"{prefix}{i}_ptr")
-                params.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+        params = tensor_params(in_ranks, out_ranks)
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
                       "BLOCK_V": s["block_v"]}
         params.extend(f"{k}: tl.constexpr" for k in constexprs)

@@ -3,7 +3,6 @@ with producers evaluated in the operand tiles and the epilogue on the accumulato
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +15,7 @@ from .contraction_ir import (
 )
 from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
-from .source import CodegenError, KernelSource
+from .source import CodegenError, KernelSource, kernel_ident, tensor_params
 
 
 @dataclass
@@ -456,16 +455,10 @@ class _Emitter:
 
     def assemble(self, stores: list[str]) -> KernelSource:
         p, s = self.p, self.s
-        fn = re.sub(r"\W", "_", p.name)
-        if not fn or fn[0].isdigit():
-            fn = "k_" + fn
+        fn = kernel_ident(p.name)
         in_ranks = [len(_shape(a)) for a in p.args]
         out_ranks = [len(_shape(r)) for r in p.results]
-        params = []
-        for prefix, ranks in (("in", in_ranks), ("out", out_ranks)):
-            for i, rank in enumerate(ranks):
-                params.append(f"{prefix}{i}_ptr")
-                params.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+        params = tensor_params(in_ranks, out_ranks)
         M, N, K, B = p.M, p.N, p.K, p.B
         bm, bn = s["block_m"], s["block_n"]
         tiles_m, tiles_n = -(-M // bm), -(-N // bn)

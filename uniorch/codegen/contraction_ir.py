@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
+from .patterns import map_dims as _dims_of  # noqa: F401 - loop dims an affine map reads
 from .source import CodegenError
 
 
@@ -94,23 +95,6 @@ def _lin(expr, env: list, op) -> Lin:
     raise CodegenError(op, f"indexing expression '{expr}' is not a sum of scaled dimensions")
 
 
-def _dims_of(mp) -> set:
-    """Loop dims an affine map reads."""
-    out = set()
-
-    def visit(expr):
-        e = expr.maybe_downcast()
-        if isinstance(e, ir.AffineDimExpr):
-            out.add(e.position)
-        elif isinstance(e, ir.AffineBinaryExpr):
-            visit(e.lhs)
-            visit(e.rhs)
-
-    for r in mp.results:
-        visit(r)
-    return out
-
-
 def _dim_pos(expr):
     e = expr.maybe_downcast()
     return e.position if isinstance(e, ir.AffineDimExpr) else None
@@ -127,6 +111,14 @@ def _const_of(expr):
 
 def _as_op(x):
     return getattr(x, "operation", x)
+
+
+def kernel_parts(kernel) -> tuple:
+    """(func op, symbol name, block arguments, body ops) of an outlined kernel function."""
+    func = _as_op(kernel)
+    block = func.regions[0].blocks[0]
+    return (func, ir.StringAttr(func.attributes["sym_name"]).value, list(block.arguments),
+            [_as_op(o) for o in block.operations])
 
 
 def _producer(value):

@@ -10,7 +10,7 @@ from torch_mlir import ir
 from . import body as _body
 from .contraction_ir import (
     Lin, _as_op, _const_of, _dim_pos, _dims_of, _elem, _is_float, _is_shaped, _iterators, _lin,
-    _maps, _producer, _shape,
+    _maps, _producer, _shape, kernel_parts,
 )
 from .source import CodegenError
 
@@ -240,11 +240,7 @@ def supports(op) -> bool:
 
 
 def _analyze(kernel) -> _Plan:
-    func = _as_op(kernel)
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    block = func.regions[0].blocks[0]
-    args = list(block.arguments)
-    ops = [_as_op(o) for o in block.operations]
+    func, name, args, ops = kernel_parts(kernel)
     ret = ops[-1]
     if ret.name != "func.return":
         raise CodegenError(ret, "kernel body does not end in func.return")

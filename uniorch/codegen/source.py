@@ -1,6 +1,8 @@
 """What codegen hands the runtime: one kernel's Triton source and how to launch it."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +58,20 @@ class KernelSource:
         return sig
 
     def arg_names(self) -> list[str]:
-        names = []
-        for prefix, ranks in (("in", self.input_ranks), ("out", self.output_ranks)):
-            for i, rank in enumerate(ranks):
-                names.append(f"{prefix}{i}_ptr")
-                names.extend(f"{prefix}{i}_s{d}" for d in range(rank))
-        return names
+        return tensor_params(self.input_ranks, self.output_ranks)
+
+
+def tensor_params(in_ranks: list[int], out_ranks: list[int]) -> list[str]:
+    """A kernel's tensor parameters: pointer then one stride per dim, inputs then outputs."""
+    names = []
+    for prefix, ranks in (("in", in_ranks), ("out", out_ranks)):
+        for i, rank in enumerate(ranks):
+            names.append(f"{prefix}{i}_ptr")
+            names.extend(f"{prefix}{i}_s{d}" for d in range(rank))
+    return names
+
+
+def kernel_ident(name: str) -> str:
+    """A kernel name as a Python identifier."""
+    fn = re.sub(r"\W", "_", name)
+    return fn if fn and not fn[0].isdigit() else "k_" + fn
