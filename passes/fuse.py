@@ -390,6 +390,8 @@ class _Fusion:
     def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
         if x.name == "tensor.pad":
             return self.try_join_pad(g, x, role)
+        if x.name == "tensor.concat":
+            return self.try_join_concat(g, x, role)
         if g.kind == "contraction" and role == "producer" and self.try_join_prologue(g, x):
             return True
         if not self.admissible(g, x, role):
@@ -462,6 +464,23 @@ class _Fusion:
         self.group_of[x] = self.groups.index(g)
         return True
 
+    def try_join_concat(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        """A concatenation read only inside a contraction's kernel (its factors, directly or through
+        their pad, prologue or widening cast) joins it: each piece is loaded where the index falls in it (masked loads),
+        and the concatenated tensor is never written (DenseNet's growing input, a UNet's skip
+        connection)."""
+        if g.kind != "contraction" or role != "producer" or not _static(x):
+            return False
+        members = set(g.ops)
+        users = [pat.op_of(u.owner) for u in x.results[0].uses]
+        if not users or any(o not in members for o in users):
+            return False  # read outside the kernel too: written once by a copy kernel
+        if self.creates_cycle(g, x):
+            return False
+        g.ops.append(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
+
     def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:
         """A pointwise producer read only by a convolution's input side (directly, through its pad,
         or through other such producers) is evaluated in the kernel's input tiles (BatchNorm + ReLU
@@ -482,11 +501,12 @@ class _Fusion:
                     return False
                 if o == a and self._filters(a, u.operand_number) > PROLOGUE_MAX_FILTERS:
                     return False
-                if o != a and o.name != "tensor.pad" and o not in g.prologue:
+                if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue:
                     return False
         if not list(x.results[0].uses) or self.creates_cycle(g, x):
             return False
-        if any(o.name == "tensor.pad" and self._filters(a, 0) > PROLOGUE_MAX_FILTERS for o in g.ops):
+        if any(o.name in ("tensor.pad", "tensor.concat") and self._filters(a, 0) > PROLOGUE_MAX_FILTERS
+               for o in g.ops):
             return False
         g.ops.append(x)
         g.prologue.add(x)

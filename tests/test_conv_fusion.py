@@ -84,3 +84,77 @@ def test_conv_bn_relu_bf16():
     torch.manual_seed(4)
     model = nn.Sequential(nn.Conv2d(4, 16, 3, padding=1), _bn(16), nn.ReLU()).to(torch.bfloat16)
     _check(model, torch.randn(2, 4, 8, 8, dtype=torch.bfloat16), kernels=1, rtol=2e-2)
+
+
+class DenseLayers(nn.Module):
+    """DenseNet: each layer's BN-ReLU-conv reads the concatenation of every earlier output."""
+
+    def __init__(self, c, growth, n):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(_bn(c + i * growth), nn.ReLU(), nn.Conv2d(c + i * growth, growth, 3, padding=1))
+            for i in range(n))
+
+    def forward(self, x):
+        feats = [x]
+        for layer in self.layers:
+            feats.append(layer(torch.cat(feats, 1)))
+        return torch.cat(feats, 1)
+
+
+def test_densenet_concat_is_read_by_the_conv():
+    # the concatenations feeding convs become masked loads of their pieces (BN + ReLU computed on
+    # them in the input tiles): one kernel per conv and only the block's output is copied
+    torch.manual_seed(5)
+    rep = uniorch.explain(DenseLayers(4, 3, 3).eval(), torch.randn(2, 4, 6, 7), target="interpret")
+    assert [k.kind for k in rep.kernels].count("contraction") == 3, str(rep)
+    assert [k.kind for k in rep.kernels].count("copy") == 1, str(rep)
+    _check(DenseLayers(4, 3, 3), torch.randn(2, 4, 6, 7), kernels=1, kinds=("contraction",) * 3 + ("copy",))
+
+
+class SkipConcat(nn.Module):
+    """A UNet decoder step: upsample, concatenate the skip connection, conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 5, 3, stride=2, padding=1)
+        self.up = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        d = F.silu(self.down(x))
+        return self.up(torch.cat([F.interpolate(d, scale_factor=2.0, mode="nearest"), x], 1))
+
+
+def test_unet_skip_concat_is_read_by_the_conv():
+    # no copy of the concatenation; the upsampling (a gather) is still a kernel of its own
+    torch.manual_seed(6)
+    _check(SkipConcat(), torch.randn(2, 3, 8, 8), kernels=1, kinds=("contraction", "pointwise", "contraction"))
+
+
+class CatLinear(nn.Module):
+    """A recurrent cell's gates read cat(x, h) (K split across pieces) and a matmul over rows
+    stacked from three tensors (M split), one of them bf16-odd-sized."""
+
+    def __init__(self):
+        super().__init__()
+        self.gates = nn.Linear(7 + 5, 9)
+
+    def forward(self, x, h, r):
+        g = self.gates(torch.cat([x, h], -1))
+        return torch.cat([g, r, g * 2], 0) @ self.gates.weight[:, :9].t()
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_matmul_over_concat_reads_its_pieces(dtype, rtol):
+    torch.manual_seed(7)
+    model = CatLinear().to(dtype).eval()
+    args = lambda: (torch.randn(6, 7, dtype=dtype), torch.randn(6, 5, dtype=dtype),  # noqa: E731
+                    torch.randn(3, 9, dtype=dtype))
+    rep = uniorch.explain(model, *args(), target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert "copy" not in [k.kind for k in rep.kernels], str(rep)
+    cm = uniorch.compile(model, target="interpret")
+    fresh = args()
+    got, want = cm(*fresh), model(*fresh)
+    err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+    assert err <= rtol, err

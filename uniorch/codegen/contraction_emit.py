@@ -149,6 +149,8 @@ class _Emitter:
             return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
         if op.name == "tensor.pad":
             return self.pad(op, idx, ctx)
+        if op.name == "tensor.concat":
+            return self.concat(op, idx, ctx)
         if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and not _is_empty(v):
             sub = unit_view_index(idx, _shape(v), _shape(op.operands[0]))
             if sub is not None:  # size-1 dims added or dropped: the same element
@@ -197,6 +199,43 @@ class _Emitter:
         cond = " & ".join(inside)
         text = f"tl.where({cond}, {val.text}, {fill.text})"
         return _Val(self.line(ctx, cls, text, f"{ctx}_pad"), val.ty, frozenset(cls))
+
+    def concat(self, op, idx: tuple, ctx: str) -> _Val:
+        """A `tensor.concat` at `idx`: each piece loaded at its own offset where `idx` falls in it
+        (masked loads), one picked per lane, so a convolution over `cat(x, conv(x))` (DenseNet,
+        a UNet's skip connection) reads its pieces and the concatenation is never written."""
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        lin = idx[dim]
+        pieces, off = [], 0
+        for v in op.operands:
+            n = _shape(v)[dim]
+            if n:  # an empty piece holds no lane
+                pieces.append((v, off, n))
+            off += n
+        if lin.is_const():
+            v, o, _ = next(pc for pc in pieces if pc[1] <= lin.const < pc[1] + pc[2])
+            return self.value(v, idx[:dim] + (Lin.cst(lin.const - o),) + idx[dim + 1:], ctx)
+        where = self.lin_text(lin, ctx)
+        vals = []
+        for j, (v, o, n) in enumerate(pieces):
+            shifted = idx[:dim] + (lin + Lin.cst(-o),) + idx[dim + 1:]
+            conds = ([f"({where} >= {o})"] if j else []) + ([f"({where} < {o + n})"] if j < len(pieces) - 1 else [])
+            arg = next((i for i, a in enumerate(self.p.args) if a == v), None)
+            if arg is not None:
+                vals.append(self.load(arg, shifted, ctx, conds))
+                continue
+            # a piece computed in the kernel: its loads are masked to the piece's lanes
+            self.inside.append((tuple(conds), (shifted[dim],)))
+            try:
+                vals.append(self.value(v, shifted, ctx))
+            finally:
+                self.inside.pop()
+        cls = set(self.lin_cls(lin)).union(*[val.cls for val in vals])
+        out = vals[-1]
+        for (_, o, n), val in zip(reversed(pieces[:-1]), reversed(vals[:-1])):
+            text = f"tl.where({where} < {o + n}, {val.text}, {out.text})"
+            out = _Val(self.line(ctx, cls, text, f"{ctx}_cat"), val.ty, frozenset(cls))
+        return out
 
     def load(self, i: int, idx: tuple, ctx: str, inside: list | None = None, fill: _Val | None = None) -> _Val:
         ty = _elem(self.p.args[i])

@@ -53,8 +53,9 @@ class _Plan:
         return self.extent("b")
 
 
-# tensor.pad: a convolution's zero padding, read through masked loads (contraction_emit.py)
-_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "tensor.pad", "func.return")
+# tensor.pad (a convolution's zero padding) and tensor.concat: read through masked loads
+# (contraction_emit.py)
+_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "tensor.pad", "tensor.concat", "func.return")
 _KNOWN_BODY_OPS = set(_body.TABLE) | {"arith.cmpf", "arith.cmpi", "math.fpowi", "math.ipowi", "arith.constant",
                                       "linalg.index"}
 
