@@ -11,6 +11,7 @@ from torch_mlir import ir
 from . import body as B
 from . import domain as D
 from . import patterns as pat
+from . import welford
 from .generic_kernel import Kernel, WIDE_COMBINERS, _ident, _shape, _short_loc, _widen
 from .generic_copy import _known_type, _params
 from .source import CodegenError
@@ -386,12 +387,15 @@ class _Emitter:
         root.emit("row_zero = rows * 0")
         self.decompose(root, "rows", k.order_p)
         self.persistent = not (self.sched.get("looped") or self.sched["block_r"] < k.nr)
+        # a looped row's sums of deviations ride on the sweep that sums it (codegen/welford.py)
+        self.centred = {} if self.persistent else {c.sum_op: c for c in welford.find(k)}
+        riding = {r for c in self.centred.values() for r, _ in c.sums}
         self.out = []  # emitted (flushed) lines
         self.persistent_scope = None
         done_stores: set = set()
         full_stores = [(i, g, r) for i, g, r in k.stores if k.level[g] == "full"]
         for phase in range(k.n_phases + 1):
-            reds = [g for g in k.generics if k.level[g] == "reduce" and k.phase[g] == phase]
+            reds = [g for g in k.generics if k.level[g] == "reduce" and k.phase[g] == phase and g not in riding]
             tree = [g for g in reds if k.combiners[g] is not None]
             serial = [g for g in reds if k.combiners[g] is None]
             stores_here = [s for s in full_stores if k.phase[s[1]] == phase and s not in done_stores]
@@ -465,6 +469,8 @@ class _Emitter:
                     sc.emit(f"{acc} = {fn}({start}, {part})")
                 else:
                     sc.emit(f"{acc} = {fn}({acc}, {part})")
+                if g in self.centred:
+                    self.welford_chunk(sc, g, x, part, fn)
         for idx, g, r in stores:
             self.store(sc, idx, g, r)
         if lines is not None:
@@ -477,6 +483,42 @@ class _Emitter:
                 root.emit(f"{acc}_out = {acc}.to({B.tl_type(ty)})")
                 acc = f"{acc}_out"
             root.memo[(g, j)] = Val(acc, ty, frozenset({"p"}))
+        for g in tree:
+            if g in self.centred:
+                self.welford_results(self.centred[g])
+
+    def welford_chunk(self, sc: _Scope, g, x: str, part: str, fn: str) -> None:
+        """Merges this chunk's count, mean and squared deviations into the row's (n, mean, M2)."""
+        w = f"w{self.k.generics.index(g)}"
+        self.root.emit(f"{w}_n = tl.full((1, 1), 0.0, tl.float32)  # Welford: count, mean, M2 of the row")
+        self.root.emit(f"{w}_mean = tl.full((BLOCK_P, 1), 0.0, tl.float32)")
+        self.root.emit(f"{w}_m2 = tl.full((BLOCK_P, 1), 0.0, tl.float32)")
+        sc.emit(f"{w}_cn = tl.reduce(col_mask.to(tl.float32), 1, {fn}, keep_dims=True)")
+        # the chunk's own statistics by the corrected two-pass algorithm, in registers: a plain
+        # sum's mean is off by ~log2(BLOCK_R) ulps of a row far from zero
+        sc.emit(f"{w}_c0 = {part} / {w}_cn")
+        sc.emit(f"{w}_cd = tl.where(row_mask & col_mask, {x} - {w}_c0, 0.0)")
+        sc.emit(f"{w}_cs = tl.reduce({w}_cd, 1, {fn}, keep_dims=True)")
+        sc.emit(f"{w}_cmean = {w}_c0 + {w}_cs / {w}_cn")
+        sc.emit(f"{w}_cm2 = tl.reduce({w}_cd * {w}_cd, 1, {fn}, keep_dims=True) - {w}_cs * {w}_cs / {w}_cn")
+        sc.emit(f"{w}_nn = {w}_n + {w}_cn")
+        sc.emit(f"{w}_dl = {w}_cmean - {w}_mean")
+        sc.emit(f"{w}_mean = {w}_mean + {w}_dl * ({w}_cn / {w}_nn)")
+        sc.emit(f"{w}_m2 = {w}_m2 + {w}_cm2 + {w}_dl * {w}_dl * ({w}_n * {w}_cn / {w}_nn)")
+        sc.emit(f"{w}_n = {w}_nn")
+
+    def welford_results(self, c) -> None:
+        """sum(x - c) and sum((x - c)²) of the row from its Welford state, for the row value c."""
+        root, k = self.root, self.k
+        w = f"w{k.generics.index(c.sum_op)}"
+        cv = self.result(root, *c.c)
+        root.emit(f"{w}_dc = {w}_mean - {cv.code}  # deviation sums without another sweep")
+        for r, power in c.sums:
+            init = self.operand(root, r, self.lay.info(r).n_in)
+            name = f"acc{k.generics.index(r)}_0"
+            term = f"{k.nr}.0 * {w}_dc" if power == 1 else f"({w}_m2 + {k.nr}.0 * {w}_dc * {w}_dc)"
+            root.emit(f"{name} = {init.code} + {term}  # {self.op_label(r)}: sum of deviations^{power}")
+            root.memo[(r, 0)] = Val(name, "f32", frozenset({"p"}))
 
     def serial_loop(self, reds: list, stores: list) -> None:
         k = self.k
