@@ -194,3 +194,47 @@ def test_generate_with_torch_compile_backend():
     assert torch.equal(got, want), (got, want)
     assert graphs
 
+
+def test_static_cache_forward_updates_the_callers_cache():
+    """A StaticCache passed as past_key_values: the first call allocates its tensors (lazily), every
+    call writes them in place (index_copy_) and advances its position counter, and the model returns
+    that very cache. Compiled, the caller's cache is left as eager leaves its own: same object, same
+    tensors written in place, equal keys, values and counters; logits equal eager's."""
+    torch.manual_seed(3)
+    model = MODELS["llama"](transformers).eval()
+    mine = transformers.StaticCache(config=model.config, max_cache_len=16)
+    ref = transformers.StaticCache(config=model.config, max_cache_len=16)
+    cm = uniorch.compile(model, target="interpret")
+    for x in (torch.randint(1, 96, (2, 6)), torch.randint(1, 96, (2, 1)), torch.randint(1, 96, (2, 1))):
+        before = [(l.keys, l.values, l.cumulative_length) for l in mine.layers if l.is_initialized]
+        out, want = cm(x, past_key_values=mine), model(x, past_key_values=ref)
+        assert want.past_key_values is ref and out.past_key_values is mine
+        torch.testing.assert_close(out.logits, want.logits, rtol=1e-4, atol=1e-5)
+        for (k, v, n), layer in zip(before, mine.layers):
+            assert layer.keys is k and layer.values is v and layer.cumulative_length is n
+        for got, exp in zip(mine.layers, ref.layers):
+            assert got.is_initialized and int(got.cumulative_length) == int(exp.cumulative_length)
+            torch.testing.assert_close(got.keys, exp.keys, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(got.values, exp.values, rtol=1e-4, atol=1e-5)
+    assert len(cm._cache) == 2  # the prefill (cache not yet allocated) and the decode step
+    for e in cm._cache.values():
+        assert e.captured is not None and not e.program.fallbacks
+
+
+def test_generate_with_static_cache():
+    """generate(..., cache_implementation="static") through the compiled model: the prefill and the
+    decode steps (one input spec: the static cache keeps its shape) compiled, eager's tokens."""
+    torch.manual_seed(1)
+    model = MODELS["llama"](transformers).eval()
+    ids = torch.randint(1, 96, (2, 6))
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0,
+              cache_implementation="static")
+    want = model.generate(ids, **kw)
+    cm = uniorch.compile(model, target="interpret")
+    got = cm.generate(ids, **kw)
+    assert torch.equal(got, want), (got, want)
+    entries = list(cm._cache.values())
+    assert len(entries) == 2
+    for e in entries:
+        assert e.captured is not None, e.capture_error
+        assert not e.program.fallbacks, e.program.fallbacks

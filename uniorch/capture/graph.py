@@ -10,6 +10,7 @@ import torch.utils._pytree as pytree
 from uniorch.runtime.sizes import restore_sizes
 
 from uniorch.runtime.boundary import as_complex, as_pair, bounded, verify
+from .aliases import Aliases, leaves_as_inputs, objects_as_inputs
 from .locations import SourceLoc, node_source_loc
 
 
@@ -57,6 +58,7 @@ class CapturedGraph:
     module: torch.nn.Module
     constants: dict[str, Any] = field(default_factory=dict)  # lifted tensor constants by fqn
     name: str = "main"
+    aliases: Aliases = field(default_factory=Aliases)  # outputs that are input objects (capture/aliases.py)
 
     # -- what was captured --------------------------------------------------------------------
     @property
@@ -114,7 +116,9 @@ class CapturedGraph:
                     user_flat[spec.target].copy_(value)
                 elif spec.kind == "user":
                     user_out.append(value)  # "size" outputs only served to trim others
-        return restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
+        user_out = leaves_as_inputs(self.aliases, user_out, user_flat)
+        out = restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
+        return objects_as_inputs(self.aliases, out, (tuple(args), dict(kwargs or {})))
 
     def run_eager(self, *args, **kwargs) -> Any:
         """Runs the captured graph op by op in PyTorch: the reference every compiled form must match."""

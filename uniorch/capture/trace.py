@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
+from . import aliases
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -83,7 +84,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
-        with _quiet_tracing():
+        with _quiet_tracing(), aliases.recording(module) as found:
             ep = torch.export.export(traced, t_args, t_kwargs, strict=False)
             try:
                 ep = ep.run_decompositions(decomposition_table())
@@ -96,6 +97,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     if baked:
         _unbake(cg, spec, flat, keep)
+    cg.aliases = found[0]
     bound_outputs(cg)
     to_pairs(cg)
     return cg
