@@ -100,7 +100,28 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     cg.aliases = found[0]
     bound_outputs(cg)
     to_pairs(cg)
+    _record_layouts(cg)
     return cg
+
+
+def _record_layouts(cg: CapturedGraph) -> None:
+    """Each user output's strides and storage offset as traced (eager's), where they are not a
+    contiguous tensor's: the boundary lays the kernels' contiguous result out so (runtime/boundary.py
+    `laid_out`)."""
+    import dataclasses
+
+    values = cg.graph_module.graph.output_node().args[0]
+    for i, (node, spec) in enumerate(zip(values, cg.outputs)):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if (spec.kind != "user" or spec.read is not None or spec.complex_dtype is not None
+                or not isinstance(val, torch.Tensor) or val.is_complex()):
+            continue
+        try:
+            stride, offset = tuple(int(s) for s in val.stride()), int(val.storage_offset())
+        except Exception:  # noqa: BLE001 - symbolic strides: left as computed
+            continue
+        if offset != 0 or not val.is_contiguous():
+            cg.outputs[i] = dataclasses.replace(spec, layout=(stride, offset))
 
 
 def _unbake(cg: CapturedGraph, spec, flat: list, keep: list[int]) -> None:
