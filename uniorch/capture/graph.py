@@ -9,7 +9,8 @@ import torch.utils._pytree as pytree
 
 from uniorch.runtime.sizes import restore_sizes
 
-from uniorch.runtime.boundary import as_complex, as_pair, bounded, verify
+from uniorch.runtime.boundary import as_complex, as_pair, bounded, laid_out, verify
+from .aliases import Aliases, leaves_as_inputs, objects_as_inputs
 from .locations import SourceLoc, node_source_loc
 
 
@@ -29,6 +30,7 @@ class GraphOutput:
     target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index, or a check's spec
     complex_dtype: Any = None  # a complex output, computed as real pairs (view_as_complex restores it)
     read: Any = None  # "item": a Python scalar; ("narrow", dim, i): trimmed to the count in output i
+    layout: Any = None  # (stride, storage offset) eager gives this output when not contiguous
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class CapturedGraph:
     module: torch.nn.Module
     constants: dict[str, Any] = field(default_factory=dict)  # lifted tensor constants by fqn
     name: str = "main"
+    aliases: Aliases = field(default_factory=Aliases)  # outputs that are input objects (capture/aliases.py)
 
     # -- what was captured --------------------------------------------------------------------
     @property
@@ -112,9 +115,11 @@ class CapturedGraph:
                     buffers[spec.target].copy_(value)
                 elif spec.kind == "user_input_mutation":
                     user_flat[spec.target].copy_(value)
-                elif spec.kind == "user":
-                    user_out.append(value)  # "size" outputs only served to trim others
-        return restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
+                elif spec.kind == "user":  # "size" outputs only served to trim others
+                    user_out.append(value if spec.layout is None else laid_out(value, spec.layout))
+        user_out = leaves_as_inputs(self.aliases, user_out, user_flat)
+        out = restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
+        return objects_as_inputs(self.aliases, out, (tuple(args), dict(kwargs or {})))
 
     def run_eager(self, *args, **kwargs) -> Any:
         """Runs the captured graph op by op in PyTorch: the reference every compiled form must match."""

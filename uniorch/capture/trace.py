@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
+from . import aliases
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -83,7 +84,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
-        with _quiet_tracing():
+        with _quiet_tracing(), aliases.recording(module) as found:
             ep = torch.export.export(traced, t_args, t_kwargs, strict=False)
             try:
                 ep = ep.run_decompositions(decomposition_table())
@@ -96,9 +97,31 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     if baked:
         _unbake(cg, spec, flat, keep)
+    cg.aliases = found[0]
     bound_outputs(cg)
     to_pairs(cg)
+    _record_layouts(cg)
     return cg
+
+
+def _record_layouts(cg: CapturedGraph) -> None:
+    """Each user output's strides and storage offset as traced (eager's), where they are not a
+    contiguous tensor's: the boundary lays the kernels' contiguous result out so (runtime/boundary.py
+    `laid_out`)."""
+    import dataclasses
+
+    values = cg.graph_module.graph.output_node().args[0]
+    for i, (node, spec) in enumerate(zip(values, cg.outputs)):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if (spec.kind != "user" or spec.read is not None or spec.complex_dtype is not None
+                or not isinstance(val, torch.Tensor) or val.is_complex()):
+            continue
+        try:
+            stride, offset = tuple(int(s) for s in val.stride()), int(val.storage_offset())
+        except Exception:  # noqa: BLE001 - symbolic strides: left as computed
+            continue
+        if offset != 0 or not val.is_contiguous():
+            cg.outputs[i] = dataclasses.replace(spec, layout=(stride, offset))
 
 
 def _unbake(cg: CapturedGraph, spec, flat: list, keep: list[int]) -> None:

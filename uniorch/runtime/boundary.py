@@ -1,8 +1,8 @@
 """What happens to a compiled graph's outputs at the model's boundary, after the kernels ran.
 
-Capture leaves three kinds of work there (see uniorch/capture: checks.py, complex_pairs.py,
-data_dependent.py): run-time checks, complex outputs computed as real pairs, and outputs of
-data-dependent size computed padded with a count. Both `CapturedGraph.finish` and loaded bundles
+Capture leaves four kinds of work there (see uniorch/capture: checks.py, complex_pairs.py,
+data_dependent.py, trace.py): run-time checks, complex outputs computed as real pairs, outputs of
+data-dependent size computed padded with a count, and outputs laid out unlike a contiguous tensor. Both `CapturedGraph.finish` and loaded bundles
 use these, so this module stays light: loading a bundle must not import capture's tracing.
 """
 from __future__ import annotations
@@ -45,3 +45,37 @@ def bounded(specs, values: list) -> list:
             _, dim, count = read
             out[i] = values[i].narrow(dim, 0, int(values[count]))
     return out
+
+
+def laid_out(value: torch.Tensor, layout) -> torch.Tensor:
+    """An output with eager's strides and storage offset (`layout`: (stride, offset), recorded at
+    capture from the traced output: a transpose, a strided slice, an expand, an as_strided view, a
+    pointwise op keeping its operand's order). Kernels write outputs contiguous; a caller's
+    `.view`, `.as_strided` or stride check after the call must see what eager returns. A dense
+    layout is a strided copy; a view with gaps or overlaps gets a storage of eager's extent, each
+    element written at its offset (overlapping elements are equal values; the gaps, which hold the
+    rest of eager's base, are zeros)."""
+    stride, offset = tuple(layout[0]), int(layout[1])
+    if tuple(value.stride()) == stride and value.storage_offset() == offset:
+        return value
+    shape = tuple(value.shape)
+    if offset == 0 and _dense(shape, stride):
+        return torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device).copy_(value)
+    extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if value.numel() else 0
+    storage = torch.zeros(extent, dtype=value.dtype, device=value.device)
+    if value.numel():
+        where = torch.full((), offset, dtype=torch.long, device=value.device)
+        for d, (n, s) in enumerate(zip(shape, stride)):
+            where = where.unsqueeze(-1) + torch.arange(n, device=value.device) * s
+        storage[where.reshape(-1)] = value.reshape(-1)
+    return storage.as_strided(shape, stride, offset)
+
+
+def _dense(shape, stride) -> bool:
+    """Non-overlapping and dense: a permutation of a contiguous layout (size-1 dims aside)."""
+    expected = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, stride) if n != 1), key=lambda d: d[1]):
+        if s != expected:
+            return False
+        expected *= n
+    return True

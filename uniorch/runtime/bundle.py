@@ -35,7 +35,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.errors import UniorchError
 
-from .boundary import CheckFailed, as_complex, as_pair, bounded, verify
+from .boundary import CheckFailed, as_complex, as_pair, bounded, laid_out, verify
 from .graph_json import GraphFormatError, dump_graph, load_graph
 from .sizes import restore_sizes
 
@@ -208,6 +208,8 @@ def _output_spec(o) -> dict:
         spec["read"] = o.read
     if o.complex_dtype is not None:
         spec["complex"] = str(o.complex_dtype).removeprefix("torch.")
+    if o.layout is not None:
+        spec["layout"] = [list(o.layout[0]), o.layout[1]]
     return spec
 
 
@@ -534,7 +536,7 @@ class LoadedModel:
                 elif spec["kind"] == "user_input_mutation":
                     flat[spec["target"]].copy_(value)
                 elif spec["kind"] == "user":
-                    user_out.append(value)
+                    user_out.append(laid_out(value, spec["layout"]) if "layout" in spec else value)
         return restore_sizes(pytree.tree_unflatten(user_out, self._out_spec), self._out_spec)
 
     def __repr__(self) -> str:
