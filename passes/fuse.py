@@ -361,6 +361,8 @@ class _Fusion:
         if not pat.is_generic(x) or not _static(x) or not x.results:
             return False
         if g.kind == "contraction":
+            if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):
+                return False  # gathers (an embedding of positions before a residual add): own kernel
             if role == "consumer":
                 return pat.is_pointwise(x)
             # producers: transposed A/B, the accumulator's fill; fills/broadcasts of epilogue inputs

@@ -158,3 +158,28 @@ def test_matmul_over_concat_reads_its_pieces(dtype, rtol):
     got, want = cm(*fresh), model(*fresh)
     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
     assert err <= rtol, err
+
+
+class ConvPositions(nn.Module):
+    """Whisper's encoder stem: conv, GELU, stride-2 conv, GELU, to (batch, time, channels), plus an
+    embedding of the positions (a gather the contraction epilogue does not take: its own kernel)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv1d(8, 16, 3, padding=1), nn.Conv1d(16, 16, 3, stride=2, padding=1)
+        self.pos = nn.Embedding(16, 16)
+
+    def forward(self, x):
+        h = F.gelu(self.c2(F.gelu(self.c1(x)))).permute(0, 2, 1)
+        return h + self.pos(torch.arange(h.shape[1]))
+
+
+def test_conv_epilogue_with_a_position_embedding():
+    torch.manual_seed(8)
+    model = ConvPositions().eval()
+    x = torch.randn(2, 8, 32)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn_like(x)
+    torch.testing.assert_close(cm(fresh), model(fresh), rtol=1e-4, atol=1e-5)
