@@ -451,6 +451,11 @@ class _Fusion:
             return True
         return self.join_clone(g, x, trial)
 
+    def _adopt(self, g: _Group, x: ir.Operation) -> bool:
+        g.ops.append(x)
+        self.group_of[x] = self.groups.index(g)
+        return True
+
     def try_join_pad(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A constant-value pad read only by a convolution's input joins its contraction kernel: the
         kernel loads the unpadded tensor with the bounds as a mask (no padded copy in memory)."""
@@ -462,9 +467,7 @@ class _Fusion:
             return False
         if self.creates_cycle(g, x):
             return False
-        g.ops.append(x)
-        self.group_of[x] = self.groups.index(g)
-        return True
+        return self._adopt(g, x)
 
     def try_join_concat(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A concatenation read only inside a contraction's kernel (its factors, directly or through
@@ -479,9 +482,7 @@ class _Fusion:
             return False  # read outside the kernel too: written once by a copy kernel
         if self.creates_cycle(g, x):
             return False
-        g.ops.append(x)
-        self.group_of[x] = self.groups.index(g)
-        return True
+        return self._adopt(g, x)
 
     def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:
         """A pointwise producer read only by a convolution's input side (directly, through its pad,
@@ -510,10 +511,8 @@ class _Fusion:
         if any(o.name in ("tensor.pad", "tensor.concat") and self._filters(a, 0) > PROLOGUE_MAX_FILTERS
                for o in g.ops):
             return False
-        g.ops.append(x)
         g.prologue.add(x)
-        self.group_of[x] = self.groups.index(g)
-        return True
+        return self._adopt(g, x)
 
     @staticmethod
     def _filters(conv, i: int) -> int:

@@ -188,11 +188,7 @@ class _Emitter:
         # a prologue computed in the kernel (BatchNorm + ReLU before the conv): every load under it
         # is masked to the unpadded region, and the pad value replaces what lies outside
         bounded = [lin for lin, lo, hi in zip(shifted, low, high) if (lo or hi) and not lin.is_const()]
-        self.inside.append((tuple(inside), tuple(bounded)))
-        try:
-            val = self.value(src, shifted, ctx)
-        finally:
-            self.inside.pop()
+        val = self.bounded_value(src, shifted, ctx, inside, bounded)
         if not inside:
             return val
         cls = set(val.cls).union(*[self.lin_cls(lin) for lin in shifted])
@@ -225,17 +221,22 @@ class _Emitter:
                 vals.append(self.load(arg, shifted, ctx, conds))
                 continue
             # a piece computed in the kernel: its loads are masked to the piece's lanes
-            self.inside.append((tuple(conds), (shifted[dim],)))
-            try:
-                vals.append(self.value(v, shifted, ctx))
-            finally:
-                self.inside.pop()
+            vals.append(self.bounded_value(v, shifted, ctx, conds, [shifted[dim]]))
         cls = set(self.lin_cls(lin)).union(*[val.cls for val in vals])
         out = vals[-1]
         for (_, o, n), val in zip(reversed(pieces[:-1]), reversed(vals[:-1])):
             text = f"tl.where({where} < {o + n}, {val.text}, {out.text})"
             out = _Val(self.line(ctx, cls, text, f"{ctx}_cat"), val.ty, frozenset(cls))
         return out
+
+    def bounded_value(self, v, idx: tuple, ctx: str, conds, bounded) -> _Val:
+        """`v` at `idx` computed in the kernel where only `conds` hold (inside a pad, in one piece of
+        a concatenation): every load under it indexed by a `bounded` position takes them as masks."""
+        self.inside.append((tuple(conds), tuple(bounded)))
+        try:
+            return self.value(v, idx, ctx)
+        finally:
+            self.inside.pop()
 
     def load(self, i: int, idx: tuple, ctx: str, inside: list | None = None, fill: _Val | None = None) -> _Val:
         ty = _elem(self.p.args[i])

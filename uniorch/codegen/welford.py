@@ -37,24 +37,24 @@ def _body_ops(g) -> list:
     return [pat.op_of(o) for o in pat.body(g).operations]
 
 
-def _is_f32_sum_of_input(k, g) -> bool:
+def _summed(k, g):
+    """The per-element value g sums when g is a one-input f32 sum over the kernel's whole row."""
     comb = k.combiners.get(g)
-    if not comb or len(comb) != 1 or comb[0][0] != "arith.addf" or pat.num_inputs(g) != 1:
-        return False
-    if str(ir.ShapedType(g.results[0].type).element_type) != "f32":
-        return False
-    return comb[0][1] == pat.body(g).arguments[0]
+    if (k.level.get(g) != "reduce" or not comb or len(comb) != 1 or comb[0][0] != "arith.addf"
+            or pat.num_inputs(g) != 1 or _reduced_count(g) != k.nr
+            or str(ir.ShapedType(g.results[0].type).element_type) != "f32"):
+        return None
+    return comb[0][1]
 
 
-def _power(k, g, dev_arg) -> int | None:
-    """1 if g's per-element value is its input, 2 if it is the input squared, else None."""
-    other = k.combiners[g][0][1]
-    if other == dev_arg:
+def _power(other, arg) -> int | None:
+    """1 if a summed value is the input `arg` itself, 2 if it is `arg * arg`, else None."""
+    if other == arg:
         return 1
     if isinstance(other.owner, ir.Block):
         return None
     op = pat.op_of(other.owner)
-    if op.name == "arith.mulf" and op.operands[0] == dev_arg and op.operands[1] == dev_arg:
+    if op.name == "arith.mulf" and op.operands[0] == arg and op.operands[1] == arg:
         return 2
     return None
 
@@ -72,8 +72,9 @@ def find(k) -> list[Centred]:
     lay = k.layout
     plans = []
     for s in k.generics:
-        if k.level.get(s) != "reduce" or not _is_f32_sum_of_input(k, s) or _reduced_count(s) != k.nr:
-            continue
+        summed = _summed(k, s)
+        if summed is None or summed != pat.body(s).arguments[0]:
+            continue  # not a sum of its input itself
         x = lay.info(s).operands[0]
         x_at = lay.operand_exprs(s, 0)
         plan = None
@@ -91,13 +92,11 @@ def find(k) -> list[Centred]:
                 continue  # c must be known once the sum of x is
             for use2 in d.results[0].uses:
                 r = pat.op_of(use2.owner)
-                if (r not in k.level or k.level[r] != "reduce" or pat.num_inputs(r) != 1
-                        or k.phase[r] != k.phase[s] + 1 or not k.combiners.get(r) or len(k.combiners[r]) != 1
-                        or k.combiners[r][0][0] != "arith.addf" or _reduced_count(r) != k.nr
-                        or str(ir.ShapedType(r.results[0].type).element_type) != "f32"
+                summed = _summed(k, r)
+                if (summed is None or k.phase[r] != k.phase[s] + 1
                         or lay.operand_exprs(r, 0) != lay.result_exprs(d, 0)):
                     continue
-                p = _power(k, r, pat.body(r).arguments[0])
+                p = _power(summed, pat.body(r).arguments[0])
                 if p is None:
                     continue
                 if plan is None:

@@ -63,10 +63,8 @@ def laid_out(value: torch.Tensor, layout) -> torch.Tensor:
         return torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device).copy_(value)
     extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if value.numel() else 0
     storage = torch.zeros(extent, dtype=value.dtype, device=value.device)
-    if value.numel():
-        where = torch.full((), offset, dtype=torch.long, device=value.device)
-        for d, (n, s) in enumerate(zip(shape, stride)):
-            where = where.unsqueeze(-1) + torch.arange(n, device=value.device) * s
+    if value.numel():  # each element's storage position: the view's own of a storage of positions
+        where = torch.arange(extent, device=value.device).as_strided(shape, stride, offset)
         storage[where.reshape(-1)] = value.reshape(-1)
     return storage.as_strided(shape, stride, offset)
 
