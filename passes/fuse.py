@@ -399,6 +399,8 @@ class _Fusion:
         if not self.admissible(g, x, role):
             return False
         members = set(g.ops)
+        if self.feeds_loads(g, x):
+            return False
         # gathers must read memory: never from a value computed in the same kernel
         for v in pat.captured_values(x):
             if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
@@ -451,6 +453,13 @@ class _Fusion:
             return True
         return self.join_clone(g, x, trial)
 
+    @staticmethod
+    def feeds_loads(g: _Group, x: ir.Operation) -> bool:
+        """x is read by a pad or concatenation of g's that is masked loads in a generic kernel:
+        those read memory, so x cannot be computed in the same kernel."""
+        return g.kind != "contraction" and any(pat.op_of(u.owner).name in ("tensor.pad", "tensor.concat")
+                                               and pat.op_of(u.owner) in g.ops for r in x.results for u in r.uses)
+
     def _adopt(self, g: _Group, x: ir.Operation) -> bool:
         g.ops.append(x)
         self.group_of[x] = self.groups.index(g)
@@ -458,8 +467,14 @@ class _Fusion:
 
     def try_join_pad(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A constant-value pad read only by a convolution's input joins its contraction kernel: the
-        kernel loads the unpadded tensor with the bounds as a mask (no padded copy in memory)."""
-        if g.kind != "contraction" or role != "producer" or not _static(x) or pad_value(x) is None:
+        kernel loads the unpadded tensor with the bounds as a mask (no padded copy in memory).
+        Likewise a pad read only by a reduction or pointwise kernel (a pooling window over a padded
+        input) of a tensor computed elsewhere."""
+        if role != "producer" or not _static(x) or pad_value(x) is None:
+            return False
+        if g.kind in ("reduction", "pointwise"):
+            return len(x.operands) == 1 and self.join_as_loads(g, x)
+        if g.kind != "contraction":
             return False
         n_in = pat.num_inputs(g.anchor)
         users = [(pat.op_of(u.owner), u.operand_number) for u in x.results[0].uses]
@@ -469,12 +484,39 @@ class _Fusion:
             return False
         return self._adopt(g, x)
 
+    def join_as_loads(self, g: _Group, x: ir.Operation) -> bool:
+        """A pad or concatenation of tensors computed elsewhere joins a reduction or pointwise
+        kernel as masked loads of those tensors (codegen/generic_emit.py padded, concatenated)."""
+        members = set(g.ops)
+        if any(not isinstance(v.owner, ir.Block) and self.top(v.owner) in members for v in x.operands):
+            return False
+        if any(self.top(u.owner) in members and pat.op_of(u.owner) != self.top(u.owner) for u in x.results[0].uses):
+            return False  # gathered from (a pooling's indices): a gather reads the tensor itself
+        if self.creates_cycle(g, x):
+            return False
+        if all(self.top(u.owner) in members for u in x.results[0].uses):
+            return self._adopt(g, x)
+        # read elsewhere too (two poolings of one padded input): this kernel gets its own copy of
+        # the op, which costs nothing here, and the original keeps its other readers
+        with ir.InsertionPoint(x):
+            y = pat.op_of(x.clone())
+        for u in list(x.results[0].uses):
+            owner = pat.op_of(u.owner)
+            if self.top(owner) in members:
+                owner.operands[u.operand_number] = y.results[0]
+        self.rebuild_graph()
+        return self._adopt(g, y)
+
     def try_join_concat(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A concatenation read only inside a contraction's kernel (its factors, directly or through
         their pad, prologue or widening cast) joins it: each piece is loaded where the index falls in it (masked loads),
         and the concatenated tensor is never written (DenseNet's growing input, a UNet's skip
         connection)."""
-        if g.kind != "contraction" or role != "producer" or not _static(x):
+        if role != "producer" or not _static(x):
+            return False
+        if g.kind in ("reduction", "pointwise"):
+            return self.join_as_loads(g, x)
+        if g.kind != "contraction":
             return False
         members = set(g.ops)
         users = [pat.op_of(u.owner) for u in x.results[0].uses]
@@ -530,6 +572,8 @@ class _Fusion:
         if not self.admissible(g, x, role):
             return False
         members = set(g.ops)
+        if self.feeds_loads(g, x) or self.feeds_loads(g, view):
+            return False
         for v in pat.captured_values(x):
             if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
                 return False

@@ -4,7 +4,7 @@ Elementwise fusion runs while matmul and convolution are still named ops, so no 
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
 rewrites undo what would hide a fusion opportunity (split_prologue, sink_collapse, view_rewrites,
-pad_views)
+pad_views, concat_pieces)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .concat_pieces import hoist_concat_pieces
 from .narrow_compares import narrow_compares
 from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
@@ -47,4 +48,5 @@ class Preprocess(Pass):
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
             pad_after_collapse(main)  # pads meet the convolutions that read them
+            hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             narrow_compares(main)

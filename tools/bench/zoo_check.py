@@ -154,8 +154,10 @@ def _emit(out, row: dict) -> None:
     out.write(json.dumps(row) + "\n")
     out.flush()
     status = "ok" if row.get("correct") else ("skip" if row.get("correct") is None else "FAIL")
+    err = row.get("rel_err")
+    err = f"{err:.2e}" if isinstance(err, float) else str(err)  # a str slice cut 1.2e-07 to "1.2358074"
     detail = row.get("error") or row.get("skipped") or (
-        f"rel_err {row.get('rel_err')!s:.9} kernels {row.get('kernels')} fallbacks {row.get('fallbacks')}")
+        f"rel_err {err} kernels {row.get('kernels')} fallbacks {row.get('fallbacks')}")
     print(f"{row['path']:4} {row['model']:24} {row['dtype']:5} {status:5} {detail}", flush=True)
 
 

@@ -116,31 +116,98 @@ class _Emitter:
         return e.code(scope.names, self.lay.domain.sizes)
 
     # -- loads ------------------------------------------------------------------------------------
-    def load(self, scope: _Scope, arg: int, exprs: list[D.Aff], ty: str, why: str) -> Val:
+    def load(self, scope: _Scope, arg: int, exprs: list[D.Aff], ty: str, why: str, pad=None) -> Val:
+        """Argument `arg` at `exprs`. `pad` = (low, fill): the argument is the source of a constant
+        `tensor.pad` read at padded positions `exprs`; lanes outside the source load `fill`."""
         shape = _shape(self.k.args[arg].type)
+        if pad is not None:
+            low, fill = pad
+            exprs = [e + D.Aff.constant(-lo) for e, lo in zip(exprs, low)]
         dims = set()
         for e, s in zip(exprs, shape):
-            if s != 1:
+            if s != 1 or pad is not None:
                 dims |= e.dims()
         lanes = self.lanes_of(dims)
         if "r" not in lanes and scope.kind != "row":
-            return self.load(scope.root, arg, exprs, ty, why)
-        key = (arg, tuple(e for e, s in zip(exprs, shape) if s != 1))
+            return self.load(scope.root, arg, exprs, ty, why, None if pad is None else ([0] * len(shape), pad[1]))
+        key = (arg, tuple(e for e, s in zip(exprs, shape) if s != 1 or pad is not None),
+               None if pad is None else pad[1].code)
         if key in scope.loads:
             return scope.loads[key]
         terms = [f"({self.code(e, scope)}) * in{arg}_s{j}" for j, (e, s) in enumerate(zip(exprs, shape))
                  if s != 1 and not (e.is_const() and e.const == 0)]
         addr = f"in{arg}_ptr" + "".join(" + " + t for t in terms)
-        mask = self.mask_for(scope, lanes)
+        conds = [] if pad is None else self.inside(scope, exprs, shape)
+        if conds is None:  # every lane reads the pad
+            return pad[1]
+        mask = " & ".join(filter(None, [self.mask_for(scope, lanes)] + conds))
         name = self.fresh(f"in{arg}_")
         if mask:
-            other = "1.0" if ty in B.FLOATS else "0"  # masked lanes: a value every math op takes
+            # masked lanes: the pad value, or one every math op takes
+            other = pad[1].code if conds else "1.0" if ty in B.FLOATS else "0"
             scope.emit(f"{name} = tl.load({addr}, mask={mask}, other={other})  # {why}")
         else:
             scope.emit(f"{name} = tl.load({addr})  # {why}")
         val = Val(name, ty, lanes)
         scope.loads[key] = val
         return val
+
+    def inside(self, scope: _Scope, exprs: list[D.Aff], shape: list[int]) -> list[str] | None:
+        """Conditions for `exprs` to lie inside `shape` (only those the domain's bounds leave
+        open), or None when no position of the domain does."""
+        conds = []
+        for e, size in zip(exprs, shape):
+            lo, hi = e.bounds(self.lay.domain.sizes)
+            if hi < 0 or lo >= size:
+                return None
+            text = self.code(e, scope)
+            if lo < 0:
+                conds.append(f"({text} >= 0)")
+            if hi >= size:
+                conds.append(f"({text} < {size})")
+        return conds
+
+    def concatenated(self, scope: _Scope, g: ir.Operation, i: int, cat: ir.Operation, ty: str) -> Val:
+        """Operand `i` of `g` is a concatenation of kernel arguments: each piece loaded where the
+        index falls in it (masked loads), one picked per lane; the concatenation is never written
+        (rotary embeddings' rotate_half)."""
+        dim = ir.IntegerAttr(cat.attributes["dim"]).value
+        exprs = self.lay.operand_exprs(g, i)
+        zero = Val(B.constant_expr(0, ty), ty, frozenset(), 0)
+        picks, off = [], 0
+        for v in cat.operands:
+            n = _shape(v.type)[dim]
+            low = [0] * len(exprs)
+            low[dim] = off
+            if n and self.inside(scope, [e + D.Aff.constant(-lo) for e, lo in zip(exprs, low)], _shape(v.type)) is not None:
+                if not isinstance(v.owner, ir.Block):
+                    raise CodegenError(cat, "tensor.concat inside a kernel must join kernel arguments")
+                val = self.load(scope, self.arg_index[v], exprs, ty,
+                                f"{v.get_name()} at [{off}, {off + n}) of {self.op_label(g)}", (low, zero))
+                picks.append((off, off + n, val))
+            off += n
+        out = picks[-1][2]
+        where = self.code(exprs[dim], scope)
+        for lo, hi, val in reversed(picks[:-1]):
+            name = self.fresh("cat")
+            lanes = val.lanes | out.lanes | self.lanes_of(exprs[dim].dims())
+            target = scope if "r" in lanes or scope.kind == "row" else scope.root
+            target.emit(f"{name} = tl.where({where} < {hi}, {val.code}, {out.code})  # concat dim {dim}")
+            out = Val(name, ty, lanes)
+        return out
+
+    def padded(self, scope: _Scope, g: ir.Operation, i: int, pad: ir.Operation, ty: str) -> Val:
+        """Operand `i` of `g` is a constant pad of a kernel argument: a masked load of the argument,
+        so the padded tensor is never written (pooling windows over a padded input)."""
+        from uniorch.passes.pad_views import pad_value
+
+        src, padv = pad.operands[0], pad_value(pad)
+        if padv is None or len(pad.operands) != 1 or not isinstance(src.owner, ir.Block):
+            raise CodegenError(pad, "tensor.pad inside a kernel must pad a kernel argument with one constant")
+        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
+        exprs = self.lay.operand_exprs(g, i)
+        return self.load(scope, self.arg_index[src], exprs, ty,
+                         f"{src.get_name()} padded, of {self.op_label(g)}", (low, self.scalar(padv)))
 
     # -- values of tensors --------------------------------------------------------------------------
     def operand(self, scope: _Scope, g: ir.Operation, i: int) -> Val:
@@ -164,6 +231,10 @@ class _Emitter:
         owner = pat.op_of(v.owner)
         if owner.name == "arith.constant":
             return self.constant(owner)
+        if owner.name == "tensor.pad":
+            return self.padded(scope, g, i, owner, ty)
+        if owner.name == "tensor.concat":
+            return self.concatenated(scope, g, i, owner, ty)
         if owner.name == "tensor.empty":
             raise CodegenError(g, "reads an uninitialised tensor (tensor.empty)")
         prod = self.lay.producer_of(v)

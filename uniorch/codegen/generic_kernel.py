@@ -65,6 +65,17 @@ def _short_loc(op) -> str:
 # =================================================================================================
 # analysis of one kernel function
 # =================================================================================================
+def _reads_padded(op, block) -> bool:
+    """A constant pad of a kernel argument, or a concatenation of kernel arguments, that only the
+    kernel's generics read."""
+    from uniorch.passes.pad_views import pad_value
+
+    if op.name == "tensor.pad" and (len(op.operands) != 1 or pad_value(op) is None):
+        return False
+    return (all(isinstance(v.owner, ir.Block) and v.owner == block for v in op.operands)
+            and all(pat.op_of(u.owner).name == "linalg.generic" for u in op.results[0].uses))
+
+
 class Kernel:
     def __init__(self, func):
         self.func = pat.op_of(func)
@@ -87,8 +98,9 @@ class Kernel:
         for r in self.ret.operands:
             if not isinstance(r.type, ir.RankedTensorType) or not ir.RankedTensorType(r.type).has_static_shape:
                 raise CodegenError(self.ret, "kernel results must be statically shaped tensors")
-        self.copy_ops = [o for o in self.ops if o.name in pat.COPY_OPS]
         self.generics = [o for o in self.ops if o.name == "linalg.generic"]
+        self.copy_ops = [o for o in self.ops if o.name in pat.COPY_OPS
+                         and not (self.generics and o.name != "tensor.insert_slice" and _reads_padded(o, blk))]
         if self.kind is None:
             self.kind = "copy" if self.copy_ops else ("reduction" if any(pat.is_reduction(g) for g in self.generics)
                                                       else "pointwise")
@@ -99,6 +111,8 @@ class Kernel:
                 raise CodegenError(self.func, "a copy kernel holds exactly one insert_slice/pad/concat")
             return
         for o in self.ops:
+            if o.name in ("tensor.pad", "tensor.concat") and _reads_padded(o, self.block):
+                continue  # a pooling window's padded input, rotate_half: masked loads (generic_emit)
             if o.name not in ALLOWED:
                 raise CodegenError(o, f"op not allowed in a {self.kind} kernel")
             if o.name in D.VIEW_OPS and not D.is_unit_view(o):
