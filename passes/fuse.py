@@ -38,6 +38,8 @@ from .base import Pass, PassContext
 from .ir_utils import main_func
 from .pad_views import pad_value
 
+# ops outlining copies into the kernels that read them (so their results are no kernel arguments)
+_IN_KERNEL = ("arith.constant", "tensor.empty")
 GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
 # One tile of output channels on every target (contraction_schedule.py caps fp32 tiles at 64), so
 # a fused prologue is computed once per input element and kernel window position, not per tile.
@@ -490,6 +492,10 @@ class _Fusion:
         members = set(g.ops)
         if any(not isinstance(v.owner, ir.Block) and self.top(v.owner) in members for v in x.operands):
             return False
+        if any(not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in _IN_KERNEL for v in x.operands):
+            return False  # a constant would be built inside the kernel, not read from memory
+        if self.feeds_loads(g, x):
+            return False  # a concat of a concat: the inner one would be computed, not in memory
         if any(self.top(u.owner) in members and pat.op_of(u.owner) != self.top(u.owner) for u in x.results[0].uses):
             return False  # gathered from (a pooling's indices): a gather reads the tensor itself
         if self.creates_cycle(g, x):

@@ -134,8 +134,10 @@ class _Emitter:
                None if pad is None else pad[1].code)
         if key in scope.loads:
             return scope.loads[key]
+        # under a pad, a size-1 dim's index still varies (0 where the lane reads the source): kept
+        # in the address so it is a block wherever the mask on it is
         terms = [f"({self.code(e, scope)}) * in{arg}_s{j}" for j, (e, s) in enumerate(zip(exprs, shape))
-                 if s != 1 and not (e.is_const() and e.const == 0)]
+                 if (s != 1 or pad is not None) and not (e.is_const() and e.const == 0)]
         addr = f"in{arg}_ptr" + "".join(" + " + t for t in terms)
         conds = [] if pad is None else self.inside(scope, exprs, shape)
         if conds is None:  # every lane reads the pad
