@@ -6,13 +6,16 @@ greedily from seeds, in this order:
 
 1. contractions (`patterns.is_contraction`, and convolutions as implicit GEMMs,
    `patterns.is_convolution`): take transposed A/B operands (pure permutations), a constant
-   `tensor.pad` of a convolution's input (masked loads), a fill or broadcast (bias) of the
+   `tensor.pad` of a convolution's input (masked loads), a transposed convolution's zero-stuffed
+   input (a strided insert_slice into a fill: loads on the stride's lattice), a fill or broadcast (bias) of the
    accumulator, and pointwise epilogues over the output (bias, BatchNorm, activation, residual);
 2. reductions (incl. pooling and convolutions the contraction template does not take, computed directly): take pointwise producers and
    consumers over the same rows and other reductions over the same rows (softmax, LayerNorm,
    RMSNorm: one kernel each);
 3. pointwise chains, broadcasts included (a group's domain grows with broadcasting consumers);
-4. `tensor.insert_slice` / `pad` / `concat`: one "copy" kernel each;
+4. `tensor.insert_slice` / `pad` / `concat` not read as masked loads by a kernel above (pads and
+   concats of tensors in memory join the reduction or pointwise kernel reading them): one "copy"
+   kernel each;
 5. `tm_tensor.scan` (cumsum, cumprod): one "scan" kernel each, with the fills of its outputs;
    `tm_tensor.sort` / `topk` likewise one "sort" kernel each (the index iota, topk's initial outs);
    `tm_tensor.scatter` one "scatter" kernel each (codegen/scatter.py).
@@ -396,6 +399,8 @@ class _Fusion:
             return self.try_join_pad(g, x, role)
         if x.name == "tensor.concat":
             return self.try_join_concat(g, x, role)
+        if x.name == "tensor.insert_slice":
+            return self.try_join_stuffed(g, x, role)
         if g.kind == "contraction" and role == "producer" and self.try_join_prologue(g, x):
             return True
         if not self.admissible(g, x, role):
@@ -530,6 +535,32 @@ class _Fusion:
             return False  # read outside the kernel too: written once by a copy kernel
         if self.creates_cycle(g, x):
             return False
+        return self._adopt(g, x)
+
+    def try_join_stuffed(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        """A static insert_slice of a tensor computed elsewhere into a fill, read only by a
+        convolution's input (a transposed convolution's zero-stuffed input), joins its kernel: the
+        kernel loads the source where the index lies on the slice's lattice and the fill elsewhere,
+        so the stuffed buffer is never written. The fill comes along as a producer."""
+        if g.kind != "contraction" or role != "producer" or not _static(x) or len(x.operands) != 2:
+            return False
+        src, dest = x.operands
+        if not isinstance(src.owner, ir.Block) and self.top(src.owner) in set(g.ops):
+            return False
+        if isinstance(dest.owner, ir.Block) or not pat.is_fill(pat.op_of(dest.owner)):
+            return False
+        if ir.RankedTensorType(src.type).rank != ir.RankedTensorType(dest.type).rank:
+            return False  # rank-reducing
+        n_in = pat.num_inputs(g.anchor)
+        users = [(pat.op_of(u.owner), u.operand_number) for u in x.results[0].uses]
+        if not users or any(o != g.anchor or i >= n_in for o, i in users):
+            return False
+        fill = pat.op_of(dest.owner)
+        alone = fill not in self.group_of and all(pat.op_of(u.owner) == x for u in dest.uses)
+        if self.creates_cycle(g, x, [fill] if alone else []):
+            return False
+        if alone:  # the fill is read only here: a constant in the kernel, not a buffer
+            self._adopt(g, fill)
         return self._adopt(g, x)
 
     def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:

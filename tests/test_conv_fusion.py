@@ -183,3 +183,33 @@ def test_conv_epilogue_with_a_position_embedding():
     cm = uniorch.compile(model, target="interpret")
     fresh = torch.randn_like(x)
     torch.testing.assert_close(cm(fresh), model(fresh), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("conv,shape,fused", [
+    (lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (2, 4, 5, 6), True),
+    (lambda: nn.ConvTranspose2d(3, 5, 3, stride=2, dilation=2), (2, 3, 4, 4), True),
+    (lambda: nn.ConvTranspose1d(4, 2, 4, stride=3, padding=2), (2, 4, 7), True),
+    # grouped: the stuffed input reaches the convolution through a reshape to [N, G, C/G, ...], and
+    # stays a copy kernel (correct, not yet read in place)
+    (lambda: nn.ConvTranspose2d(6, 4, (2, 3), stride=(2, 3), groups=2, bias=False), (1, 6, 4, 3), False),
+], ids=["stride2-outpad", "dilated", "1d-stride3", "grouped-rect"])
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)], ids=["fp32", "bf16"])
+def test_transposed_conv_reads_its_input_not_a_stuffed_copy(conv, shape, fused, dtype, rtol):
+    """A transposed convolution is a convolution over its input stuffed with zeros (insert_slice
+    with strides into a zero fill): the kernel loads the input on the stride's lattice (masked
+    loads), so neither the zero fill nor the stuffed copy is a kernel. What remains beside the
+    convolution is the flipped weight's gather."""
+    torch.manual_seed(3)
+    model = nn.Sequential(conv(), nn.ReLU()).to(dtype)
+    x = torch.randn(shape, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    kinds = [k.kind for k in rep.kernels]
+    assert kinds.count("contraction") == 1, kinds
+    if fused:
+        assert "copy" not in kinds and len(kinds) <= 2, kinds
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn_like(x)
+    got, want = cm(fresh), model(fresh)
+    err = ((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-6)).item()
+    assert err <= rtol, err

@@ -10,7 +10,7 @@ from torch_mlir import ir
 
 from . import body as _body
 from .contraction_ir import (
-    Lin, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
+    Lin, Quot, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
 from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
@@ -94,7 +94,9 @@ class _Emitter:
         self.need.add(name)
         return name
 
-    def lin_text(self, lin: Lin, ctx: str) -> str:
+    def lin_text(self, lin, ctx: str) -> str:
+        if isinstance(lin, Quot):
+            return f"({self.lin_text(lin.lin, ctx)}) // {lin.k}"
         parts = []
         for d, c in lin.terms:
             n = self.dim_name(d, ctx)
@@ -151,6 +153,8 @@ class _Emitter:
             return self.pad(op, idx, ctx)
         if op.name == "tensor.concat":
             return self.concat(op, idx, ctx)
+        if op.name == "tensor.insert_slice":
+            return self.inserted(op, idx, ctx)
         if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and not _is_empty(v):
             sub = unit_view_index(idx, _shape(v), _shape(op.operands[0]))
             if sub is not None:  # size-1 dims added or dropped: the same element
@@ -228,6 +232,42 @@ class _Emitter:
             text = f"tl.where({where} < {o + n}, {val.text}, {out.text})"
             out = _Val(self.line(ctx, cls, text, f"{ctx}_cat"), val.ty, frozenset(cls))
         return out
+
+    def inserted(self, op, idx: tuple, ctx: str) -> _Val:
+        """A static `tensor.insert_slice` of a kernel argument at `idx`: the argument loaded at
+        `(idx - offset) // stride` where idx lies on the slice's lattice, the destination elsewhere.
+        A transposed convolution reads its zero-stuffed input this way: the input once, no
+        stuffed buffer written."""
+        src, dest = op.operands[0], op.operands[1]
+        offs, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[a]))
+                                for a in ("static_offsets", "static_sizes", "static_strides"))
+        arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
+        if arg is None or len(op.operands) != 2 or any(x < 0 for x in offs + sizes + strides):
+            raise CodegenError(op, "tensor.insert_slice of a computed value or with dynamic offsets")
+        if _shape(src) != sizes:
+            raise CodegenError(op, "tensor.insert_slice of a rank-reduced source")
+        base = self.value(dest, idx, ctx)
+        pos, conds = [], []
+        for lin, o, n, k, full in zip(idx, offs, sizes, strides, _shape(dest)):
+            t = lin + Lin.cst(-o)
+            if (o, k, n) == (0, 1, full):  # the whole dim: every index is inside
+                pos.append(t)
+                continue
+            if t.is_const():
+                if not (0 <= t.const <= k * (n - 1) and t.const % k == 0):
+                    return base
+                pos.append(Lin.cst(t.const // k))
+                continue
+            text = self.lin_text(t, ctx)
+            conds += [f"({text} >= 0)", f"({text} <= {k * (n - 1)})"] + ([f"(({text}) % {k} == 0)"] if k > 1 else [])
+            pos.append(t if k == 1 else Quot(t, k))
+        fill = base if base.const is not None else None
+        val = self.load(arg, tuple(pos), ctx, conds, fill)
+        if fill is not None or not conds:
+            return val
+        cls = set(val.cls).union(*[self.lin_cls(lin) for lin in idx])
+        text = f"tl.where({' & '.join(conds)}, {val.text}, {base.text})"
+        return _Val(self.line(ctx, cls, text, f"{ctx}_ins"), val.ty, frozenset(cls))
 
     def bounded_value(self, v, idx: tuple, ctx: str, conds, bounded) -> _Val:
         """`v` at `idx` computed in the kernel where only `conds` hold (inside a pad, in one piece of

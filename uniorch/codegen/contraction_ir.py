@@ -67,6 +67,21 @@ class Lin:
         return not self.terms
 
 
+@dataclass(frozen=True)
+class Quot:
+    """lin // k (k > 1): an element of a strided slice's source (a transposed convolution's input
+    inside its zero-stuffed buffer). Only read where lin is a non-negative multiple of k."""
+
+    lin: Lin
+    k: int
+
+    def dims(self) -> set:
+        return self.lin.dims()
+
+    def is_const(self) -> bool:
+        return False
+
+
 def _maps(op) -> list:
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
 

@@ -53,9 +53,11 @@ class _Plan:
         return self.extent("b")
 
 
-# tensor.pad (a convolution's zero padding) and tensor.concat: read through masked loads
+# tensor.pad (a convolution's zero padding), tensor.concat and tensor.insert_slice (a transposed
+# convolution's zero-stuffed input): read through masked loads
 # (contraction_emit.py)
-_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "tensor.pad", "tensor.concat", "func.return")
+_ALLOWED_OUTSIDE = ("arith.constant", "tensor.empty", "linalg.generic", "tensor.pad", "tensor.concat", "tensor.insert_slice",
+                    "func.return")
 _KNOWN_BODY_OPS = set(_body.TABLE) | {"arith.cmpf", "arith.cmpi", "math.fpowi", "math.ipowi", "arith.constant",
                                       "linalg.index"}
 
