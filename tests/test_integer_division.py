@@ -65,14 +65,22 @@ def test_mixed_int_dtypes_and_broadcast():
     assert got.dtype == want.dtype and torch.equal(got, want)
 
 
-def test_float_floor_division_unchanged():
-    a, b = torch.randn(40) * 100, torch.randn(40)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_floor_division_is_eagers(dtype):
+    """Eager floors the exact quotient (a - fmod(a, b)) / b, not the rounded a / b: 1.0 // 0.1 is 9
+    in float32, where floor(1.0 / 0.1) is 10 (random inputs hit such a case about once in 40 runs
+    of 40 elements). Signs, zeros, infinities and a zero divisor as eager."""
+    fixed_a = torch.tensor([1.0, -1.0, 7.0, 0.0, -0.0, 3.0, -3.0, 5.0, float("inf"), 2.0])
+    fixed_b = torch.tensor([0.1, 0.1, -0.7, 2.0, 2.0, 0.0, 0.0, float("inf"), 3.0, -float("inf")])
+    a = torch.cat([fixed_a, torch.randn(200) * 100]).to(dtype)
+    b = torch.cat([fixed_b, torch.randn(200)]).to(dtype)
 
     def fn(a, b):
-        return a // b, torch.div(a, b, rounding_mode="floor")
+        return a // b, torch.div(a, b, rounding_mode="floor"), a // 0.1, torch.floor_divide(a, -3)
 
     for got, want in zip(uniorch.compile(fn, target="interpret")(a, b), fn(a, b)):
-        torch.testing.assert_close(got, want)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
 def test_division_by_zero_raises_eagers_error():
@@ -96,3 +104,18 @@ def test_constant_divisor_needs_no_check():
     assert not rep.checks and len(rep.kernels) == 1, str(rep)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         uniorch.compile(lambda a: a // 0, target="interpret")(a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fmod_is_exact(dtype):
+    """torch.fmod is IEEE fmod: fmod(1.0, 0.1) is 0.0999..., not 1.0 - 10 * 0.1 (which the rounded
+    quotient gives: 0.0), fmod(x, inf) is x, and the result has the dividend's sign."""
+    a = torch.cat([torch.tensor([1.0, -1.0, 7.0, -0.0, 5.0, -5.0, float("inf"), 3.0]), torch.randn(100) * 50]).to(dtype)
+    b = torch.cat([torch.tensor([0.1, 0.1, -0.7, 2.0, float("inf"), -float("inf"), 3.0, 0.0]), torch.randn(100)]).to(dtype)
+
+    def fn(a, b):
+        return torch.fmod(a, b), torch.fmod(a, 0.3), a.fmod(-2)
+
+    for got, want in zip(uniorch.compile(fn, target="interpret")(a, b), fn(a, b)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)

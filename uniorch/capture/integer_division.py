@@ -5,8 +5,12 @@ Why: torch-mlir lowers it through float64 (`fptosi(floor(sitofp(a) / sitofp(b)))
 wrong once |a| or |b| passes 2^53: `(2**53 + 1) // 3` came out one less than eager's. Truncating
 division and its remainder are exact integer ops (`arith.divsi`, `arith.remsi`); the floor is the
 truncated quotient less one where the remainder is non-zero and its sign differs from the
-divisor's. A zero divisor runs the call eagerly, which raises eager's error. Floats keep
-torch-mlir's lowering.
+divisor's. A zero divisor runs the call eagerly, which raises eager's error.
+
+Float floor division is ATen's algorithm too (`_float_floor_divide`): torch-mlir's
+`floor(a / b)` is one more than eager's wherever the rounded quotient reaches an integer the exact
+one does not (`1.0 // 0.1`); it needs an exact fmod, which torch-mlir's lowering is not either
+(`_fmod`).
 """
 from __future__ import annotations
 
@@ -22,9 +26,51 @@ def _integral(*xs) -> bool:
                for x in xs if isinstance(x, torch.Tensor))
 
 
-def _floor_divide(a, b):
-    if not isinstance(a, torch.Tensor) or not _integral(a, b) or isinstance(b, float):
+def _float_floor_divide(a, b):
+    """ATen's div_floor_floating: the quotient of `a - fmod(a, b)`, which is exact, not the floor
+    of the rounded quotient (`1.0 // 0.1` is 9: the float32 quotient rounds up to 10.0). float32
+    and float64 only: eager's 16-bit kernel rounds every step to the 16-bit type."""
+    dt = wide = torch.result_type(a, b)
+    a = a.to(wide)
+    if isinstance(b, torch.Tensor):
+        b = b.to(wide)
+        b_neg, b_zero = b < 0, b == 0
+    else:  # a Python divisor's tests stay Python bools: torch-mlir folds `full(0.1) < 0` to true
+        b_neg, b_zero = b < 0, b == 0
+        b = float(b)
+    mod = torch.fmod(a, b)
+    div = (a - mod) / b
+    sign_differs = ~(mod < 0) if b_neg is True else (mod < 0) if b_neg is False else b_neg != (mod < 0)
+    div = torch.where((mod != 0) & sign_differs, div - 1, div)
+    fl = torch.floor(div)
+    fl = torch.where(div - fl > 0.5, fl + 1, fl)
+    quotient = a / b
+    out = torch.where(div != 0, fl, torch.copysign(torch.zeros_like(fl), quotient))
+    if b_zero is True:
+        return quotient.to(dt)
+    return (out if b_zero is False else torch.where(b_zero, quotient, out)).to(dt)
+
+
+def _fmod(a, b):
+    """Exact IEEE fmod for floats: torch-mlir's `a - trunc(a / b) * b` rounds the quotient
+    (`fmod(1.0, 0.1)` came out 0.0, eager's 0.09999999; `fmod(5, inf)` NaN, eager's 5). On
+    non-negative operands `remainder` is the exact `arith.remf` (C fmod) with no sign fix-up, so
+    fmod is that of |a| and |b| with a's sign."""
+    if not isinstance(a, torch.Tensor) or not torch.result_type(a, b).is_floating_point:
         return NotImplemented
+    dt = torch.result_type(a, b)
+    a = a.to(dt)
+    b = b.to(dt) if isinstance(b, torch.Tensor) else torch.full((), b, dtype=dt, device=a.device)
+    return torch.copysign(torch.remainder(a.abs(), b.abs()), a)
+
+
+def _floor_divide(a, b):
+    if not isinstance(a, torch.Tensor):
+        return NotImplemented
+    if not _integral(a, b) or isinstance(b, float):
+        if torch.result_type(a, b) in (torch.float32, torch.float64):
+            return _float_floor_divide(a, b)
+        return NotImplemented  # 16-bit: eager rounds each step to the type; kept as lowered
     # eager raises ZeroDivisionError; a compiled integer division by zero is undefined: the call
     # then runs eagerly (checks.require), which raises it
     if isinstance(b, torch.Tensor) or b == 0:  # a non-zero Python divisor needs no check
@@ -42,6 +88,8 @@ def _div_mode(a, b, *, rounding_mode=None):
 
 
 TABLE = {
+    aten.fmod.Tensor: _fmod,
+    aten.fmod.Scalar: _fmod,
     aten.floor_divide.default: _floor_divide,
     aten.floor_divide.Scalar: _floor_divide,
     aten.div.Tensor_mode: _div_mode,
