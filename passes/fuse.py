@@ -467,6 +467,20 @@ class _Fusion:
         return g.kind != "contraction" and any(pat.op_of(u.owner).name in ("tensor.pad", "tensor.concat")
                                                and pat.op_of(u.owner) in g.ops for r in x.results for u in r.uses)
 
+    def clone_for(self, members: set, x: ir.Operation):
+        """A clone of x before it, read by `members` instead of x; and the (user, operand number,
+        result number) of each use moved, so a caller can move them back."""
+        with ir.InsertionPoint(x):
+            y = pat.op_of(x.clone())
+        redirected = []
+        for r, res in enumerate(x.results):
+            for u in list(res.uses):
+                owner = pat.op_of(u.owner)
+                if self.top(owner) in members:
+                    owner.operands[u.operand_number] = y.results[r]
+                    redirected.append((owner, u.operand_number, r))
+        return y, redirected
+
     def _adopt(self, g: _Group, x: ir.Operation) -> bool:
         g.ops.append(x)
         self.group_of[x] = self.groups.index(g)
@@ -509,12 +523,7 @@ class _Fusion:
             return self._adopt(g, x)
         # read elsewhere too (two poolings of one padded input): this kernel gets its own copy of
         # the op, which costs nothing here, and the original keeps its other readers
-        with ir.InsertionPoint(x):
-            y = pat.op_of(x.clone())
-        for u in list(x.results[0].uses):
-            owner = pat.op_of(u.owner)
-            if self.top(owner) in members:
-                owner.operands[u.operand_number] = y.results[0]
+        y, _ = self.clone_for(members, x)
         self.rebuild_graph()
         return self._adopt(g, y)
 
@@ -691,16 +700,7 @@ class _Fusion:
 
     def join_clone(self, g: _Group, x: ir.Operation, trial: Layout) -> bool:
         """Clones cheap producer x for g's members; the original keeps its other users."""
-        members = set(g.ops)
-        with ir.InsertionPoint(x):
-            y = pat.op_of(x.clone())
-        redirected = []
-        for r, res in enumerate(x.results):
-            for u in list(res.uses):
-                owner = pat.op_of(u.owner)
-                if self.top(owner) in members:
-                    owner.operands[u.operand_number] = y.results[r]
-                    redirected.append((owner, u.operand_number, r))
+        y, redirected = self.clone_for(set(g.ops), x)
         self.rebuild_graph()
         lay = g.layout.copy()
         err = lay.try_add(y, allow_growth=g.kind == "pointwise")

@@ -26,29 +26,26 @@ def _integral(*xs) -> bool:
                for x in xs if isinstance(x, torch.Tensor))
 
 
+def _as_float_tensors(a, b):
+    """a and b (a tensor or a Python number) as tensors of their result type."""
+    dt = torch.result_type(a, b)
+    b = b.to(dt) if isinstance(b, torch.Tensor) else torch.full((), b, dtype=dt, device=a.device)
+    return a.to(dt), b
+
+
 def _float_floor_divide(a, b):
     """ATen's div_floor_floating: the quotient of `a - fmod(a, b)`, which is exact, not the floor
     of the rounded quotient (`1.0 // 0.1` is 9: the float32 quotient rounds up to 10.0). float32
     and float64 only: eager's 16-bit kernel rounds every step to the 16-bit type."""
-    dt = wide = torch.result_type(a, b)
-    a = a.to(wide)
-    if isinstance(b, torch.Tensor):
-        b = b.to(wide)
-        b_neg, b_zero = b < 0, b == 0
-    else:  # a Python divisor's tests stay Python bools: torch-mlir folds `full(0.1) < 0` to true
-        b_neg, b_zero = b < 0, b == 0
-        b = float(b)
+    a, b = _as_float_tensors(a, b)
     mod = torch.fmod(a, b)
     div = (a - mod) / b
-    sign_differs = ~(mod < 0) if b_neg is True else (mod < 0) if b_neg is False else b_neg != (mod < 0)
-    div = torch.where((mod != 0) & sign_differs, div - 1, div)
+    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
     fl = torch.floor(div)
     fl = torch.where(div - fl > 0.5, fl + 1, fl)
     quotient = a / b
     out = torch.where(div != 0, fl, torch.copysign(torch.zeros_like(fl), quotient))
-    if b_zero is True:
-        return quotient.to(dt)
-    return (out if b_zero is False else torch.where(b_zero, quotient, out)).to(dt)
+    return torch.where(b == 0, quotient, out)
 
 
 def _fmod(a, b):
@@ -58,9 +55,7 @@ def _fmod(a, b):
     fmod is that of |a| and |b| with a's sign."""
     if not isinstance(a, torch.Tensor) or not torch.result_type(a, b).is_floating_point:
         return NotImplemented
-    dt = torch.result_type(a, b)
-    a = a.to(dt)
-    b = b.to(dt) if isinstance(b, torch.Tensor) else torch.full((), b, dtype=dt, device=a.device)
+    a, b = _as_float_tensors(a, b)
     return torch.copysign(torch.remainder(a.abs(), b.abs()), a)
 
 

@@ -65,11 +65,13 @@ def _short_loc(op) -> str:
 # =================================================================================================
 # analysis of one kernel function
 # =================================================================================================
-def _reads_padded(op, block) -> bool:
+def _read_as_loads(op, block) -> bool:
     """A constant pad of a kernel argument, or a concatenation of kernel arguments, that only the
-    kernel's generics read."""
+    kernel's generics read: masked loads there (generic_emit.padded, concatenated)."""
     from uniorch.passes.pad_views import pad_value
 
+    if op.name not in ("tensor.pad", "tensor.concat"):
+        return False
     if op.name == "tensor.pad" and (len(op.operands) != 1 or pad_value(op) is None):
         return False
     return (all(isinstance(v.owner, ir.Block) and v.owner == block for v in op.operands)
@@ -100,7 +102,7 @@ class Kernel:
                 raise CodegenError(self.ret, "kernel results must be statically shaped tensors")
         self.generics = [o for o in self.ops if o.name == "linalg.generic"]
         self.copy_ops = [o for o in self.ops if o.name in pat.COPY_OPS
-                         and not (self.generics and o.name != "tensor.insert_slice" and _reads_padded(o, blk))]
+                         and not (self.generics and _read_as_loads(o, blk))]
         if self.kind is None:
             self.kind = "copy" if self.copy_ops else ("reduction" if any(pat.is_reduction(g) for g in self.generics)
                                                       else "pointwise")
@@ -111,8 +113,8 @@ class Kernel:
                 raise CodegenError(self.func, "a copy kernel holds exactly one insert_slice/pad/concat")
             return
         for o in self.ops:
-            if o.name in ("tensor.pad", "tensor.concat") and _reads_padded(o, self.block):
-                continue  # a pooling window's padded input, rotate_half: masked loads (generic_emit)
+            if _read_as_loads(o, self.block):
+                continue  # a pooling window's padded input, rotate_half
             if o.name not in ALLOWED:
                 raise CodegenError(o, f"op not allowed in a {self.kind} kernel")
             if o.name in D.VIEW_OPS and not D.is_unit_view(o):
