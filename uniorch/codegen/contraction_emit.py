@@ -9,6 +9,7 @@ import numpy as np
 from torch_mlir import ir
 
 from . import body as _body
+from . import patterns as _pat
 from .contraction_ir import (
     Lin, Quot, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
@@ -41,6 +42,8 @@ class _Emitter:
         self.count: dict[str, int] = {}
         self.frames: list[dict] = []   # fused ops being emitted: their header comment, location
         self.last_loc: dict[int, str] = {}
+        self.win = None             # window element being evaluated (a pooling epilogue), or None
+        self.win_defs: dict[str, str] = {}   # windowed index name -> its definition
         self.pos = {}
         for c in "bmnk":
             for i, d in enumerate(plan.order[c]):
@@ -92,6 +95,13 @@ class _Emitter:
         else:
             raise AssertionError(c)
         self.need.add(name)
+        w = self.p.window
+        if self.win is not None and d in w.strides:
+            # the full-size position of this window element: pooled position * stride + offset
+            off = w.offsets()[self.win][d]
+            wname = f"{name}_w{self.win}"
+            self.win_defs[wname] = f"{name} * {w.strides[d]}" + (f" + {off}" if off else "")
+            return wname
         return name
 
     def lin_text(self, lin, ctx: str) -> str:
@@ -123,7 +133,14 @@ class _Emitter:
 
     def value(self, v, idx: tuple, ctx: str) -> _Val:
         """Triton value of tensor `v` at index `idx` (a Lin per dim of v) in context `ctx`."""
-        key = (ctx, tuple(self.inside))  # loads under a pad are masked: not the same value
+        if self.win is not None and not any(d in self.p.window.strides for lin in idx for d in lin.dims()):
+            # not along the window: the same value for every window element, evaluated once
+            w, self.win = self.win, None
+            try:
+                return self.value(v, idx, ctx)
+            finally:
+                self.win = w
+        key = (ctx, tuple(self.inside), self.win)  # loads under a pad are masked: not the same value
         for mv, midx, mkey, val in self.memo:
             if mkey == key and midx == idx and mv == v:
                 return val
@@ -144,9 +161,12 @@ class _Emitter:
             if ctx != "e" or idx != p.acc_layout:
                 raise CodegenError(op, "the contraction result is read at a position other than the one computed")
             ty = _elem(v)
-            text = "acc" if ty == self.acc_ty else f"acc.to({_TL[ty]})"
+            acc = "acc" if p.window is None else f"acc_w{self.win}"
+            text = acc if ty == self.acc_ty else f"{acc}.to({_TL[ty]})"
             name = self.line("e", {"m", "n"}, text, "c")
             return _Val(name, ty, frozenset({"m", "n"}))
+        if p.window is not None and op == p.window.op:
+            return self.pooled(op, idx, ctx)
         if op.name == "linalg.generic":
             return self.generic(op, ir.OpResult(v).result_number, idx, ctx)
         if op.name == "tensor.pad":
@@ -162,6 +182,40 @@ class _Emitter:
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")
+
+    def pooled(self, op, idx: tuple, ctx: str) -> _Val:
+        """The pooling at pooled position `idx`: its combiner folded over the epilogue's value at
+        every window element (each from its own accumulator), starting from its init."""
+        p = self.p
+        if ctx != "e" or self.win is not None:
+            raise CodegenError(op, "a pooling read other than by the epilogue")
+        n_in = len(op.opview.inputs)
+        body = op.regions[0].blocks[0]
+        comb = _as_op(list(body.operations)[0])
+        out_arg, in_arg = body.arguments[n_in], body.arguments[0]
+        acc = self.value(op.opview.outputs[0], idx, ctx)
+        identity = _pat.COMBINERS[comb.name]
+        if acc.const is not None and (acc.const == identity or (math.isnan(identity) and math.isnan(acc.const))):
+            acc = None  # the combiner's identity (max pooling's -inf): start from the first element
+        src_lay = _get(p.layouts, op.operands[0])
+        self.frames.append({"header": f"# pooling: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
+        try:
+            for w in range(p.windows):
+                self.win = w
+                try:
+                    v = self.value(op.operands[0], src_lay, ctx)
+                finally:
+                    self.win = None
+                if acc is None:
+                    acc = v
+                    continue
+                ins = [acc if x == out_arg else v if x == in_arg else None for x in comb.operands]
+                if any(x is None for x in ins):
+                    raise CodegenError(op, "pooling body reads something other than its input and output")
+                acc = self.scalar_op(comb, ins, None, ctx)
+        finally:
+            self.frames.pop()
+        return acc
 
     def pad(self, op, idx: tuple, ctx: str) -> _Val:
         """A constant `tensor.pad` of a kernel argument at `idx`: the unpadded tensor loaded at
@@ -471,8 +525,6 @@ class _Emitter:
         wide_acc = "f64" in (ta, tb)
         self.acc_ty = "f64" if wide_acc else "f32"
         acc_tl = _TL[self.acc_ty]
-        a = self.operand("a")
-        b = self.operand("b")
         # operand types for tl.dot
         if wide_acc:
             dt = "f64"
@@ -480,22 +532,41 @@ class _Emitter:
             dt = ta
         else:
             dt = "f32"
-        at = a.text if a.ty == dt else self.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
-        bt = b.text if b.ty == dt else self.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
         prec = ', input_precision="ieee"' if dt in ("f32", "f64") else ""
+
+        def tile(side: str, w) -> str:
+            self.win = w
+            try:
+                v = self.operand(side)
+            finally:
+                self.win = None
+            return v.text if v.ty == dt else self.line(side, {"k"}, f"{v.text}.to({_TL[dt]})", side)
+
+        # a pooling epilogue: one accumulator per window element, each from the windowed factor's
+        # tile at shifted positions and the other factor's tile, loaded once
+        wins = list(range(p.windows)) if p.window is not None else [None]
+        side = p.window.side if p.window is not None else None
+        a_tiles = [tile("a", w) for w in wins] if side == "m" else [tile("a", None)] * len(wins)
+        b_tiles = [tile("b", w) for w in wins] if side == "n" else [tile("b", None)] * len(wins)
 
         # accumulator init from the contraction's outs operand
         outs = p.gen.opview.outputs[0]
-        init = self.value(outs, p.acc_layout, "init")
-        if init.const is not None:
-            acc_line = f"acc = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, self.acc_ty), acc_tl)}"
-        else:
-            t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
-            acc_line = (f"acc = {t}" if set(init.cls) == {"m", "n"}
-                        else f"acc = tl.broadcast_to({t}, (BLOCK_M, BLOCK_N))")
         self.pre.append(f"# accumulator: outs of the contraction at {_loc(p.gen)}")
-        self.pre.append(acc_line)
-        self.loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
+        for w, at, bt in zip(wins, a_tiles, b_tiles):
+            acc = "acc" if w is None else f"acc_w{w}"
+            self.win = w
+            try:
+                init = self.value(outs, p.acc_layout, "init")
+            finally:
+                self.win = None
+            if init.const is not None:
+                acc_line = f"{acc} = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, self.acc_ty), acc_tl)}"
+            else:
+                t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
+                acc_line = (f"{acc} = {t}" if set(init.cls) == {"m", "n"}
+                            else f"{acc} = tl.broadcast_to({t}, (BLOCK_M, BLOCK_N))")
+            self.pre.append(acc_line)
+            self.loop.append(f"{acc} = tl.dot({at}, {bt}, {acc}{prec})")
 
         return self.assemble(self.stores())
 
@@ -589,6 +660,7 @@ class _Emitter:
         body += self.index_defs("b", "pid_b")
         body += self.index_defs("m", "offs_m[:, None]")
         body += self.index_defs("n", "offs_n[None, :]")
+        body += [f"{name} = {text}  # window element {name.rsplit('_w', 1)[1]}" for name, text in self.win_defs.items()]
         if "mask_m" in self.need:
             body.append(f"mask_m = offs_m[:, None] < {M}")
         if "mask_n" in self.need:

@@ -8,6 +8,7 @@ import numpy as np
 from torch_mlir import ir
 
 from . import body as _body
+from . import patterns as _pat
 from .contraction_ir import (
     Lin, _as_op, _const_of, _dim_pos, _dims_of, _elem, _is_float, _is_shaped, _iterators, _lin,
     _maps, _producer, _shape, kernel_parts,
@@ -32,6 +33,11 @@ class _Plan:
     acc_layout: tuple              # Lin per dim of the contraction's result
     layouts: dict = field(default_factory=dict)   # value -> Lin per tensor dim (output-domain values)
     dot_types: tuple = ("f32", "f32")
+    window: "_Window | None" = None  # a pooling of the epilogue computed per window element
+
+    @property
+    def windows(self) -> int:
+        return self.window.count if self.window is not None else 1
 
     def extent(self, c: str) -> int:
         return int(np.prod([self.sizes[d] for d in self.order[c]], dtype=np.int64)) if self.order[c] else 1
@@ -51,6 +57,28 @@ class _Plan:
     @property
     def B(self):
         return self.extent("b")
+
+
+@dataclass
+class _Window:
+    """A pooling over the epilogue (fusion's try_join_window): output dim `d` of the contraction
+    holds pooled positions; window element `(o_d, ...)` is the product at `d * stride + o_d`."""
+    op: object                     # the pooling generic
+    strides: dict                  # contraction dim -> stride
+    extents: dict                  # contraction dim -> window size
+    full: set                      # values over the full-size output (before the pooling)
+    side: str = ""                 # "m" or "n": the tile axis the windowed dims are on
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(list(self.extents.values()), dtype=np.int64))
+
+    def offsets(self) -> list[dict]:
+        """Every window element, as {dim: offset}."""
+        out = [{}]
+        for d, k in self.extents.items():
+            out = [{**o, d: i} for o in out for i in range(k)]
+        return out
 
 
 # tensor.pad (a convolution's zero padding), tensor.concat and tensor.insert_slice (a transposed
@@ -261,7 +289,7 @@ def _analyze(kernel) -> _Plan:
         if op.name == "arith.constant" and _is_shaped(op.results[0]):
             raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
     gens = [op for op in ops if op.name == "linalg.generic"]
-    contr = [op for op in gens if "reduction" in _iterators(op)]
+    contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
@@ -269,6 +297,21 @@ def _analyze(kernel) -> _Plan:
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
+    pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]
+    if pools and (plan.window is None or len(pools) > 1):
+        raise CodegenError(pools[-1], "a pooling inside a contraction kernel that is not over its output")
+    if plan.window is not None:
+        w = plan.window
+        sides = {plan.cls[d] for d in w.strides}
+        if len(sides) != 1 or not sides <= {"m", "n"}:
+            raise CodegenError(w.op, "pooling window along dims of both factors or of the batch")
+        w.side = sides.pop()
+        pooled = _shape(w.op.results[0])
+        out_lay = _get(layouts, w.op.results[0])
+        for j, lin in enumerate(out_lay):
+            d = lin.terms[0][0] if not lin.is_const() else None
+            if d in w.strides:
+                plan.sizes[d] = pooled[j]  # the kernel's output domain is the pooled one
 
     want = sorted(d for d, c in plan.cls.items() if c in "bmn")
     acc_shape = _shape(gen.results[0])
@@ -279,6 +322,8 @@ def _analyze(kernel) -> _Plan:
             layouts[r] = plan.acc_layout
         if not _known(layouts, r):
             raise CodegenError(_producer(r) or func, "kernel result is not computed over the contraction's output")
+        if plan.window is not None and any(r == v for v in plan.window.full):
+            raise CodegenError(_producer(r) or func, "kernel result of full size beside a pooling of it")
         lay = _get(layouts, r)
         got = sorted(d for lin in lay for d in lin.dims())
         if got != want or any(not (lin.is_const() or (len(lin.terms) == 1 and lin.terms[0][1] == 1)) for lin in lay):
@@ -310,7 +355,13 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         if not chain:
             continue
         if "reduction" in _iterators(op):
-            raise CodegenError(op, "a reduction over the contraction's result cannot be fused as an epilogue")
+            win = _pat.pooling_window(op)
+            if win is None or plan.window is not None or not any(v == op.operands[0] for v, _ in chain):
+                raise CodegenError(op, "a reduction over the contraction's result cannot be fused as an epilogue")
+            plan.window = _pool_layout(plan, op, win, layouts)
+            continue
+        if plan.window is not None and any(any(v == f for f in plan.window.full) for v, _ in chain):
+            raise CodegenError(op, "epilogue after a pooling reads the full-size values before it")
         g_env = [None] * len(_iterators(op))
         for v, mp in chain:
             lay = _get(layouts, v)
@@ -333,6 +384,38 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         for r, res in enumerate(op.results):
             layouts[res] = tuple(_lin(e, g_env, op) for e in g_maps[len(gview.inputs) + r].results)
     return layouts
+
+
+def _pool_layout(plan: _Plan, op, win, layouts: dict) -> _Window:
+    """The pooling `op`'s result placed on the contraction's output dims (a pooled position per
+    dim); the pooled tensor must sit on pure output dims."""
+    src_lay = _get(layouts, op.operands[0])
+    strides, extents, by_pool_dim = {}, {}, {}
+    for (p, s, r, k), lin in zip(win.dims, src_lay):
+        if lin.is_const():
+            if r is not None and k > 1:
+                raise CodegenError(op, "pooling window along a size-1 dim of the output")
+            continue
+        if len(lin.terms) != 1 or lin.terms[0][1] != 1 or lin.const:
+            raise CodegenError(op, "pooling of a value that is not on the output's dims")
+        d = lin.terms[0][0]
+        by_pool_dim[p] = Lin.dim(d)
+        if r is not None:
+            strides[d], extents[d] = s, k
+    out_map = _maps(op)[len(op.opview.inputs)]
+    sizes = _loop_sizes(op)
+    out_lay = []
+    for e in out_map.results:
+        p = _dim_pos(e)
+        if p in by_pool_dim:
+            out_lay.append(by_pool_dim[p])
+        elif sizes[p] == 1:
+            out_lay.append(Lin.cst(0))
+        else:
+            raise CodegenError(op, "pooled dim not tied to the contraction's output")
+    layouts[op.results[0]] = tuple(out_lay)
+    full = {v for v in layouts if not any(v == r for r in op.results)}
+    return _Window(op, strides, extents, full)
 
 
 def unit_view_index(idx: tuple, src_shape, dst_shape):

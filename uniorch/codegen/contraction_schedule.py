@@ -46,6 +46,14 @@ def _schedule(plan: _Plan, target: str) -> dict:
             bm, bn, bk = _fit(M, 16, 128), _fit(N, 16, 128), _fit(K, 16, 64)
         else:        # fp32 "ieee" (and fp64) dots run on FMA units: smaller tiles
             bm, bn, bk = _fit(M, 16, 64), _fit(N, 16, 64), _fit(K, 16, 32)
+        # a pooling epilogue keeps one accumulator per window element: smaller tiles, so they
+        # stay in registers (at most twice the accumulator registers of one full-size tile)
+        limit = 2 * (128 * 128 if narrow else 64 * 64)
+        while plan.windows * bm * bn > limit and max(bm, bn) > 16:
+            if bm >= bn:
+                bm //= 2
+            else:
+                bn //= 2
         # threads per program by tile area; warps of 32 (NVIDIA) or wavefronts of 64 (AMD)
         area = bm * bn
         threads = 256 if area >= 128 * 128 else 128 if area >= 64 * 64 else 64 if area >= 32 * 32 else 32

@@ -441,3 +441,77 @@ def reduction_combiners(op) -> list[tuple[str, ir.Value]] | None:
             return None
         result.append((op_of(comb).name, other))
     return result
+
+
+@dataclass(frozen=True)
+class PoolWindow:
+    """A pooling reduction `out[.., p, ..] = comb(out, x[.., p * stride + r, ..])` over one tensor
+    `x` (its input 0): per dim of x, `(pool loop dim, stride, window loop dim or None, window size)`."""
+
+    dims: tuple
+    combiner: str
+
+    @property
+    def windows(self) -> int:
+        n = 1
+        for _, _, r, k in self.dims:
+            n *= k if r is not None else 1
+        return n
+
+
+_POOL_COMBINERS = ("arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.addf")
+
+
+def pooling_window(op) -> PoolWindow | None:
+    """The window of a pooling generic whose windows do not overlap (each pooled position reads its
+    own `window <= stride` elements per dim, so a producer computed per window element is computed
+    once), or None. Other inputs may only give the window's shape (unused in the body)."""
+    o = op_of(op)
+    if not is_reduction(o) or len(o.results) != 1:
+        return None
+    combs = reduction_combiners(o)
+    blk = body(o)
+    if not combs or combs[0][0] not in _POOL_COMBINERS or combs[0][1] != blk.arguments[0]:
+        return None
+    if any(block_arg_used(o, i) for i in range(1, num_inputs(o))) or len(body_ops(o)) != 1:
+        return None
+    try:
+        maps, sizes = indexing_maps(o), loop_sizes(o)
+    except (ValueError, KeyError):
+        return None
+    iters = iterator_types(o)
+    out_map = maps[num_inputs(o)]
+    out_dims = [e.position for e in out_map.results if isinstance(e, ir.AffineDimExpr)]
+    if len(out_dims) != len(out_map.results) or sorted(out_dims) != [d for d, t in enumerate(iters) if t == "parallel"]:
+        return None
+    from .contraction_ir import Lin, _lin  # late: contraction_ir imports this module
+    from .source import CodegenError
+
+    env = [Lin.dim(d) for d in range(len(iters))]
+    dims, used = [], set()
+    for e in maps[0].results:
+        try:
+            lin = _lin(e, env, o)
+        except CodegenError:
+            return None
+        if lin.const:
+            return None
+        par = [(d, c) for d, c in lin.terms if iters[d] == "parallel"]
+        red = [(d, c) for d, c in lin.terms if iters[d] == "reduction"]
+        if len(par) != 1 or len(red) > 1 or par[0][0] in used:
+            return None
+        p, s = par[0]
+        if red:
+            r, c = red[0]
+            if c != 1 or r in used or sizes[r] > s:  # overlapping windows: elements read twice
+                return None
+            used.add(r)
+            dims.append((p, s, r, sizes[r]))
+        else:
+            if s != 1:
+                return None
+            dims.append((p, 1, None, 1))
+        used.add(p)
+    if any(t == "reduction" and d not in used for d, t in enumerate(iters)):
+        return None
+    return PoolWindow(tuple(dims), combs[0][0])
