@@ -97,6 +97,7 @@ class _Fusion:
         self.block = main.regions[0].blocks[0]
         self.max_ops = max_ops
         self.views = views
+        self.take_widening = False  # admissible: a pure widening may join its producer's kernel
 
     # -- the dependency graph between top-level ops ------------------------------------------------
     def top(self, op) -> ir.Operation | None:
@@ -184,6 +185,20 @@ class _Fusion:
                 self.scan_group(o, "sort")
             elif o.name == "tm_tensor.scatter" and _static(o):
                 self.new_group("scatter", o)
+        # a widening no reader took (one it could not take, e.g. a scale before attention's q):
+        # its producer's kernel widens after all, and grows on from there as it would have
+        for o in list(seeds(_widens)):
+            src = o.operands[0]
+            gid = None if isinstance(src.owner, ir.Block) else self.group_of.get(self.top(src.owner))
+            if o not in self.group_of and gid is not None and gid >= 0:
+                g = self.groups[gid]
+                self.take_widening = True
+                try:
+                    joined = self.try_join(g, o, "consumer")
+                finally:
+                    self.take_widening = False
+                if joined:
+                    self.grow(g)
         for o in list(seeds(pat.is_pointwise)):
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
@@ -366,6 +381,12 @@ class _Fusion:
 
     def admissible(self, g: _Group, x: ir.Operation, role: str) -> bool:
         if not pat.is_generic(x) or not _static(x) or not x.results:
+            return False
+        if role == "consumer" and g.kind != "pointwise" and not self.take_widening and _widens(x) and all(pat.is_generic(pat.op_of(u.owner)) for u in x.results[0].uses):
+            # a bf16 value widened for the generics reading it: their kernels widen it on load (a
+            # cheap producer, cloned into each), and this kernel stores it in 16 bits: half the
+            # bytes both ways. (Read through a reshape or returned, it stays here; pointwise
+            # groups grow after every reduction and contraction group took what it could.)
             return False
         if g.kind == "contraction":
             if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):
@@ -875,14 +896,16 @@ class _Fusion:
             anchor.attributes[KIND] = ir.StringAttr.get(g.kind)
 
 
-def _moves_or_widens(op) -> bool:
-    """Data movement, or data movement with a widening cast (a 16-bit k or v repeated and read in
-    fp32 by SDPA's decomposition): loaded through the contraction's index maps, cast in registers."""
-    if pat.is_data_movement(op):
-        return True
+def _widens(op) -> bool:
+    """A pointwise generic that only widens its one input (`extf`, through any maps)."""
     if not pat.is_pointwise(op) or len(pat.inputs(op)) != 1 or len(op.results) != 1:
         return False
     body = pat.body_ops(op)
-    y = pat.yield_op(op)
     return (len(body) == 1 and body[0].name == "arith.extf" and body[0].operands[0] == pat.body(op).arguments[0]
-            and y.operands[0] == body[0].results[0])
+            and pat.yield_op(op).operands[0] == body[0].results[0])
+
+
+def _moves_or_widens(op) -> bool:
+    """Data movement, or data movement with a widening cast (a 16-bit k or v repeated and read in
+    fp32 by SDPA's decomposition): loaded through the contraction's index maps, cast in registers."""
+    return pat.is_data_movement(op) or _widens(op)

@@ -28,7 +28,7 @@ from uniorch.codegen.attention_plan import MAX_HEAD_DIM, check_pair
 from uniorch.codegen.softmax_match import match_softmax
 
 from .base import Pass, PassContext
-from .fuse import DOMAIN, GROUP, KIND
+from .fuse import DOMAIN, GROUP, KIND, _widens
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
@@ -83,11 +83,22 @@ def _try_merge(block, c2) -> bool:
         if g is not None:
             members.setdefault(g, []).append(o)
     g_c = _group(c2)
+    base = members
     for probs in list(c2.opview.inputs):
-        g_b = _group(_producer(probs)) if _producer(probs) is not None else None
+        members = {g: list(ops_) for g, ops_ in base.items()}
+        p = _producer(probs)
+        moved = None
+        if p is not None and _group(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:
+            # bf16 probabilities widened for PV: fusion left the widening to PV's kernel (so a stored
+            # value stays 16-bit); here it belongs to the softmax
+            moved, p = p, _producer(p.operands[0])
+            members[g_c] = [o for o in members[g_c] if o != moved]
+        g_b = _group(p) if p is not None else None
         if g_b is None or g_b == g_c:
             continue
-        in_b = lambda o: _group(o) == g_b or (_group(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
+        if moved is not None:
+            members[g_b] = members[g_b] + [moved]
+        in_b = lambda o: _group(o) == g_b or (moved is not None and o == moved) or (_group(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
         sm = match_softmax(probs, in_b)
         if sm is None:
             continue
@@ -96,6 +107,11 @@ def _try_merge(block, c2) -> bool:
         g_a = _group(c1) if c1 is not None else None
         if s_op is None or g_a is None or g_a in (g_b, g_c) or _kind(c1) != "contraction":
             continue
+        if _group(s_op) == g_b and _widens(s_op):
+            # bf16 scores widened for the softmax: fusion leaves the widening to the softmax's
+            # kernel (so a stored value stays 16-bit); here it belongs to the scores' epilogue
+            members = {g: [o for o in ops_ if o != s_op] for g, ops_ in members.items()}
+            members[g_a] = members[g_a] + [s_op]
         b_ops = members[g_b] + _views(block, sm.ops)
         if not _only_used_by(members[g_a], None, b_ops):
             continue

@@ -20,6 +20,7 @@ from .base import Pass, PassContext
 from .ir_utils import main_func
 from .concat_pieces import hoist_concat_pieces
 from .narrow_compares import narrow_compares
+from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
@@ -50,3 +51,4 @@ class Preprocess(Pass):
             pad_after_collapse(main)  # pads meet the convolutions that read them
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             narrow_compares(main)
+            narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits

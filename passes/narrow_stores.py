@@ -1,0 +1,124 @@
+"""Results computed in a 16-bit type leave their generic in it; part of `uniorch-preprocess`.
+
+Why: a bf16 model's ops compute in fp32 and round to bf16 where eager would (`truncf`), and the
+next op widens again (`extf`). Upstream elementwise fusion pulls that `extf` into the producer, so
+a LayerNorm or a matmul's epilogue yields `extf(truncf(v))`: an f32 tensor holding bf16 values. If
+a kernel boundary falls there, twice the bytes go to memory and back. This pass splits the widening
+off again: the producer yields `truncf(v)` into a 16-bit tensor, and a one-op pointwise generic
+widens it. Fusion then puts the widening in whichever kernel reads the value (a contraction loads
+the 16-bit tile for `tl.dot` as it is), and the value is stored in 16 bits. Rounding happens at the
+same place as before, so results are bit for bit the same.
+"""
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import tensor
+
+from uniorch.codegen import patterns as pat
+
+_NARROW_TYPES = ("bf16", "f16")
+
+
+def narrow_stores(func_op: ir.Operation) -> None:
+    block = func_op.regions[0].blocks[0]
+    for op in [o.operation for o in block.operations]:
+        if pat.is_pointwise(op) and op.results:
+            widened = _widened_results(op)
+            if widened:
+                _split(op, widened)
+
+
+def _widened_results(op: ir.Operation) -> dict:
+    """{result number: the 16-bit body value it widens} for results yielding `extf(v)`, v computed
+    in the body (not an input passed through) and the result's outs argument unread."""
+    blk = pat.body(op)
+    n_in = pat.num_inputs(op)
+    out = {}
+    for r, y in enumerate(pat.yield_op(op).operands):
+        if isinstance(y.owner, ir.Block):
+            continue
+        ext = pat.op_of(y.owner)
+        if ext.name != "arith.extf":
+            continue
+        v = ext.operands[0]
+        if str(v.type) not in _NARROW_TYPES or isinstance(v.owner, ir.Block):
+            continue
+        if list(blk.arguments[n_in + r].uses):
+            continue
+        out[r] = v
+    return out
+
+
+def _split(op: ir.Operation, widened: dict) -> None:
+    blk = pat.body(op)
+    n_in = pat.num_inputs(op)
+    ins, outs = pat.inputs(op), pat.outputs(op)
+    maps = pat.indexing_maps(op)
+    loc = op.location
+    with ir.InsertionPoint(op), loc:
+        new_outs, new_types = [], []
+        for r, (o, res) in enumerate(zip(outs, op.results)):
+            if r in widened:
+                shape = list(ir.RankedTensorType(res.type).shape)
+                nt = widened[r].type
+                new_outs.append(tensor.EmptyOp(shape, nt).result)
+                new_types.append(ir.RankedTensorType.get(shape, nt))
+            else:
+                new_outs.append(o)
+                new_types.append(res.type)
+        attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
+        new = ir.Operation.create("linalg.generic", results=new_types, operands=list(ins) + new_outs,
+                                  attributes=attrs, regions=1)
+        types = [a.type for a in blk.arguments[:n_in]] + [ir.RankedTensorType(t).element_type for t in new_types]
+        nb = new.regions[0].blocks.append(*types, arg_locs=[loc] * len(types))
+        mapping = {blk.arguments[i]: nb.arguments[i] for i in range(n_in)}
+        for r in range(len(outs)):
+            if r not in widened:
+                mapping[blk.arguments[n_in + r]] = nb.arguments[n_in + r]
+        yop = pat.yield_op(op)
+        dead = [pat.op_of(yop.operands[r].owner) for r in widened]  # the widenings, unless read elsewhere
+        dead = [e for e in dead if all(pat.op_of(u.owner) == yop for u in e.results[0].uses)]
+        with ir.InsertionPoint(nb):
+            body = [o.operation for o in blk.operations]
+            for o in body[:-1]:
+                if any(o == e for e in dead):
+                    continue
+                c = pat.op_of(o.clone())
+                for i, v in enumerate(c.operands):
+                    if v in mapping:
+                        c.operands[i] = mapping[v]
+                for r_old, r_new in zip(o.results, c.results):
+                    mapping[r_old] = r_new
+            yields = [mapping[widened[r]] if r in widened else mapping.get(v, v)
+                      for r, v in enumerate(pat.yield_op(op).operands)]
+            ir.Operation.create("linalg.yield", operands=yields, loc=pat.yield_op(op).location)
+        replacements = []
+        for r, res in enumerate(op.results):
+            if r in widened:
+                replacements.append(_widen(new.results[r], res.type, maps[n_in + r], loc))
+            else:
+                replacements.append(new.results[r])
+    for res, rep in zip(op.results, replacements):
+        res.replace_all_uses_with(rep)
+    op.erase()
+
+
+def _widen(v: ir.Value, wide: ir.Type, out_map: ir.AffineMap, loc) -> ir.Value:
+    """A pointwise generic `extf(v)` into a fresh tensor of type `wide`."""
+    rank = ir.RankedTensorType(wide).rank
+    ident = ir.AffineMap.get_identity(rank)
+    shape = list(ir.RankedTensorType(wide).shape)
+    et = ir.RankedTensorType(wide).element_type
+    empty = tensor.EmptyOp(shape, et).result
+    g = ir.Operation.create(
+        "linalg.generic", results=[wide], operands=[v, empty],
+        attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
+                    "iterator_types": ir.Attribute.parse(
+                        "[" + ", ".join(["#linalg.iterator_type<parallel>"] * rank) + "]"),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
+        regions=1)
+    nb = g.regions[0].blocks.append(ir.RankedTensorType(v.type).element_type, et, arg_locs=[loc, loc])
+    with ir.InsertionPoint(nb):
+        e = ir.Operation.create("arith.extf", results=[et], operands=[nb.arguments[0]])
+        ir.Operation.create("linalg.yield", operands=[e.results[0]])
+    return g.results[0]

@@ -1,0 +1,80 @@
+"""A bf16 model's values cross kernel boundaries in bf16 (passes/narrow_stores.py, and fusion
+leaving a widening to the kernel that reads it): a LayerNorm, a matmul's epilogue or a residual
+sum stores 16-bit values, not fp32 copies of them, and the reader widens on load. Bytes from
+`uniorch.explain`, numerics against eager on fresh inputs, attention still one flash kernel."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+
+
+def _run(model, *xs):
+    model = model.eval().to(torch.bfloat16)
+    xs = tuple(x.to(torch.bfloat16) for x in xs)
+    rep = uniorch.explain(model, *xs, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    cm = uniorch.compile(model, target="interpret")
+    fresh = tuple(torch.randn_like(x) for x in xs)
+    with torch.no_grad():
+        got, want = cm(*fresh), model(*fresh)
+    assert got.dtype == want.dtype == torch.bfloat16
+    err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+    assert err <= 1e-2, err
+    return rep
+
+
+class _NormLinearNorm(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln1, self.lin, self.ln2 = nn.LayerNorm(d), nn.Linear(d, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln2(self.lin(self.ln1(x)) + x)
+
+
+def test_norm_and_matmul_outputs_stay_bf16():
+    torch.manual_seed(0)
+    rep = _run(_NormLinearNorm(), torch.randn(2, 9, 32))
+    act = 2 * 9 * 32 * 2  # one bf16 activation
+    # every kernel writes bf16 activations: the norm's output and the residual sum, never an fp32 copy
+    for k in rep.kernels:
+        assert k.bytes_written <= act, (k.name, k.bytes_written)
+
+
+class _Block(nn.Module):
+    """Pre-norm attention block, written out: norm → qkv → softmax(q kᵀ) v → out + residual."""
+
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.h = h
+        self.ln, self.qkv, self.out = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, -1)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        p = torch.softmax(q @ k.transpose(-1, -2) / (d // self.h) ** 0.5, -1)
+        return x + self.out((p @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def test_attention_block_bf16_fewer_bytes_one_flash_kernel():
+    torch.manual_seed(1)
+    rep = _run(_Block(), torch.randn(2, 16, 32))
+    kinds = [k.kind for k in rep.kernels]
+    assert kinds.count("attention") == 1, kinds
+    act = 2 * 16 * 32 * 2
+    for k in rep.kernels:
+        # the qkv projection writes q, k and v (3 activations); nothing writes an fp32 activation
+        assert k.bytes_written <= 3 * act, (k.name, k.bytes_written)
+
+
+@pytest.mark.parametrize("act", [nn.GELU(), nn.SiLU()])
+def test_mlp_hidden_stays_bf16(act):
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(32, 64), act, nn.Linear(64, 32), nn.LayerNorm(32))
+    rep = _run(model, torch.randn(4, 8, 32))
+    hidden = 4 * 8 * 64 * 2
+    assert max(k.bytes_written for k in rep.kernels) <= hidden
+
