@@ -382,6 +382,11 @@ class _Fusion:
     def admissible(self, g: _Group, x: ir.Operation, role: str) -> bool:
         if not pat.is_generic(x) or not _static(x) or not x.results:
             return False
+        if role == "producer" and _rounds(x) and not isinstance(x.operands[0].owner, ir.Block) \
+                and pat.is_generic(pat.op_of(x.operands[0].owner)):
+            # the 16-bit rounding of a value computed by another generic (a matmul's accumulator)
+            # rides on that generic's kernel, which then stores 16 bits, not the f32 value
+            return False
         if role == "consumer" and g.kind != "pointwise" and not self.take_widening and _widens(x) and all(pat.is_generic(pat.op_of(u.owner)) for u in x.results[0].uses):
             # a bf16 value widened for the generics reading it: their kernels widen it on load (a
             # cheap producer, cloned into each), and this kernel stores it in 16 bits: half the
@@ -902,6 +907,15 @@ def _widens(op) -> bool:
         return False
     body = pat.body_ops(op)
     return (len(body) == 1 and body[0].name == "arith.extf" and body[0].operands[0] == pat.body(op).arguments[0]
+            and pat.yield_op(op).operands[0] == body[0].results[0])
+
+
+def _rounds(op) -> bool:
+    """A pointwise generic that only rounds its one input to a narrower float (`truncf`)."""
+    if not pat.is_pointwise(op) or len(pat.inputs(op)) != 1 or len(op.results) != 1:
+        return False
+    body = pat.body_ops(op)
+    return (len(body) == 1 and body[0].name == "arith.truncf" and body[0].operands[0] == pat.body(op).arguments[0]
             and pat.yield_op(op).operands[0] == body[0].results[0])
 
 

@@ -8,6 +8,11 @@ off again: the producer yields `truncf(v)` into a 16-bit tensor, and a one-op po
 widens it. Fusion then puts the widening in whichever kernel reads the value (a contraction loads
 the 16-bit tile for `tl.dot` as it is), and the value is stored in 16 bits. Rounding happens at the
 same place as before, so results are bit for bit the same.
+
+The mirror case: an f32 value every reader rounds to 16 bits first (a matmul's accumulator read by
+`silu(g) * u`, a convolution's by BatchNorm inside a pooling) is rounded by a one-op generic right
+after it and the readers take the 16-bit tensor; fusion puts that rounding in the producer's kernel
+(passes/fuse.py never takes it as another kernel's producer), which then stores 16 bits.
 """
 from __future__ import annotations
 
@@ -26,6 +31,133 @@ def narrow_stores(func_op: ir.Operation) -> None:
             widened = _widened_results(op)
             if widened:
                 _split(op, widened)
+    changed = True
+    while changed:  # readers are rebuilt: look again from the top after each rewrite
+        changed = False
+        for op in [o.operation for o in block.operations]:
+            if not pat.is_generic(op):
+                continue
+            for res in op.results:
+                narrow = _narrowed_by_every_reader(res)
+                if narrow is not None:
+                    _narrow_at_source(res, narrow)
+                    changed = True
+                    break
+            if changed:
+                break
+
+
+def _truncations(user: ir.Operation, i: int):
+    """The 16-bit type every use of input `i`'s block argument in `user`'s body truncates it to
+    (None if some use does something else)."""
+    arg = pat.body(user).arguments[i]
+    uses = [pat.op_of(u.owner) for u in arg.uses]
+    if not uses or any(o.name != "arith.truncf" for o in uses):
+        return None
+    types = {str(o.results[0].type) for o in uses}
+    return types.pop() if len(types) == 1 and next(iter(types)) in _NARROW_TYPES else None
+
+
+def _narrowed_by_every_reader(v: ir.Value):
+    """The 16-bit type, if `v` (f32) is read only as inputs of generics that truncate it first
+    (a matmul's f32 accumulator, rounded to bf16 by the op reading it): then it can be rounded
+    where it is computed and stored in 16 bits."""
+    if str(ir.RankedTensorType(v.type).element_type) != "f32" or not ir.RankedTensorType(v.type).has_static_shape:
+        return None
+    found, readers = set(), []
+    for u in v.uses:
+        user = pat.op_of(u.owner)
+        if pat.is_assert_only(user):
+            continue  # a shape check, erased before fusion
+        if not pat.is_generic(user) or u.operand_number >= pat.num_inputs(user):
+            return None
+        t = _truncations(user, u.operand_number)
+        if t is None:
+            return None
+        found.add(t)
+        readers.append(user)
+    if all(_only_rounds(r) for r in readers):
+        return None  # already rounded right where it is computed
+    return found.pop() if len(found) == 1 else None
+
+
+def _only_rounds(op: ir.Operation) -> bool:
+    """A pointwise generic that only rounds its one input (`truncf`)."""
+    body = pat.body_ops(op)
+    return (pat.is_pointwise(op) and len(pat.inputs(op)) == 1 and len(body) == 1
+            and body[0].name == "arith.truncf" and pat.yield_op(op).operands[0] == body[0].results[0])
+
+
+def _narrow_at_source(v: ir.Value, narrow: str) -> None:
+    """`v` rounded by a pointwise generic of its own right after it; its readers take the rounded
+    tensor, their truncations replaced by the block argument."""
+    users = [(pat.op_of(u.owner), u.operand_number) for u in v.uses if not pat.is_assert_only(pat.op_of(u.owner))]
+    shape = list(ir.RankedTensorType(v.type).shape)
+    producer = pat.op_of(v.owner)
+    with ir.InsertionPoint.after(producer), producer.location:
+        et = ir.Type.parse(narrow)
+        empty = tensor.EmptyOp(shape, et).result
+        rank = len(shape)
+        ident = ir.AffineMap.get_identity(rank)
+        g = ir.Operation.create(
+            "linalg.generic", results=[ir.RankedTensorType.get(shape, et)], operands=[v, empty],
+            attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
+                        "iterator_types": ir.Attribute.parse(
+                            "[" + ", ".join(["#linalg.iterator_type<parallel>"] * rank) + "]"),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
+            regions=1)
+        nb = g.regions[0].blocks.append(ir.F32Type.get(), et, arg_locs=[producer.location] * 2)
+        with ir.InsertionPoint(nb):
+            t = ir.Operation.create("arith.truncf", results=[et], operands=[nb.arguments[0]])
+            ir.Operation.create("linalg.yield", operands=[t.results[0]])
+    rounded = g.results[0]
+    by_user = []
+    for user, i in users:
+        entry = next((e for e in by_user if e[0] == user), None)
+        if entry is None:
+            by_user.append((user, [i]))
+        elif i not in entry[1]:
+            entry[1].append(i)
+    for user, idx in by_user:
+        _reread(user, idx, rounded)
+
+
+def _reread(op: ir.Operation, idx: list, rounded: ir.Value) -> None:
+    """`op` with inputs `idx` replaced by `rounded` (16-bit): their block arguments take that
+    type and replace the truncations of them."""
+    blk = pat.body(op)
+    operands = list(op.operands)
+    for i in idx:
+        operands[i] = rounded
+    attrs = {op.attributes[k].name: op.attributes[k].attr for k in range(len(op.attributes))}
+    loc = op.location
+    with ir.InsertionPoint(op), loc:
+        new = ir.Operation.create("linalg.generic", results=[r.type for r in op.results], operands=operands,
+                                  attributes=attrs, regions=1)
+        types = [a.type for a in blk.arguments]
+        for i in idx:
+            types[i] = ir.RankedTensorType(rounded.type).element_type
+        nb = new.regions[0].blocks.append(*types, arg_locs=[loc] * len(types))
+        mapping = {a: b for a, b in zip(blk.arguments, nb.arguments)}
+        truncs = []
+        for i in idx:
+            for u in blk.arguments[i].uses:
+                t = pat.op_of(u.owner)
+                truncs.append(t)
+                mapping[t.results[0]] = nb.arguments[i]
+        with ir.InsertionPoint(nb):
+            for o in [x.operation for x in blk.operations]:
+                if any(o == t for t in truncs):
+                    continue
+                c = pat.op_of(o.clone())
+                for k, w in enumerate(c.operands):
+                    if w in mapping:
+                        c.operands[k] = mapping[w]
+                for r_old, r_new in zip(o.results, c.results):
+                    mapping[r_old] = r_new
+    for r_old, r_new in zip(op.results, new.results):
+        r_old.replace_all_uses_with(r_new)
+    op.erase()
 
 
 def _widened_results(op: ir.Operation) -> dict:

@@ -78,3 +78,37 @@ def test_mlp_hidden_stays_bf16(act):
     hidden = 4 * 8 * 64 * 2
     assert max(k.bytes_written for k in rep.kernels) <= hidden
 
+
+
+class _SwiGLU(nn.Module):
+    def __init__(self, d=32, h=64):
+        super().__init__()
+        self.g, self.u, self.d = (nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False),
+                                  nn.Linear(h, d, bias=False))
+
+    def forward(self, x):
+        return self.d(F.silu(self.g(x)) * self.u(x))
+
+
+def test_gated_mlp_projections_store_bf16():
+    """The up projection's accumulator is rounded to bf16 by the op reading it (silu(g) * u):
+    the rounding moves into the up projection's kernel (narrow_stores' readers' truncations,
+    fuse's rounding producers), which stores bf16, not its f32 accumulator."""
+    torch.manual_seed(4)
+    rep = _run(_SwiGLU(), torch.randn(2, 8, 32))
+    hidden = 2 * 8 * 64 * 2
+    for k in rep.kernels:
+        assert k.bytes_written <= hidden, (k.name, k.bytes_written)
+
+
+def test_conv_rounded_by_its_reader_stores_bf16():
+    """conv → BN → ReLU6 → global average pool: the reduction's body rounds the conv's f32
+    accumulator first; the conv kernel now stores the rounded bf16 tensor."""
+    torch.manual_seed(5)
+    bn = nn.BatchNorm2d(16)
+    bn.running_var.uniform_(0.5, 2.0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), bn, nn.ReLU6(),
+                          nn.AdaptiveAvgPool2d(1))
+    rep = _run(model, torch.randn(2, 8, 8, 8))
+    conv = [k for k in rep.kernels if k.kind == "contraction"]
+    assert len(conv) == 1 and conv[0].bytes_written == 2 * 16 * 4 * 4 * 2, [(k.name, k.bytes_written) for k in rep.kernels]
