@@ -303,7 +303,13 @@ class _Fusion:
             views = self.view_candidates(g)
             if g.kind == "contraction":  # an iota behind a unit view read by the epilogue (a mask's
                 # positions), not by the factors' prologue, whose loads take no views
-                views = [(x, r, v) for x, r, v in views if r == "producer" and pat.is_fill(x)]
+                # and a pointwise consumer behind a unit view that a pooling reads (Conv1d → ReLU →
+                # MaxPool1d: the pool works on an unsqueezed 2-d view), so the pool can follow
+                views = [(x, r, v) for x, r, v in views if (r == "producer" and pat.is_fill(x))
+                         or (r == "consumer" and pat.is_pointwise(x) and x.results
+                             and any(pat.is_generic(pat.op_of(u.owner))
+                                     and pat.pooling_window(pat.op_of(u.owner)) is not None
+                                     for u in x.results[0].uses))]
                 if views:  # the walk back from the anchor only when there is something to judge
                     before = self._before_anchor(g)
                     views = [(x, r, v) for x, r, v in views
@@ -636,8 +642,8 @@ class _Fusion:
         exprs = g.layout.result_exprs(self.top(src.owner), ir.OpResult(src).result_number)
         factors = [set().union(*[e.dims() for e in g.layout.operand_exprs(a, i)]) for i in range(pat.num_inputs(a))]
         sides = set()
-        for (_, _, r, _), e in zip(win.dims, exprs):
-            if r is None:
+        for (_, _, r, k), e in zip(win.dims, exprs):
+            if r is None or k == 1:
                 continue
             d = e.pure_dim()
             if d is None or d not in g.layout.domain.parallel:

@@ -70,6 +70,28 @@ def test_pool_then_activation_joins():
     assert [k.kind for k in rep.kernels] == ["contraction"]
 
 
+class _LinearPool(nn.Module):
+    """A Linear over tokens, then a max pool along the sequence (windows on the matmul's rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 16)
+
+    def forward(self, x):
+        return F.max_pool1d(F.gelu(self.lin(x)).transpose(1, 2), 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model,shape", [
+    (nn.Sequential(nn.Conv1d(3, 8, 3), nn.ReLU(), nn.MaxPool1d(2)), (2, 3, 17)),  # through a 2-d view
+    (_LinearPool(), (2, 6, 8)),
+], ids=["conv1d", "linear-rows"])
+def test_one_dim_pools_ride_on_their_producer(model, shape, dtype):
+    torch.manual_seed(6)
+    rep = _run(model, torch.randn(*shape), dtype)
+    assert [k.kind for k in rep.kernels] == ["contraction"]
+
+
 class _ConvAndPool(nn.Module):
     """The activation is read by the pooling and by a sum: it must be written anyway."""
 
