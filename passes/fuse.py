@@ -909,20 +909,12 @@ class _Fusion:
 
 def _widens(op) -> bool:
     """A pointwise generic that only widens its one input (`extf`, through any maps)."""
-    if not pat.is_pointwise(op) or len(pat.inputs(op)) != 1 or len(op.results) != 1:
-        return False
-    body = pat.body_ops(op)
-    return (len(body) == 1 and body[0].name == "arith.extf" and body[0].operands[0] == pat.body(op).arguments[0]
-            and pat.yield_op(op).operands[0] == body[0].results[0])
+    return pat.is_cast_only(op, "arith.extf")
 
 
 def _rounds(op) -> bool:
     """A pointwise generic that only rounds its one input to a narrower float (`truncf`)."""
-    if not pat.is_pointwise(op) or len(pat.inputs(op)) != 1 or len(op.results) != 1:
-        return False
-    body = pat.body_ops(op)
-    return (len(body) == 1 and body[0].name == "arith.truncf" and body[0].operands[0] == pat.body(op).arguments[0]
-            and pat.yield_op(op).operands[0] == body[0].results[0])
+    return pat.is_cast_only(op, "arith.truncf")
 
 
 def _moves_or_widens(op) -> bool:

@@ -21,6 +21,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .split_prologue import _clone_into, _parallel
+
 _NARROW_TYPES = ("bf16", "f16")
 
 
@@ -76,16 +78,9 @@ def _narrowed_by_every_reader(v: ir.Value):
             return None
         found.add(t)
         readers.append(user)
-    if all(_only_rounds(r) for r in readers):
+    if all(pat.is_cast_only(r, "arith.truncf") for r in readers):
         return None  # already rounded right where it is computed
     return found.pop() if len(found) == 1 else None
-
-
-def _only_rounds(op: ir.Operation) -> bool:
-    """A pointwise generic that only rounds its one input (`truncf`)."""
-    body = pat.body_ops(op)
-    return (pat.is_pointwise(op) and len(pat.inputs(op)) == 1 and len(body) == 1
-            and body[0].name == "arith.truncf" and pat.yield_op(op).operands[0] == body[0].results[0])
 
 
 def _narrow_at_source(v: ir.Value, narrow: str) -> None:
@@ -95,22 +90,7 @@ def _narrow_at_source(v: ir.Value, narrow: str) -> None:
     shape = list(ir.RankedTensorType(v.type).shape)
     producer = pat.op_of(v.owner)
     with ir.InsertionPoint.after(producer), producer.location:
-        et = ir.Type.parse(narrow)
-        empty = tensor.EmptyOp(shape, et).result
-        rank = len(shape)
-        ident = ir.AffineMap.get_identity(rank)
-        g = ir.Operation.create(
-            "linalg.generic", results=[ir.RankedTensorType.get(shape, et)], operands=[v, empty],
-            attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
-                        "iterator_types": ir.Attribute.parse(
-                            "[" + ", ".join(["#linalg.iterator_type<parallel>"] * rank) + "]"),
-                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
-            regions=1)
-        nb = g.regions[0].blocks.append(ir.F32Type.get(), et, arg_locs=[producer.location] * 2)
-        with ir.InsertionPoint(nb):
-            t = ir.Operation.create("arith.truncf", results=[et], operands=[nb.arguments[0]])
-            ir.Operation.create("linalg.yield", operands=[t.results[0]])
-    rounded = g.results[0]
+        rounded = _cast(v, ir.RankedTensorType.get(shape, ir.Type.parse(narrow)), "arith.truncf")
     by_user = []
     for user, i in users:
         entry = next((e for e in by_user if e[0] == user), None)
@@ -146,15 +126,7 @@ def _reread(op: ir.Operation, idx: list, rounded: ir.Value) -> None:
                 truncs.append(t)
                 mapping[t.results[0]] = nb.arguments[i]
         with ir.InsertionPoint(nb):
-            for o in [x.operation for x in blk.operations]:
-                if any(o == t for t in truncs):
-                    continue
-                c = pat.op_of(o.clone())
-                for k, w in enumerate(c.operands):
-                    if w in mapping:
-                        c.operands[k] = mapping[w]
-                for r_old, r_new in zip(o.results, c.results):
-                    mapping[r_old] = r_new
+            _clone_into([o.operation for o in blk.operations if not any(o.operation == t for t in truncs)], mapping)
     for r_old, r_new in zip(op.results, new.results):
         r_old.replace_all_uses_with(r_new)
     op.erase()
@@ -185,7 +157,6 @@ def _split(op: ir.Operation, widened: dict) -> None:
     blk = pat.body(op)
     n_in = pat.num_inputs(op)
     ins, outs = pat.inputs(op), pat.outputs(op)
-    maps = pat.indexing_maps(op)
     loc = op.location
     with ir.InsertionPoint(op), loc:
         new_outs, new_types = [], []
@@ -211,23 +182,15 @@ def _split(op: ir.Operation, widened: dict) -> None:
         dead = [pat.op_of(yop.operands[r].owner) for r in widened]  # the widenings, unless read elsewhere
         dead = [e for e in dead if all(pat.op_of(u.owner) == yop for u in e.results[0].uses)]
         with ir.InsertionPoint(nb):
-            body = [o.operation for o in blk.operations]
-            for o in body[:-1]:
-                if any(o == e for e in dead):
-                    continue
-                c = pat.op_of(o.clone())
-                for i, v in enumerate(c.operands):
-                    if v in mapping:
-                        c.operands[i] = mapping[v]
-                for r_old, r_new in zip(o.results, c.results):
-                    mapping[r_old] = r_new
+            body = [o.operation for o in blk.operations][:-1]
+            _clone_into([o for o in body if not any(o == e for e in dead)], mapping)
             yields = [mapping[widened[r]] if r in widened else mapping.get(v, v)
                       for r, v in enumerate(pat.yield_op(op).operands)]
             ir.Operation.create("linalg.yield", operands=yields, loc=pat.yield_op(op).location)
         replacements = []
         for r, res in enumerate(op.results):
             if r in widened:
-                replacements.append(_widen(new.results[r], res.type, maps[n_in + r], loc))
+                replacements.append(_cast(new.results[r], res.type, "arith.extf"))
             else:
                 replacements.append(new.results[r])
     for res, rep in zip(op.results, replacements):
@@ -235,22 +198,22 @@ def _split(op: ir.Operation, widened: dict) -> None:
     op.erase()
 
 
-def _widen(v: ir.Value, wide: ir.Type, out_map: ir.AffineMap, loc) -> ir.Value:
-    """A pointwise generic `extf(v)` into a fresh tensor of type `wide`."""
-    rank = ir.RankedTensorType(wide).rank
+def _cast(v: ir.Value, ty: ir.Type, cast: str) -> ir.Value:
+    """A pointwise generic applying `cast` (`arith.extf` / `arith.truncf`) to `v`, into a fresh
+    tensor of type `ty`, at the current insertion point and location."""
+    rank = ir.RankedTensorType(ty).rank
     ident = ir.AffineMap.get_identity(rank)
-    shape = list(ir.RankedTensorType(wide).shape)
-    et = ir.RankedTensorType(wide).element_type
-    empty = tensor.EmptyOp(shape, et).result
+    et = ir.RankedTensorType(ty).element_type
+    empty = tensor.EmptyOp(list(ir.RankedTensorType(ty).shape), et).result
     g = ir.Operation.create(
-        "linalg.generic", results=[wide], operands=[v, empty],
+        "linalg.generic", results=[ty], operands=[v, empty],
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
-                    "iterator_types": ir.Attribute.parse(
-                        "[" + ", ".join(["#linalg.iterator_type<parallel>"] * rank) + "]"),
+                    "iterator_types": _parallel(rank),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
         regions=1)
+    loc = ir.Location.current
     nb = g.regions[0].blocks.append(ir.RankedTensorType(v.type).element_type, et, arg_locs=[loc, loc])
     with ir.InsertionPoint(nb):
-        e = ir.Operation.create("arith.extf", results=[et], operands=[nb.arguments[0]])
-        ir.Operation.create("linalg.yield", operands=[e.results[0]])
+        c = ir.Operation.create(cast, results=[et], operands=[nb.arguments[0]])
+        ir.Operation.create("linalg.yield", operands=[c.results[0]])
     return g.results[0]

@@ -9,15 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import uniorch
-
-
-def _bn(c):
-    bn = nn.BatchNorm2d(c)
-    bn.running_mean.uniform_(-0.5, 0.5)
-    bn.running_var.uniform_(0.5, 2.0)
-    nn.init.uniform_(bn.weight, 0.5, 1.5)
-    nn.init.uniform_(bn.bias, -0.2, 0.2)
-    return bn
+from test_conv_fusion import _bn
 
 
 def _run(model, x, dtype=torch.float32):

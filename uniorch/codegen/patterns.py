@@ -197,6 +197,15 @@ def is_fill(op) -> bool:
     return all(o.name != "tensor.extract" for o in body_ops(op))
 
 
+def is_cast_only(op, cast: str) -> bool:
+    """A pointwise generic that only applies `cast` (e.g. "arith.extf") to its one input."""
+    if not is_pointwise(op) or len(inputs(op)) != 1 or len(op_of(op).results) != 1:
+        return False
+    ops = body_ops(op)
+    return (len(ops) == 1 and ops[0].name == cast and ops[0].operands[0] == body(op).arguments[0]
+            and yield_op(op).operands[0] == ops[0].results[0])
+
+
 def is_cheap(op) -> bool:
     """Cheap enough to recompute in every kernel that consumes it (instead of a separate kernel)."""
     if not is_pointwise(op):
