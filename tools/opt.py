@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report wall time per stage and pass (stderr)")
     p.add_argument("--mlir-print-debuginfo", "--debuginfo", dest="debuginfo", action="store_true",
                    help="print locations: module path and the model's file:line for every op")
+    p.add_argument("--dynamic", action="store_true",
+                   help="model.py:factory only: capture every size of the example tensors that is not 0 or 1 as "
+                        "a symbolic size (printed '?' in the IR), as uniorch.compile(model, dynamic=True) does")
     p.add_argument("--list-passes", action="store_true", help="list uniorch and upstream passes, then exit")
     p.add_argument("--list-targets", action="store_true",
                    help="list targets with their architectures and stages, and whether they run here, then exit")
@@ -301,10 +304,12 @@ class _Chunk:
 
 def _chunks(args, ctx, timing) -> list[_Chunk]:
     src = ModelSource.parse(args.input)
+    if src is None and args.dynamic:
+        raise CliError(Diagnostic("--dynamic applies to a model.py:factory input (an .mlir file says its own '?' sizes)"))
     if src is not None:
         if args.split_input_file:
             raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not Python models"))
-        return [_Chunk(src.path, lambda c: _from_python(src, args.emit or "linalg", ctx, timing))]
+        return [_Chunk(src.path, lambda c: _from_python(src, args.emit or "linalg", ctx, timing, args.dynamic))]
     if args.input.endswith(".onnx"):
         if args.split_input_file:
             raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not ONNX models"))
@@ -449,7 +454,7 @@ def _from_onnx(path: str, emit: str, ctx, timing):
         raise CliError(err.diagnostics or [Diagnostic(str(err))]) from None
 
 
-def _from_python(src: ModelSource, emit: str, ctx, timing):
+def _from_python(src: ModelSource, emit: str, ctx, timing, dynamic: bool = False):
     emit = emit if emit in MLIR_STAGES else "linalg"
     from uniorch.errors import CaptureError
 
@@ -460,9 +465,10 @@ def _from_python(src: ModelSource, emit: str, ctx, timing):
         # spending seconds importing torch
         from uniorch.capture import capture
         from uniorch.ir import import_captured, lower
+        from uniorch.runtime.guards import every_dim
 
         with _timed(timing, "capture"):
-            captured = capture(model, margs, mkwargs)
+            captured = capture(model, margs, mkwargs, dynamic=every_dim(margs, mkwargs) if dynamic else None)
     except SourceError as err:
         raise CliError(err.diags) from None
     except CaptureError as err:

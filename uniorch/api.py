@@ -43,17 +43,33 @@ class _Entry:
     program: Optional[Program]
     timings: dict[str, float]
     capture_error: str = ""
+    symbols: list[str] = field(default_factory=list)  # symbolic sizes: "s0: input 0 dim 1, 2..∞"
+
+
+def _compiled_ops(entry: _Entry) -> int:
+    if entry.captured is None or entry.program is None:
+        return 0
+    names = set(entry.program.compiled_nodes) - {n for f in entry.program.launch_failures for n in f.nodes}
+    return sum(1 for n in entry.captured.graph_module.graph.nodes
+               if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.name in names
+               and n.target is not torch.ops.aten.sym_size.int)
 
 
 class CompiledModule:
     """What `uniorch.compile` returns: called like the model, compiled once per input spec."""
 
-    def __init__(self, model_or_fn: Any, target: Target, fallback: str, cache_size_limit: int):
+    def __init__(self, model_or_fn: Any, target: Target, fallback: str, cache_size_limit: int,
+                 dynamic: Optional[bool] = None):
         self._model = model_or_fn
         self._target = target
         self._fallback = fallback
         self._limit = cache_size_limit
+        self._dynamic = dynamic
         self._cache: dict = {}
+        self._symbolic: list = []  # (SymbolicGuard, _Entry): compiles serving many sizes
+        self._varying: dict[int, set[int]] = {}  # automatic dynamic: dims seen with two sizes
+        self._rejected: dict = {}  # dims tried symbolic and not kept -> why
+        self.recompiles: list[str] = []  # why each compile after the first happened, and what it became
         self._lock = threading.Lock()
         self._warned = False
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
@@ -63,16 +79,25 @@ class CompiledModule:
     def target(self) -> Target:
         return self._target
 
-    def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
-        key = _spec(args, kwargs)
+    def _cached(self, key) -> Optional[_Entry]:
         entry = self._cache.get(key)
         if entry is not None:
             return entry
+        for guard, sym in self._symbolic:
+            if guard.check(key) is None:
+                return sym
+        return None
+
+    def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
+        key = _spec(args, kwargs)
+        entry = self._cached(key)
+        if entry is not None:
+            return entry
         with self._lock:  # one compile per spec even when threads call at once
-            entry = self._cache.get(key)
+            entry = self._cached(key)
             if entry is not None:
                 return entry
-            if len(self._cache) >= self._limit:
+            if self.cache_size >= self._limit:
                 if not self._warned:
                     warnings.warn(f"uniorch: {len(self._cache)} input specs compiled for this model "
                                   f"(cache_size_limit={self._limit}); further new specs run eagerly. "
@@ -80,9 +105,72 @@ class CompiledModule:
                     self._warned = True
                 return None
             _check_devices(args, kwargs, self._target)
+            why, baseline = self._why_new(key)
+            entry = self._compile_symbolic(args, kwargs, key, why, baseline)
+            if entry is not None:
+                return entry
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
             self._cache[key] = entry
+            if why:
+                self.recompiles.append(f"{why}; compiled for these sizes only" + self._rejected_note())
             return entry
+
+    def _why_new(self, key) -> tuple[str, Optional[_Entry]]:
+        """Why `key` is not served by a compile so far ("" for the first), and the static compile
+        of the same argument structure whose sizes differ, if any (automatic dynamic's baseline)."""
+        from .runtime.guards import varying_dims
+
+        if not self._cache and not self._symbolic:
+            return "", None
+        for old_key, old in self._cache.items():
+            diff = varying_dims(old_key, key)
+            if diff:
+                for i, dims in diff.items():
+                    self._varying.setdefault(i, set()).update(d for d, _, _ in dims)
+                what = ", ".join(f"input {i} dim {d}: {a} -> {b}" for i, dims in diff.items() for d, a, b in dims)
+                return f"sizes changed ({what})", old
+        if self._symbolic:
+            return f"not served by the symbolic compile: {self._symbolic[-1][0].check(key)}", None
+        return "a new input spec (structure, dtype, device or constant argument)", None
+
+    def _compile_symbolic(self, args, kwargs, key, why: str, baseline: Optional[_Entry]) -> Optional[_Entry]:
+        """A compile whose sizes stay symbolic in the dims the policy picks (runtime/guards.py), or
+        None when there are none, or the capture specialized them all, or (automatic dynamic) it
+        compiles fewer ops than the static compile it would replace."""
+        from .runtime.guards import SymbolicGuard, every_dim, marked_dims
+
+        if self._dynamic is False:
+            return None
+        dims = marked_dims(args, kwargs)
+        if self._dynamic is True:
+            dims = every_dim(args, kwargs)
+        elif baseline is not None:
+            for i, ds in self._varying.items():
+                dims.setdefault(i, set()).update(ds)
+        if not dims:
+            return None
+        tried = frozenset((i, d) for i, ds in dims.items() for d in ds)
+        if tried in self._rejected:
+            return None
+        entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims)
+        guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
+        if guard is None or not guard.symbolic:
+            self._rejected[tried] = "the capture kept every size static"
+            return None
+        if baseline is not None and self._dynamic is None:
+            mine, theirs = _compiled_ops(entry), _compiled_ops(baseline)
+            if mine < theirs:
+                first = next((f.reason for f in entry.program.fallbacks), "")
+                self._rejected[tried] = (f"with symbolic sizes {mine} ATen ops compile, {theirs} with static ones"
+                                         + (f" (first eager op: {first.splitlines()[0][:160]})" if first else ""))
+                return None
+        entry.symbols = guard.describe()
+        self._symbolic.append((guard, entry))
+        self.recompiles.append((f"{why}; " if why else "") + "compiled with symbolic sizes: " + "; ".join(entry.symbols))
+        return entry
+
+    def _rejected_note(self) -> str:
+        return "".join(f" (symbolic sizes not kept: {w})" for w in list(self._rejected.values())[-1:])
 
     def __call__(self, *args, **kwargs):
         entry = self.entry(args, kwargs)
@@ -97,7 +185,8 @@ class CompiledModule:
 
     @property
     def cache_size(self) -> int:
-        return len(self._cache)
+        """Compiles held: one per static input spec, one per symbolic compile."""
+        return len(self._cache) + len(self._symbolic)
 
     def generate(self, *args, **kwargs):
         """`model.generate(...)` (transformers) with every forward call, the prefill and each decode
@@ -129,7 +218,9 @@ class CompiledModule:
         entry = self.entry(args, kwargs)
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
-        return _report(entry, self._target, args, kwargs)
+        rep = _report(entry, self._target, args, kwargs)
+        rep.recompiles = list(self.recompiles)
+        return rep
 
 
 def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
@@ -146,14 +237,16 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
                                f"'{want}'; move the inputs there, or compile for a target of that device")
 
 
-def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True) -> _Entry:
-    """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched."""
+def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True,
+                   dynamic: Optional[dict] = None) -> _Entry:
+    """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
+    `dynamic`: flat argument index -> dims captured with symbolic sizes."""
     from .errors import CaptureError
 
     timings = {}
     t = time.perf_counter()
     try:
-        captured = capture(model, args, kwargs)
+        captured = capture(model, args, kwargs, dynamic=dynamic)
     except CaptureError as err:
         if fallback == "error":
             raise
@@ -173,7 +266,7 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
 
 
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
-            cache_size_limit: int = DEFAULT_CACHE_LIMIT) -> CompiledModule:
+            cache_size_limit: int = DEFAULT_CACHE_LIMIT, dynamic: Optional[bool] = None) -> CompiledModule:
     """Returns a callable with the model's signature and outputs, running uniorch's kernels.
 
     model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
@@ -182,6 +275,11 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     fallback: "eager" runs what cannot be compiled in PyTorch (reported by `explain`);
     "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
     arguments) captures and compiles; later calls with that spec reuse it.
+    dynamic: as torch.compile's. None: when a call differs from a compiled one only in sizes,
+    those dims are tried symbolic (one compile for every size; kept when it compiles as many ops
+    as the static compile); True: every dim symbolic from the first call; False: never.
+    `torch._dynamo.mark_dynamic(t, d)` makes a dim symbolic from the first call. `explain` lists
+    the symbolic sizes and why each recompile happened.
     """
     if fallback not in ("eager", "error"):
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
@@ -193,7 +291,9 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
         from .frontends.onnx_model import OnnxModel
 
         return OnnxModel(model_or_fn, tgt, fallback)
-    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit)
+    if dynamic not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
+    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit, dynamic)
 
 
 # -- explain ---------------------------------------------------------------------------------------
@@ -231,6 +331,8 @@ class Report:
     allocated_ops: int = 0  # ops with zero-element outputs: allocated, no kernel, no ATen call
     checks: list[str] = field(default_factory=list)  # run-time checks after the kernels (capture/checks.py)
     boundary: list[str] = field(default_factory=list)  # outputs finished at the boundary: complex views, trims
+    symbolic: list[str] = field(default_factory=list)  # symbolic sizes of this compile: "s0: input 0 dim 1, 2..∞"
+    recompiles: list[str] = field(default_factory=list)  # why each compile after the first happened
 
     @property
     def compiled_fraction(self) -> float:
@@ -252,6 +354,10 @@ class Report:
                           "call eagerly):"] + [f"  {c}" for c in self.checks]
         if self.boundary:
             lines += ["", "finished at the boundary: " + ", ".join(self.boundary)]
+        if self.symbolic:
+            lines += ["", "symbolic sizes (one compile serves them all): " + "; ".join(self.symbolic)]
+        if self.recompiles:
+            lines += ["", "recompiles:"] + [f"  {i + 1}. {r}" for i, r in enumerate(self.recompiles)]
         if self.fallbacks:
             lines += ["", "eager fallbacks (op, where, why):"]
             lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {(f.why.splitlines() or [''])[0]}"
@@ -349,7 +455,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     boundary = [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
     boundary = [b for b in boundary if b]
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
-                  checks, boundary)
+                  checks, boundary, list(entry.symbols))
 
 
 def _boundary(i: int, out) -> str:

@@ -60,6 +60,7 @@ class CapturedGraph:
     constants: dict[str, Any] = field(default_factory=dict)  # lifted tensor constants by fqn
     name: str = "main"
     aliases: Aliases = field(default_factory=Aliases)  # outputs that are input objects (capture/aliases.py)
+    symbol_ranges: dict = field(default_factory=dict)  # size symbol -> (low, high or None): export's ranges
 
     # -- what was captured --------------------------------------------------------------------
     @property

@@ -31,6 +31,7 @@ from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
+from .symbolic_views import collapse_symbolic_views, specialized_sizes_as_ints
 
 
 class _FunctionModule(torch.nn.Module):
@@ -71,21 +72,31 @@ class _Baked(torch.nn.Module):
         return self.inner(*args, **kwargs)
 
 
-def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -> CapturedGraph:
-    """Traces `model_or_fn(*args, **kwargs)` into a CapturedGraph of core ATen ops."""
+def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
+            dynamic: Optional[dict[int, set[int]]] = None) -> CapturedGraph:
+    """Traces `model_or_fn(*args, **kwargs)` into a CapturedGraph of core ATen ops.
+
+    `dynamic` maps a flat argument index (pytree leaves of `(args, kwargs)`) to the dims of that
+    tensor traced as symbolic sizes; export keeps a dim static where the program needs it to be
+    (sizes 0 and 1, a dim equated with a constant), and `CapturedGraph.symbols` says what stayed
+    symbolic."""
     module = as_module(model_or_fn)
     register_for(module)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     flat, spec = pytree.tree_flatten((args, kwargs))
     keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
-    baked = len(keep) < len(flat)
+    baked = len(keep) < len(flat) or bool(dynamic)
     traced, t_args, t_kwargs = module, args, kwargs
+    shapes = None
+    if dynamic:  # flat positional arguments (as when baking): one shape spec per argument
+        shapes = (tuple({d: torch.export.Dim.AUTO for d in sorted(dynamic.get(i, ()))}
+                        if isinstance(flat[i], torch.Tensor) and dynamic.get(i) else None for i in keep),)
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
         with _quiet_tracing(), aliases.recording(module) as found:
-            ep = torch.export.export(traced, t_args, t_kwargs, strict=False)
+            ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
             try:
                 ep = ep.run_decompositions(decomposition_table())
             except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
@@ -95,6 +106,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None) -
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     cg = _from_exported(ep, traced, t_args, t_kwargs)
+    if dynamic:
+        specialized_sizes_as_ints(cg.graph_module)
+        collapse_symbolic_views(cg.graph_module)
     if baked:
         _unbake(cg, spec, flat, keep)
     cg.aliases = found[0]
@@ -116,10 +130,10 @@ def _record_layouts(cg: CapturedGraph) -> None:
         if (spec.kind != "user" or spec.read is not None or spec.complex_dtype is not None
                 or not isinstance(val, torch.Tensor) or val.is_complex()):
             continue
-        try:
-            stride, offset = tuple(int(s) for s in val.stride()), int(val.storage_offset())
-        except Exception:  # noqa: BLE001 - symbolic strides: left as computed
+        # symbolic strides stay as computed: int() of a SymInt would specialize its size symbol
+        if any(isinstance(s, torch.SymInt) for s in (*val.stride(), val.storage_offset())):
             continue
+        stride, offset = tuple(val.stride()), int(val.storage_offset())
         if offset != 0 or not val.is_contiguous():
             cg.outputs[i] = dataclasses.replace(spec, layout=(stride, offset))
 
@@ -200,7 +214,18 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
         module=module,
         constants=dict(ep.constants),
         name=_describe(module),
+        symbol_ranges=_symbol_ranges(ep),
     )
+
+
+def _symbol_ranges(ep: ExportedProgram) -> dict[str, tuple[int, Optional[int]]]:
+    """Export's value range per size symbol: (low, high), high None when unbounded."""
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        lo = int(vr.lower) if getattr(vr.lower, "is_Integer", False) else 0
+        hi = int(vr.upper) if getattr(vr.upper, "is_Integer", False) else None  # int_oo: unbounded
+        out[str(sym)] = (lo, hi)
+    return out
 
 
 def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) -> list[GraphOutput]:

@@ -1,0 +1,123 @@
+"""Symbolic sizes (issue 16, first part): capture, guards, the compile policy and its reports.
+
+Kernels do not take symbolic sizes yet, so a symbolic compile runs its size-dependent ops eagerly;
+these tests check what is true today: the capture is symbolic where asked, the guard serves
+exactly the sizes it may, results equal eager at every size, and explain says what happened.
+"""
+import torch
+import torch.nn as nn
+
+import uniorch
+from uniorch.api import _spec
+from uniorch.capture import capture
+from uniorch.capture.symbolic_views import merge_groups
+from uniorch.runtime.guards import SymbolicGuard, varying_dims
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm = nn.Linear(32, 64), nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.norm(torch.nn.functional.gelu(self.fc(x))).softmax(-1)
+
+
+def _shapes(cg):
+    return {n.name: tuple(n.meta["val"].shape) for n in cg.graph_module.graph.nodes if n.op == "placeholder"}
+
+
+def test_capture_keeps_asked_dims_symbolic_and_specializes_the_rest():
+    cg = capture(Block(), (torch.randn(4, 7, 32),), {}, dynamic={0: {0, 1, 2}})
+    (x,) = [s for name, s in _shapes(cg).items() if name.startswith("kept")]
+    assert isinstance(x[0], torch.SymInt) and isinstance(x[1], torch.SymInt)
+    assert x[2] == 32 and not isinstance(x[2], torch.SymInt)  # the Linear equates it with 32
+    assert sorted(cg.symbol_ranges.values()) == [(2, None), (2, None)]
+    views = [n for n in cg.graph_module.graph.nodes if n.target is torch.ops.prims.collapse.default]
+    assert len(views) == 1 and views[0].args[1:] == (0, 1)
+
+
+def test_merge_groups():
+    import sympy
+
+    s0, s1 = sympy.symbols("s0 s1", positive=True, integer=True)
+    assert merge_groups([s0, s1, 32], [s0 * s1, 32]) == [(0, 1)]
+    assert merge_groups([s0, 2, s1], [s0 * 2 * s1]) == [(0, 2)]
+    assert merge_groups([s0, 1, 32], [s0, 32]) == []  # drops a unit dim: left a view
+    assert merge_groups([s0 * s1, 32], [s0, s1, 32]) is None  # a split: left a view
+
+
+def test_guard_serves_consistent_sizes_only():
+    x, y = torch.randn(4, 6), torch.randn(6, 3)
+    cg = capture(lambda a, b: a @ b, (x, y), {}, dynamic={0: {0, 1}, 1: {0, 1}})
+    guard = SymbolicGuard.of(cg, _spec((x, y), {}))
+    assert guard.symbolic and len(guard.names) == 3  # a's dim 1 and b's dim 0 are one symbol
+    assert guard.check(_spec((torch.randn(9, 5), torch.randn(5, 2)), {})) is None
+    assert "is 4, but" in guard.check(_spec((torch.randn(9, 5), torch.randn(4, 2)), {}))
+    assert "outside" in guard.check(_spec((torch.randn(1, 5), torch.randn(5, 2)), {}))  # 0/1 stay special
+    assert guard.check(_spec((torch.randn(9, 5).double(), torch.randn(5, 2)), {})) is not None
+
+
+def test_varying_dims():
+    a = _spec((torch.randn(4, 7, 32),), {})
+    assert varying_dims(a, _spec((torch.randn(2, 7, 32),), {})) == {0: [(0, 4, 2)]}
+    assert varying_dims(a, _spec((torch.randn(4, 7, 32).double(),), {})) is None
+    assert varying_dims(a, _spec((torch.randn(4, 7, 32), 3), {})) is None
+
+
+def test_dynamic_true_compiles_once_for_every_size():
+    torch.manual_seed(0)
+    model = Block()
+    cm = uniorch.compile(model, target="interpret", dynamic=True)
+    for b, t in [(4, 7), (2, 9), (3, 5), (8, 3)]:
+        x = torch.randn(b, t, 32)
+        torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 1
+    rep = cm.explain(torch.randn(5, 6, 32))
+    assert len(rep.symbolic) == 2 and "input 0 dim 0" in rep.symbolic[0]
+    assert "symbolic sizes" in str(rep)
+    x = torch.randn(3, 1, 32)  # a sequence of 1 is a new compile, as in torch.compile
+    torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 2 and "outside" in cm.recompiles[-1]
+
+
+def test_automatic_dynamic_keeps_static_compiles_while_kernels_need_static_sizes():
+    torch.manual_seed(0)
+    model = Block()
+    cm = uniorch.compile(model, target="interpret")
+    for b, t in [(4, 7), (2, 9), (3, 9)]:
+        x = torch.randn(b, t, 32)
+        torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 3
+    assert "input 0 dim 0: 4 -> 2, input 0 dim 1: 7 -> 9" in cm.recompiles[0]
+    assert "symbolic sizes not kept" in cm.recompiles[0]  # the symbolic compile runs ops eagerly
+    rep = cm.explain(torch.randn(3, 9, 32))
+    assert not rep.fallbacks and not rep.symbolic and len(rep.recompiles) == 2
+
+
+def test_mark_dynamic_and_dynamic_false():
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(4, 7, 32)
+    torch._dynamo.mark_dynamic(x, 0)
+    cm = uniorch.compile(model, target="interpret")
+    torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
+    assert cm.recompiles and "input 0 dim 0" in cm.recompiles[0] and "dim 1" not in cm.recompiles[0]
+    x2 = torch.randn(6, 7, 32)
+    torch.testing.assert_close(cm(x2), model(x2), rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 1
+    static = uniorch.compile(model, target="interpret", dynamic=False)
+    static(x)
+    assert not static.recompiles and static.cache_size == 1
+
+
+def test_cli_dynamic_applies_to_python_models_only(tmp_path):
+    import io
+
+    from uniorch.tools.opt import main
+
+    src = tmp_path / "m.mlir"
+    src.write_text("func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert main([str(src), "--dynamic"], stdout=out, stderr=err) == 1
+    assert "--dynamic applies to a model.py:factory input" in err.getvalue() and "Traceback" not in err.getvalue()

@@ -1,0 +1,148 @@
+"""Which input sizes a compile treats as symbolic, and the guard a symbolic compile runs under.
+
+A call's spec (`api._spec`) is its pytree structure plus, per leaf, a tensor's shape, dtype,
+device and requires_grad, or a constant's value. A static compile serves exactly one spec. A
+symbolic compile serves every spec its `SymbolicGuard` accepts: the same structure, dtypes,
+devices and constants, the dims export kept static equal, and the symbolic dims consistent (one
+symbol, one value) and inside export's ranges; sizes 0 and 1 are never symbolic, as in
+torch.compile, so a symbolic dim seeing 1 is a new compile.
+
+Which dims to try symbolic (`CompiledModule`): all of them with `dynamic=True`; with the default
+(`dynamic=None`) the dims that differed between two calls of otherwise equal specs, as
+torch.compile's automatic dynamic shapes do; and always the dims marked with
+`torch._dynamo.mark_dynamic`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+
+def marked_dims(args: tuple, kwargs: dict) -> dict[int, set[int]]:
+    """Dims marked by `torch._dynamo.mark_dynamic`, per flat argument index."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    return {i: set(t._dynamo_dynamic_indices) for i, t in enumerate(leaves)
+            if isinstance(t, torch.Tensor) and getattr(t, "_dynamo_dynamic_indices", None)}
+
+
+def every_dim(args: tuple, kwargs: dict) -> dict[int, set[int]]:
+    """`dynamic=True`: every dim of every tensor argument that is not 0 or 1."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    return {i: {d for d, n in enumerate(t.shape) if n > 1} for i, t in enumerate(leaves)
+            if isinstance(t, torch.Tensor) and any(n > 1 for n in t.shape)}
+
+
+def varying_dims(old_key, new_key) -> Optional[dict[int, list[tuple[int, int, int]]]]:
+    """Per flat argument, (dim, old size, new size) where two specs differ only in tensor sizes of
+    equal rank; None when they differ in anything else (structure, dtype, constants...)."""
+    (tree_a, leaves_a), (tree_b, leaves_b) = old_key, new_key
+    if tree_a != tree_b or len(leaves_a) != len(leaves_b):
+        return None
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for i, (a, b) in enumerate(zip(leaves_a, leaves_b)):
+        if a[0] != "T" or b[0] != "T":
+            if a != b:
+                return None
+            continue
+        if a[2:] != b[2:] or len(a[1]) != len(b[1]):
+            return None
+        diff = [(d, x, y) for d, (x, y) in enumerate(zip(a[1], b[1])) if x != y]
+        if diff:
+            out[i] = diff
+    return out or None
+
+
+def _sym_expr(size):
+    """A placeholder's dim: an int, or its sympy expression."""
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(size)
+
+
+@dataclass
+class SymbolicGuard:
+    """Accepts the specs a symbolic capture serves (see the module docstring)."""
+
+    tree: str
+    leaves: list  # per flat argument: ("T", dims, dtype, device, requires_grad) with dims int | sympy expr; or a constant key
+    ranges: dict = field(default_factory=dict)  # symbol name -> (low, high or None)
+    names: dict = field(default_factory=dict)  # symbol name -> "input i dim d", where it is first read
+
+    @staticmethod
+    def of(captured, key) -> "SymbolicGuard":
+        tree, leaves = key
+        vals = {n.name: n.meta.get("val") for n in captured.graph_module.graph.nodes if n.op == "placeholder"}
+        by_index = {i.target: vals.get(i.name) for i in captured.inputs if i.kind == "user"}
+        out, names = [], {}
+        for i, leaf in enumerate(leaves):
+            val = by_index.get(i)
+            if leaf[0] == "T" and isinstance(val, torch.Tensor) and val.dim() == len(leaf[1]):
+                dims = tuple(_sym_expr(s) for s in val.shape)
+                for d, e in enumerate(dims):
+                    if not isinstance(e, int) and len(e.free_symbols) == 1 and e.is_Symbol:
+                        names.setdefault(str(e), f"input {i} dim {d}")
+                out.append(("T", dims, *leaf[2:]))
+            else:
+                out.append(leaf)
+        ranges = {}
+        for sym, vr in getattr(captured, "symbol_ranges", {}).items():
+            if sym in names:
+                ranges[sym] = vr
+        return SymbolicGuard(tree, out, ranges, names)
+
+    @property
+    def symbolic(self) -> bool:
+        return bool(self.names)
+
+    def check(self, key) -> Optional[str]:
+        """None when the spec `key` is served; else why not (for explain's recompile reasons)."""
+        tree, leaves = key
+        if tree != self.tree or len(leaves) != len(self.leaves):
+            return "argument structure differs"
+        bound: dict[str, int] = {}
+        later = []
+        for i, (want, got) in enumerate(zip(self.leaves, leaves)):
+            if want[0] != "T" or got[0] != "T":
+                if want != got:
+                    return f"input {i} differs ({_short(want)} vs {_short(got)})"
+                continue
+            if want[2:] != got[2:] or len(want[1]) != len(got[1]):
+                return f"input {i}: dtype, device, requires_grad or rank differs"
+            for d, (e, n) in enumerate(zip(want[1], got[1])):
+                if isinstance(e, int):
+                    if e != n:
+                        return f"input {i} dim {d} is {n}, compiled for {e} only"
+                elif e.is_Symbol:
+                    s = str(e)
+                    if s in bound and bound[s] != n:
+                        return f"input {i} dim {d} is {n}, but {s} = {bound[s]} ({self.names.get(s, '')})"
+                    bound[s] = n
+                else:
+                    later.append((i, d, e, n))
+        for s, n in bound.items():
+            lo, hi = self.ranges.get(s, (2, None))
+            if n < lo or (hi is not None and n > hi):
+                return f"{s} = {n} is outside [{lo}, {'∞' if hi is None else hi}] ({self.names.get(s, '')})"
+        for i, d, e, n in later:
+            free = {str(x) for x in e.free_symbols}
+            if not free <= set(bound):
+                return f"input {i} dim {d}: {e} is not determined by the other inputs"
+            if int(e.subs({x: bound[str(x)] for x in e.free_symbols})) != n:
+                return f"input {i} dim {d} is {n}, not {e}"
+        return None
+
+    def describe(self) -> list[str]:
+        """One line per symbol: where it is read and its range."""
+        out = []
+        for s, where in self.names.items():
+            lo, hi = self.ranges.get(s, (2, None))
+            out.append(f"{s}: {where}, {lo}..{'∞' if hi is None else hi}")
+        return out
+
+
+def _short(leaf: Any) -> str:
+    return repr(leaf[2] if len(leaf) > 2 else leaf)[:40]
