@@ -152,8 +152,14 @@ class CompiledModule:
         tried = frozenset((i, d) for i, ds in dims.items() for d in ds)
         if tried in self._rejected:
             return None
-        entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims)
-        guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
+        try:
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims)
+            guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
+        except Exception as err:  # noqa: BLE001 - a bug of ours in the symbolic path: the static compile still serves
+            if self._fallback == "error":
+                raise
+            self._rejected[tried] = f"the symbolic compile failed: {type(err).__name__}: {err}".splitlines()[0][:200]
+            return None
         if guard is None or not guard.symbolic:
             self._rejected[tried] = "the capture kept every size static"
             return None
