@@ -81,7 +81,8 @@ class DriverLauncher:
         if int(meta.get("profile_scratch_size") or 0):
             raise BackendError(f"kernel {compiled.name} was compiled with profiler instrumentation (it needs a "
                                f"profile scratch buffer); compile it again without instrumentation")
-        grid = tuple(int(g) for g in ks.grid)
+        # symbolic sizes (uniorch/ir/dims.py): the grid is evaluated per launch
+        grid = tuple(1 if isinstance(g, str) else int(g) for g in ks.grid)
         if not 1 <= len(grid) <= 3:
             raise BackendError(f"kernel {compiled.name}: grid {grid} is not 1 to 3 dimensions")
         self.grid = grid + (1,) * (3 - len(grid))
@@ -128,9 +129,11 @@ class DriverLauncher:
             index = torch.cuda.current_device()
         return index
 
-    def arguments(self, inputs: list, outputs: list, extras: dict[str, int]) -> tuple[ctypes.Array, ctypes.Array]:
+    def arguments(self, inputs: list, outputs: list, extras: dict[str, int],
+                  sizes: list | None = None) -> tuple[ctypes.Array, ctypes.Array]:
         """The argument buffer and the `void*[]` of pointers into it that the driver takes."""
-        args = [a.data_ptr() if hasattr(a, "data_ptr") else int(a) for a in tensor_args(self.kernel, inputs, outputs)]
+        args = [a.data_ptr() if hasattr(a, "data_ptr") else int(a)
+                for a in tensor_args(self.kernel, inputs, outputs, sizes)]
         data = self.binding.pack(self.binding.values(args, extras))
         storage = (ctypes.c_uint64 * max(1, -(-self.binding.size // 8)))()  # 8-byte aligned host copy
         ctypes.memmove(storage, data, len(data))
@@ -138,7 +141,8 @@ class DriverLauncher:
         params = (ctypes.c_void_p * max(1, len(self.binding.slots)))(*[base + o for o in self.binding.offsets])
         return storage, params
 
-    def __call__(self, inputs: list, outputs: list) -> None:
+    def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
+        """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
         import torch
 
         tensors = list(inputs) + list(outputs)
@@ -146,7 +150,12 @@ class DriverLauncher:
         fn = self._function(index)
         extras = {"global_scratch": 0, "profile_scratch": 0}
         scratch = None
-        programs = self.grid[0] * self.grid[1] * self.grid[2]
+        ks = self.kernel
+        grid = self.grid
+        if ks.symbols:
+            grid = ks.launch_grid(ks.size_args(inputs, outputs, sizes))
+            grid = grid + (1,) * (3 - len(grid))
+        programs = grid[0] * grid[1] * grid[2]
         if programs == 0:
             return
         if self.scratch_size:
@@ -155,9 +164,9 @@ class DriverLauncher:
             nbytes = programs * self.num_ctas * self.scratch_size + self.scratch_align
             scratch = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
             extras["global_scratch"] = -(-scratch.data_ptr() // self.scratch_align) * self.scratch_align
-        storage, params = self.arguments(inputs, outputs, extras)
+        storage, params = self.arguments(inputs, outputs, extras, sizes)
         stream = torch.cuda.current_stream(index).cuda_stream
-        self.driver().launch(fn, self.grid, self.block, self.shared, stream, params, num_ctas=self.num_ctas,
+        self.driver().launch(fn, grid, self.block, self.shared, stream, params, num_ctas=self.num_ctas,
                              cooperative=self.cooperative, pdl=self.pdl)
         del storage, params, scratch
 

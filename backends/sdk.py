@@ -147,13 +147,14 @@ class Backend:
         return f"<{type(self).__name__} {self.name}:{self.arch}>"
 
 
-def tensor_args(kernel, inputs: list, outputs: list) -> list:
-    """The runtime arguments of a uniorch kernel: per tensor its pointer, then its strides."""
+def tensor_args(kernel, inputs: list, outputs: list, sizes: list | None = None) -> list:
+    """The runtime arguments of a uniorch kernel: per tensor its pointer, then its strides; then
+    the values of its size symbols, if it has any."""
     args = []
     for t in list(inputs) + list(outputs):
         args.append(t)
         args.extend(t.stride())
-    return args
+    return args + kernel.size_args(inputs, outputs, sizes) if getattr(kernel, "symbols", None) else args
 
 
 __all__ = ["Backend", "BackendError", "CompiledKernel", "KernelOptions", "Launcher", "tensor_args"]

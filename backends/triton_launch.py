@@ -21,8 +21,10 @@ class TritonLauncher:
     def __init__(self, kernel, fn: Any):
         self.kernel, self.fn = kernel, fn
 
-    def __call__(self, inputs: list, outputs: list) -> None:
+    def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
+        """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
         ks = self.kernel
         with TRITON_LANGUAGE_LOCK:
-            self.fn[ks.grid](*tensor_args(ks, inputs, outputs), **ks.constexprs, num_warps=ks.num_warps,
+            grid = ks.launch_grid(ks.size_args(inputs, outputs, sizes)) if ks.symbols else ks.grid
+            self.fn[grid](*tensor_args(ks, inputs, outputs, sizes), **ks.constexprs, num_warps=ks.num_warps,
                              num_stages=ks.num_stages)

@@ -37,6 +37,7 @@ from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
+from uniorch.ir import dims
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
@@ -60,15 +61,30 @@ class _Group:
     window: ir.Operation | None = None  # a pooling computed from per-window accumulators (try_join_window)
 
 
+# ops whose `?` dims kernels can take as size arguments (the rest stay out of kernels)
+_SYMBOLIC_OK = ("linalg.generic",)
+
+
 def _i64(v: int):
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
 
 
+def _size_attr(s):
+    """A static size as an integer, a symbolic one as its expression (uniorch/ir/dims.py)."""
+    return _i64(s) if isinstance(s, int) else ir.StringAttr.get(dims.text(s))
+
+
 def _static(op: ir.Operation) -> bool:
-    """Static shapes and, for a generic, loop bounds readable from its maps."""
+    """Shapes known (static, or `?` dims derived from the size symbols: uniorch/ir/dims.py) and,
+    for a generic, loop bounds readable from its maps."""
     for v in list(op.operands) + list(op.results):
         if isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape:
-            return False
+            if not isinstance(v.type, ir.RankedTensorType) or op.name not in _SYMBOLIC_OK:
+                return False
+            try:
+                dims.shape(v)
+            except dims.UnknownSize:
+                return False
     if pat.is_generic(op):
         try:
             pat.loop_sizes(op)
@@ -901,8 +917,8 @@ class _Fusion:
                 par = [dom.sizes[d] for d in dom.parallel]
                 red = [dom.sizes[d] for d in dom.reduction]
             anchor.attributes[DOMAIN] = ir.DictAttr.get({
-                "parallel": ir.ArrayAttr.get([_i64(s) for s in par]),
-                "reduction": ir.ArrayAttr.get([_i64(s) for s in red]),
+                "parallel": ir.ArrayAttr.get([_size_attr(s) for s in par]),
+                "reduction": ir.ArrayAttr.get([_size_attr(s) for s in red]),
             })
             anchor.attributes[KIND] = ir.StringAttr.get(g.kind)
 

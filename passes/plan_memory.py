@@ -6,7 +6,8 @@ reused by a later result once every value living in it (directly or through a vi
 last use. Values returned from `@main` escape to the caller and never share. A kernel that writes
 in place (`uniorch.inplace`, e.g. insert_slice into a concat buffer) shares its destination's
 buffer when nothing reads the destination afterwards (and the destination is all of its storage, not
-a slice, and no other operand of the call reads that storage). Greedy best-fit linear scan.
+a slice, and no other operand of the call reads that storage). Greedy best-fit linear scan. A result with symbolic sizes gets a buffer of its own, marked -1 and
+allocated per call at the size of that call.
 """
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ class PlanMemory(Pass):
                 ids = []
                 for r in op.results:
                     key = storage[r]
+                    if key not in buffer_of and not ir.RankedTensorType(r.type).has_static_shape:
+                        # symbolic sizes: a buffer of its own, sized per call (-1), never shared
+                        sizes.append(-1)
+                        buffer_of[key] = len(sizes) - 1
                     if key not in buffer_of:
                         need = nbytes(r.type)
                         fits = [b for b in free if sizes[b] >= need] if key not in escaping else []

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch_mlir import ir
-from torch_mlir.dialects import func, tensor
+from torch_mlir.dialects import arith, func, tensor
+
+from uniorch.ir import dims
 
 from .base import Pass, PassContext
 from .ir_utils import erase_dead_pure_ops, main_func, nested_ops, topological_sort
@@ -54,7 +56,7 @@ def _clonable(op: ir.Operation) -> bool:
     inits)."""
     if op.name == "tensor.empty":
         return True
-    if op.name in SHAPE_VIEWS and len(op.operands) == 1:
+    if op.name in SHAPE_VIEWS and (len(op.operands) == 1 or op.name == "tensor.expand_shape"):  # + its sizes
         src = op.operands[0].owner
         return not isinstance(src, ir.Block) and _clonable(src)
     return op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType)
@@ -111,13 +113,41 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
 
     kind = next((ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes), "pointwise")
     name = f"k{n}_{kind}"
+    symbolic = dims.has_symbols(main)
     with module.context, ops[-1].location:
         anchor_after = _next_op(ops[-1])
-        ftype = ir.FunctionType.get([v.type for v in inputs], [r.type for r in results])
+        # a shape with symbolic sizes is recreated inside from index arguments: `tensor.dim`s of it
+        # in @main, which only keep the IR valid (kernels take the size symbols: uniorch/ir/dims.py)
+        sized = []  # (clone value, its dims, the index values in @main)
+        if symbolic:
+            with ir.InsertionPoint(anchor_after):
+                for v in clones:
+                    if not isinstance(v.type, ir.RankedTensorType):
+                        continue
+                    t = ir.RankedTensorType(v.type)
+                    if not t.has_static_shape:
+                        dyn = [d for d, s in enumerate(t.shape) if s < 0]
+                        sized.append((v, dims.shape(v), [tensor.DimOp(v, arith.ConstantOp(ir.IndexType.get(), d).result).result
+                                                         for d in dyn]))
+        extra = [i for _, _, idx in sized for i in idx]
+        ftype = ir.FunctionType.get([v.type for v in inputs] + [i.type for i in extra], [r.type for r in results])
         with ir.InsertionPoint(main.operation):
             kernel = func.FuncOp(name, ftype, visibility="private")
         body = kernel.add_entry_block()
         mapping = dict(zip(inputs, body.arguments))
+        if symbolic:
+            arg_dims = [dims.shape(v) if isinstance(v.type, ir.RankedTensorType)
+                        else [dims.index_value(v)] if isinstance(v.type, ir.IndexType) else [] for v in inputs]
+            idx_args = iter(body.arguments[len(inputs):])
+            with ir.InsertionPoint(body):
+                for v, sizes, idx in sized:
+                    t = ir.RankedTensorType(v.type)
+                    shape = [s if s >= 0 else next(idx_args) for s in t.shape]
+                    mapping[v] = tensor.EmptyOp(shape, t.element_type).result
+                    arg_dims += [[sizes[d]] for d, s in enumerate(t.shape) if s < 0]
+            dims.set_arg_dims(kernel.operation, arg_dims)
+            if "uniorch.size_hints" in main.attributes:
+                kernel.operation.attributes["uniorch.size_hints"] = main.attributes["uniorch.size_hints"]
         with ir.InsertionPoint(body):
             for v in clones:
                 _clone_into(v, mapping)
@@ -127,7 +157,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
         for inner, i, v in uses:
             inner.operands[i] = mapping[v]
         with ir.InsertionPoint(anchor_after):
-            call = func.CallOp([r.type for r in results], ir.FlatSymbolRefAttr.get(name), inputs)
+            call = func.CallOp([r.type for r in results], ir.FlatSymbolRefAttr.get(name), inputs + extra)
         for r, new in zip(results, call.results):
             for use in list(r.uses):
                 if not _inside(use.owner, kernel.operation):

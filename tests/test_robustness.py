@@ -71,7 +71,9 @@ def test_threads_compiling_at_once():
     with torch.no_grad():
         for x, got in zip(inputs, results):
             torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
-    assert cm.cache_size == 3  # one compile per distinct spec, however many threads asked
+    # one compile per need, however many threads asked: the first spec's, then (automatic dynamic)
+    # one with a symbolic batch size that serves every later batch size
+    assert cm.cache_size == 2
 
 
 def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):

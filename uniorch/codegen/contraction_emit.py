@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
+from uniorch.ir.dims import cdiv as size_cdiv, code as size_code, prod as size_prod, symbols_of as size_symbols
+
 from . import body as _body
 from . import patterns as _pat
 from .contraction_ir import (
@@ -16,7 +18,7 @@ from .contraction_ir import (
 )
 from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
-from .source import CodegenError, KernelSource, kernel_ident, tensor_params
+from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 
 @dataclass
@@ -48,9 +50,10 @@ class _Emitter:
         for c in "bmnk":
             for i, d in enumerate(plan.order[c]):
                 self.pos[d] = i
-        self.mask_m = plan.M % sched["block_m"] != 0
-        self.mask_n = plan.N % sched["block_n"] != 0
-        self.mask_k = plan.K % sched["block_k"] != 0
+        # a symbolic extent (uniorch/ir/dims.py) may not be a multiple of the tile: masked
+        self.mask_m = not isinstance(plan.M, int) or plan.M % sched["block_m"] != 0
+        self.mask_n = not isinstance(plan.N, int) or plan.N % sched["block_n"] != 0
+        self.mask_k = not isinstance(plan.K, int) or plan.K % sched["block_k"] != 0
 
     # -- names, lines ---------------------------------------------------------------------------
 
@@ -609,11 +612,14 @@ class _Emitter:
         fn = kernel_ident(p.name)
         in_ranks = [len(_shape(a)) for a in p.args]
         out_ranks = [len(_shape(r)) for r in p.results]
-        params = tensor_params(in_ranks, out_ranks)
+        symbols = size_symbols([_shape(a) for a in p.args] + [_shape(r) for r in p.results])
+        params = tensor_params(in_ranks, out_ranks) + symbols
         M, N, K, B = p.M, p.N, p.K, p.B
         bm, bn = s["block_m"], s["block_n"]
-        tiles_m, tiles_n = -(-M // bm), -(-N // bn)
-        swizzle = s["group_m"] > 1 and tiles_m > 1 and tiles_n > 1
+        # more than one tile along M / N (a symbolic extent may have any number)
+        many_m = not isinstance(M, int) or -(-M // bm) > 1
+        many_n = not isinstance(N, int) or -(-N // bn) > 1
+        swizzle = s["group_m"] > 1 and many_m and many_n
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_K": s["block_k"]}
         if swizzle:
             constexprs["GROUP_M"] = s["group_m"]
@@ -646,9 +652,9 @@ class _Emitter:
                 "pid_m = first_pid_m + (pid % (GROUP_M * num_pid_n)) % group_size_m",
                 "pid_n = (pid % (GROUP_M * num_pid_n)) // group_size_m",
             ]
-        elif tiles_n == 1:
+        elif not many_n:
             body += ["pid_m = pid", "pid_n = 0"]
-        elif tiles_m == 1:
+        elif not many_m:
             body += ["pid_m = 0", "pid_n = pid"]
         else:
             body += [f"pid_m = pid // (({N} + BLOCK_N - 1) // BLOCK_N)",
@@ -685,11 +691,12 @@ class _Emitter:
             source = "import triton.language as tl\n\n\n" + "\n\n".join(_body.HELPERS[h] for h in helpers) \
                 + "\n\n" + source[len("import triton.language as tl\n\n\n"):]
         ptypes = [_PTR[_elem(a)] for a in p.args] + [_PTR[_elem(r)] for r in p.results]
-        grid = (tiles_m * tiles_n, B, 1)
+        grid = (size_prod([size_cdiv(M, bm), size_cdiv(N, bn)]), B, 1)
         return KernelSource(
             name=p.name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
-            pointer_types=ptypes,
+            pointer_types=ptypes, symbols=symbols,
+            symbol_dims=symbol_dims(p.func, symbols, [_shape(a) for a in p.args] + [_shape(r) for r in p.results]),
         )
 
     def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
@@ -702,10 +709,10 @@ class _Emitter:
             name = f"{prefix}{i}"
             if name not in self.need:
                 continue
-            inner = int(np.prod([p.sizes[e] for e in dims[i + 1:]], dtype=np.int64)) if i + 1 < len(dims) else 1
-            text = flat if inner == 1 else f"{flat} // {inner}"
+            inner = size_prod([p.sizes[e] for e in dims[i + 1:]]) if i + 1 < len(dims) else 1
+            text = flat if inner == 1 else f"{flat} // {size_code(inner)}"
             if i > 0:
-                text += f" % {p.sizes[d]}"
+                text += f" % {size_code(p.sizes[d])}"
             out.append(f"{name} = {text}  # d{d} ({p.sizes[d]})")
         return out
 

@@ -132,8 +132,10 @@ def kernel_parts(kernel) -> tuple:
     """(func op, symbol name, block arguments, body ops) of an outlined kernel function."""
     func = _as_op(kernel)
     block = func.regions[0].blocks[0]
-    return (func, ir.StringAttr(func.attributes["sym_name"]).value, list(block.arguments),
-            [_as_op(o) for o in block.operations])
+    args = list(block.arguments)
+    if "uniorch.arg_dims" in func.attributes:  # `index` arguments only size tensor.empty ops (passes/schedule.py)
+        args = [a for a in args if not isinstance(a.type, ir.IndexType)]
+    return (func, ir.StringAttr(func.attributes["sym_name"]).value, args, [_as_op(o) for o in block.operations])
 
 
 def _producer(value):
@@ -144,11 +146,17 @@ def _producer(value):
     return _as_op(owner)
 
 
-def _shape(value) -> list[int]:
+def _shape(value) -> list:
+    """Dims of a value; symbolic ones as expressions over the size symbols (uniorch/ir/dims.py)."""
     t = ir.ShapedType(value.type)
-    if not t.has_static_shape:
-        raise CodegenError(_producer(value), "dynamic shapes are not supported")
-    return list(t.shape)
+    if t.has_static_shape:
+        return list(t.shape)
+    from uniorch.ir import dims
+
+    try:
+        return dims.shape(value)
+    except dims.UnknownSize as err:
+        raise CodegenError(_producer(value), f"symbolic sizes: {err}") from None
 
 
 def _elem(value) -> str:

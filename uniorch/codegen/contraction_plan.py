@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from . import body as _body
 from . import patterns as _pat
 from .contraction_ir import (
@@ -40,7 +42,7 @@ class _Plan:
         return self.window.count if self.window is not None else 1
 
     def extent(self, c: str) -> int:
-        return int(np.prod([self.sizes[d] for d in self.order[c]], dtype=np.int64)) if self.order[c] else 1
+        return dims.prod([self.sizes[d] for d in self.order[c]]) if self.order[c] else 1
 
     @property
     def M(self):
@@ -71,7 +73,7 @@ class _Window:
 
     @property
     def count(self) -> int:
-        return int(np.prod(list(self.extents.values()), dtype=np.int64))
+        return dims.prod(list(self.extents.values()))
 
     def offsets(self) -> list[dict]:
         """Every window element, as {dim: offset}."""
@@ -235,8 +237,8 @@ def _classify(gen) -> dict:
     }
     env = [Lin.cst(0) if cls[d] == "u" else Lin.dim(d) for d in range(n_loops)]
     acc_layout = tuple(_lin(e, env, gen) for e in out_map.results)
-    batch = int(np.prod([sizes[d] for d in order["b"]], dtype=np.int64))
-    if batch > 65535:
+    batch = dims.prod([sizes[d] for d in order["b"]])
+    if isinstance(batch, int) and batch > 65535:  # symbolic: checked per launch (KernelSource.launch_grid)
         raise CodegenError(gen, f"batch extent {batch} exceeds the grid's second axis")
 
     # dot operand types (16-bit operands widened by arith.extf go to tl.dot as they are)

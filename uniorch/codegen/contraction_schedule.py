@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from .contraction_plan import _Plan, _analyze
 from .source import CodegenError
 
@@ -35,7 +37,8 @@ def _fit(n: int, lo: int, hi: int) -> int:
 
 def _schedule(plan: _Plan, target: str) -> dict:
     kind, warp = _target_kind(target)
-    M, N, K = plan.M, plan.N, plan.K
+    hints = dims.hints(plan.func)  # symbolic sizes: tiles tuned for the capture's sizes
+    M, N, K = (dims.hinted(x, hints) for x in (plan.M, plan.N, plan.K))
     narrow = all(t in ("f16", "bf16") for t in plan.dot_types)
     if kind == "interpret":
         # Few, mid-sized programs: the interpreter's cost is per program and per op, not per element.
@@ -61,12 +64,16 @@ def _schedule(plan: _Plan, target: str) -> dict:
         # NVIDIA: cp.async/TMA multi-stage pipeline; AMD's stream pipeliner wants 2 stages
         stages = 2 if kind == "rocm" else 3
         group = 8
-    tiles = -(-M // bm) * -(-N // bn)
     return {
         "block_m": bm, "block_n": bn, "block_k": bk, "group_m": group,
         "num_warps": warps, "num_stages": stages, "looped": True,
-        "grid": [tiles, plan.B, 1],
+        "grid": _grid(plan, bm, bn),
     }
+
+
+def _grid(plan: _Plan, bm: int, bn: int) -> list:
+    tiles = dims.prod([dims.cdiv(plan.M, bm), dims.cdiv(plan.N, bn)])
+    return [dims.grid_entry(tiles), dims.grid_entry(plan.B), 1]
 
 
 def choose_schedule(kernel, target: str) -> dict:
@@ -87,5 +94,5 @@ def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
     for k in ("block_m", "block_n", "block_k"):
         if s[k] < 16 or s[k] & (s[k] - 1):
             raise CodegenError(func, f"schedule {k} = {s[k]} (tl.dot needs a power of two >= 16)")
-    s["grid"] = [-(-plan.M // s["block_m"]) * -(-plan.N // s["block_n"]), plan.B, 1]
+    s["grid"] = _grid(plan, s["block_m"], s["block_n"])
     return s

@@ -15,6 +15,8 @@ from typing import Iterable
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from . import patterns as pat
 
 
@@ -212,7 +214,7 @@ class OpInfo:
 
     def shape(self, i: int) -> list[int]:
         t = self.operands[i].type
-        return list(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else []
+        return _shape_of(self.operands[i])
 
 
 @dataclass
@@ -241,7 +243,15 @@ VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
 def _shape_of(v: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(v.type).shape) if isinstance(v.type, ir.RankedTensorType) else []
+    if not isinstance(v.type, ir.RankedTensorType):
+        return []
+    static = list(ir.RankedTensorType(v.type).shape)
+    if all(s >= 0 for s in static):
+        return static
+    try:  # symbolic sizes as expressions (uniorch/ir/dims.py); -1 where none is known
+        return dims.shape(v)
+    except dims.UnknownSize:
+        return static
 
 
 def is_unit_view(op) -> bool:
@@ -251,7 +261,7 @@ def is_unit_view(op) -> bool:
     if op.name not in VIEW_OPS:
         return False
     src, res = _shape_of(op.operands[0]), _shape_of(op.results[0])
-    if any(d < 0 for d in src + res):
+    if any(isinstance(d, int) and d < 0 for d in src + res):
         return False
     return [d for d in src if d != 1] == [d for d in res if d != 1]
 
@@ -549,16 +559,16 @@ class Layout:
         """Result r's elements are each computed at exactly one domain point (modulo unused dims)."""
         inf = self.info(op)
         ex = self.result_exprs(op, r)
-        shape = list(ir.RankedTensorType(inf.op.results[r].type).shape)
-        dims = []
+        shape = _shape_of(inf.op.results[r])
+        seen = []
         for e, s in zip(ex, shape):
             if s == 1:
                 continue
             d = e.pure_dim()
             if d is None or self.domain.sizes[d] != s:
                 return False
-            dims.append(d)
-        return len(dims) == len(set(dims))
+            seen.append(d)
+        return len(seen) == len(set(seen))
 
 
 def solve(ops: list[ir.Operation], seed: ir.Operation | None = None, allow_growth: bool = True,

@@ -21,12 +21,14 @@ nests and bodies), generic_copy.py (copy kernels); this module is the entry poin
 """
 from __future__ import annotations
 
+from uniorch.ir import dims
+
 from . import body as B
 from .generic_copy import _copy_numel, _emit_copy, _params
 from .generic_emit import _Emitter
 from .generic_kernel import Kernel, _cdiv, _ident, _shape  # Kernel: also used through this module
 from .generic_schedule import _sched_from_attr, choose_schedule
-from .source import CodegenError, KernelSource
+from .source import CodegenError, KernelSource, symbol_dims
 
 
 def generate_generic(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
@@ -57,16 +59,20 @@ def generate_generic(kernel_func, target: str, schedule: dict | None = None) -> 
             if not any(c is not None for c in k.combiners.values()):
                 block_r = max(block_r, 1)
             constexprs = {"BLOCK_P": block_p, "BLOCK_R": block_r}
-            grid = (_cdiv(k.np_, block_p),)
+            grid = (dims.cdiv(k.np_, block_p),)
         else:
             block = int(sched["block_p"])
             constexprs = {"BLOCK": block}
-            grid = (_cdiv(k.np_, block),)
+            grid = (dims.cdiv(k.np_, block),)
     return KernelSource(
         name=k.name, fn_name=fn, source=source,
-        input_ranks=[len(_shape(a.type)) for a in k.args],
-        output_ranks=[len(_shape(r.type)) for r in k.ret.operands],
+        input_ranks=[len(_shape(a)) for a in k.args],
+        output_ranks=[len(_shape(r)) for r in k.ret.operands],
         grid=grid, constexprs=constexprs,
         num_warps=int(sched.get("num_warps", 4)), num_stages=int(sched.get("num_stages", 1)),
-        pointer_types=ptypes,
+        pointer_types=ptypes, symbols=k.symbols, symbol_dims=_symbol_dims(k),
     )
+
+
+def _symbol_dims(k: Kernel) -> list[tuple[int, int]]:
+    return symbol_dims(k.func, k.symbols, [_shape(v) for v in list(k.args) + list(k.ret.operands)])

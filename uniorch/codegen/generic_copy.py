@@ -74,7 +74,7 @@ def _params(k: Kernel) -> list[str]:
         for i, v in enumerate(vals):
             params.append(f"{prefix}{i}_ptr")
             params.extend(f"{prefix}{i}_s{d}" for d in range(len(_shape(v.type))))
-    return params
+    return params + k.symbols
 
 
 def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 import torch
 from torch_mlir import ir
 
+from uniorch.ir.dims import code as size_code
+
 from . import body as B
 from . import domain as D
 from . import patterns as pat
 from . import welford
 from .generic_kernel import Kernel, WIDE_COMBINERS, _ident, _shape, _short_loc, _widen
 from .generic_copy import _known_type, _params
+
 from .source import CodegenError
 
 
@@ -57,7 +60,7 @@ class _Emitter:
         self.counter = 0
         self.combine_fns: dict[str, str] = {}
         self.arg_index = {a: i for i, a in enumerate(k.args)}
-        self.idx64 = k.max_numel() >= 2 ** 31
+        self.idx64 = k.max_numel() >= 2 ** 31 or k.symbolic  # symbolic sizes: any size, so 64-bit
         self.consts: dict = {}
         for o in k.ops:
             if o.name == "arith.constant":
@@ -119,7 +122,7 @@ class _Emitter:
     def load(self, scope: _Scope, arg: int, exprs: list[D.Aff], ty: str, why: str, pad=None) -> Val:
         """Argument `arg` at `exprs`. `pad` = (low, fill): the argument is the source of a constant
         `tensor.pad` read at padded positions `exprs`; lanes outside the source load `fill`."""
-        shape = _shape(self.k.args[arg].type)
+        shape = _shape(self.k.args[arg])
         if pad is not None:
             low, fill = pad
             exprs = [e + D.Aff.constant(-lo) for e, lo in zip(exprs, low)]
@@ -178,10 +181,10 @@ class _Emitter:
         zero = Val(B.constant_expr(0, ty), ty, frozenset(), 0)
         picks, off = [], 0
         for v in cat.operands:
-            n = _shape(v.type)[dim]
+            n = _shape(v)[dim]
             low = [0] * len(exprs)
             low[dim] = off
-            if n and self.inside(scope, [e + D.Aff.constant(-lo) for e, lo in zip(exprs, low)], _shape(v.type)) is not None:
+            if n and self.inside(scope, [e + D.Aff.constant(-lo) for e, lo in zip(exprs, low)], _shape(v)) is not None:
                 if not isinstance(v.owner, ir.Block):
                     raise CodegenError(cat, "tensor.concat inside a kernel must join kernel arguments")
                 val = self.load(scope, self.arg_index[v], exprs, ty,
@@ -221,7 +224,7 @@ class _Emitter:
         base = self.lay.through_views(v)
         if base is not v and isinstance(base.type, ir.RankedTensorType):
             if isinstance(base.owner, ir.Block) or pat.op_of(base.owner).name != "linalg.generic":
-                exprs = D.realign(self.lay.operand_exprs(g, i), _shape(v.type), _shape(base.type))
+                exprs = D.realign(self.lay.operand_exprs(g, i), _shape(v), _shape(base))
                 if isinstance(base.owner, ir.Block):
                     return self.load(scope, self.arg_index[base], exprs, ty, f"{base.get_name()} (viewed) of {self.op_label(g)}")
                 v = base
@@ -369,7 +372,7 @@ class _Emitter:
         if not isinstance(src.owner, ir.Block) or src.owner != self.k.block:
             raise CodegenError(op, "gathers only from kernel inputs")
         a = self.arg_index[src]
-        shape = _shape(src.type)
+        shape = _shape(src)
         idx = [self.body_value(scope, g, env, x) for x in list(op.operands)[1:]]
         lanes = frozenset().union(*[i.lanes for i in idx]) if idx else frozenset()
         conds = []
@@ -426,9 +429,9 @@ class _Emitter:
             strides[d] = stride
             stride *= sizes[d]
         for pos, d in enumerate(dims):
-            text = flat if strides[d] == 1 else f"{flat} // {strides[d]}"
+            text = flat if strides[d] == 1 else f"{flat} // {size_code(strides[d])}"
             if pos > 0:
-                text = f"({text}) % {sizes[d]}"
+                text = f"({text}) % {size_code(sizes[d])}"
             scope.emit(f"{scope.names[d]} = {text}{suffix}")
 
     def run(self) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import re
 
+import sympy
 from torch_mlir import ir
+
+from uniorch.ir import dims
 
 from . import body as B
 from . import domain as D
@@ -27,8 +30,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _numel(shape) -> int:
-    return int(math.prod(shape)) if shape else 1
+def _numel(shape):
+    """Elements of a shape: an int, or an expression when a dim is symbolic (uniorch/ir/dims.py)."""
+    n = math.prod(shape) if shape else 1
+    return int(n) if not isinstance(n, sympy.Expr) or n.is_number else n
 
 
 def _vendor(target: str) -> str:
@@ -53,8 +58,11 @@ def _ident(name: str) -> str:
     return s if s and not s[0].isdigit() else "k_" + s
 
 
-def _shape(t) -> list[int]:
-    return list(ir.RankedTensorType(t).shape)
+def _shape(v) -> list:
+    """Dims of a value (symbolic ones as expressions: uniorch/ir/dims.py), or of a static type."""
+    if isinstance(v, ir.Value):
+        return dims.shape(v)
+    return list(ir.RankedTensorType(v).shape)
 
 
 def _short_loc(op) -> str:
@@ -86,7 +94,10 @@ class Kernel:
         self.name = _sym_name(self.func)
         blk = self.func.regions[0].blocks[0]
         self.block = blk
-        self.args = list(blk.arguments)
+        # a symbolic kernel's `index` arguments only size its `tensor.empty`s (passes/schedule.py);
+        # the size symbols themselves are kernel parameters (`self.symbols`)
+        self.symbolic = dims.has_symbols(self.func)
+        self.args = [a for a in blk.arguments if not (self.symbolic and isinstance(a.type, ir.IndexType))]
         ops = [o.operation for o in blk.operations]
         self.ret = ops[-1]
         self.ops = ops[:-1]
@@ -95,11 +106,13 @@ class Kernel:
         for a in self.args:
             if not isinstance(a.type, ir.RankedTensorType):
                 raise CodegenError(self.func, f"kernel argument of type {a.type} (only tensors are passed)")
-            if not ir.RankedTensorType(a.type).has_static_shape:
+            if not ir.RankedTensorType(a.type).has_static_shape and not self.symbolic:
                 raise CodegenError(self.func, "dynamic shapes are not supported")
         for r in self.ret.operands:
-            if not isinstance(r.type, ir.RankedTensorType) or not ir.RankedTensorType(r.type).has_static_shape:
+            if not isinstance(r.type, ir.RankedTensorType) or not (
+                    ir.RankedTensorType(r.type).has_static_shape or self.symbolic):
                 raise CodegenError(self.ret, "kernel results must be statically shaped tensors")
+        self.hints = dims.hints(self.func)
         self.generics = [o for o in self.ops if o.name == "linalg.generic"]
         self.copy_ops = [o for o in self.ops if o.name in pat.COPY_OPS
                          and not (self.generics and _read_as_loads(o, blk))]
@@ -125,7 +138,10 @@ class Kernel:
         for g in self.generics:
             for t in list(g.operands) + list(g.results):
                 if isinstance(t.type, ir.ShapedType) and not ir.ShapedType(t.type).has_static_shape:
-                    raise CodegenError(g, "dynamic shapes are not supported")
+                    try:
+                        dims.shape(t)
+                    except dims.UnknownSize as err:
+                        raise CodegenError(g, f"symbolic sizes: {err}") from None
         has_red = any(pat.is_reduction(g) for g in self.generics)
         if self.kind == "pointwise" and has_red:
             raise CodegenError(self.func, "pointwise kernel holds a reduction")
@@ -188,7 +204,7 @@ class Kernel:
             if not self.layout.storable(*prod):
                 raise CodegenError(prod[0], f"result {prod[1]} is not computed once per element")
             self.stores.append((k, prod[0], prod[1]))
-        self.store_shapes = [_shape(v.type) for v in self.ret.operands]
+        self.store_shapes = [_shape(v) for v in self.ret.operands]
 
     def _order_dims(self) -> None:
         """Flattening order (outer → inner) of parallel and reduction dims: the largest stored
@@ -198,12 +214,12 @@ class Kernel:
         for v in self.ret.operands:
             prod = lay.producer_of(v)
             if prod is not None:
-                cands.append((_numel(_shape(v.type)), lay.produced_exprs(*prod, _shape(v.type))))
+                cands.append((self.hint(_numel(_shape(v))), lay.produced_exprs(*prod, _shape(v))))
         for g in self.generics:
             inf = lay.info(g)
             for i, v in enumerate(inf.operands):
                 if inf.used[i] and isinstance(v.type, ir.RankedTensorType) and lay.producer_of(v) is None:
-                    cands.append((_numel(_shape(v.type)) * 0.5, lay.operand_exprs(g, i)))
+                    cands.append((self.hint(_numel(_shape(v))) * 0.5, lay.operand_exprs(g, i)))
         cands.sort(key=lambda c: -c[0])
 
         def order(dims, cs):
@@ -230,11 +246,22 @@ class Kernel:
     def nr(self) -> int:
         return _numel([self.layout.domain.sizes[d] for d in self.R])
 
+    @property
+    def symbols(self) -> list[str]:
+        """Size symbols the kernel takes as parameters, after its tensors (uniorch/ir/dims.py)."""
+        if not self.symbolic:
+            return []
+        return dims.symbols_of([_shape(a) for a in self.args] + [_shape(r) for r in self.ret.operands])
+
+    def hint(self, n) -> int:
+        """A size at the capture's example sizes: what schedules are tuned for."""
+        return dims.hinted(n, self.hints)
+
     def max_numel(self) -> int:
         n = [self.np_ * self.nr]
-        n += [_numel(_shape(a.type)) for a in self.args]
-        n += [_numel(_shape(r.type)) for r in self.ret.operands]
-        return max(n)
+        n += [_numel(_shape(a)) for a in self.args]
+        n += [_numel(_shape(r)) for r in self.ret.operands]
+        return max(self.hint(x) for x in n)
 
     def elem_bits(self) -> int:
         bits = 32

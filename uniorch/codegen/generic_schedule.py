@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from . import patterns as pat
 from .patterns import recorded_schedule as _sched_from_attr  # noqa: F401 - generic.py's name for it
 from .generic_kernel import Kernel, LOOP_BLOCK_R, PERSISTENT_MAX, _cdiv, _next_pow2, _vendor, _warp_size
 from .generic_copy import _copy_numel, _mark_inplace
+from .source import CodegenError
 
 
 def _warps(elems: int, target: str) -> int:
@@ -15,6 +18,7 @@ def _warps(elems: int, target: str) -> int:
     if _warp_size(target) == 64:
         w = max(1, w // 2)
     return w
+
 
 
 def choose_schedule(kernel_func, target: str) -> dict:
@@ -34,10 +38,12 @@ def choose_schedule(kernel_func, target: str) -> dict:
     budget = 16384 if interp else (4096 if k.elem_bits() <= 32 else 2048)
     if not k.reductive:
         n = k.np_
-        block = min(_next_pow2(n), budget if interp else 1024)
+        block = min(_next_pow2(k.hint(n)), budget if interp else 1024)
         return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": _warps(block, target),
-                "num_stages": 1, "looped": False, "grid": [_cdiv(n, block), 1, 1]}
-    nr, np_ = k.nr, k.np_
+                "num_stages": 1, "looped": False, "grid": [_grid(n, block), 1, 1]}
+    if not isinstance(k.nr, int):
+        raise CodegenError(k.func, f"a reduction over a symbolic size ({k.nr}) is not supported yet")
+    nr, np_ = k.nr, k.hint(k.np_)
     any_tree = any(c is not None for c in k.combiners.values())
     limit = PERSISTENT_MAX if k.elem_bits() <= 32 else PERSISTENT_MAX // 2
     if not any_tree:
@@ -49,4 +55,11 @@ def choose_schedule(kernel_func, target: str) -> dict:
     block_p = max(1, min(_next_pow2(np_), budget // block_r, 1024 if interp else 256))
     return {"block_p": block_p, "block_r": block_r, "block_k": 0,
             "num_warps": _warps(block_p * block_r, target), "num_stages": 1, "looped": looped,
-            "grid": [_cdiv(np_, block_p), 1, 1]}
+            "grid": [_grid(k.np_, block_p), 1, 1]}
+
+
+def _grid(n, block: int):
+    """Programs for `n` elements: an int, or for a symbolic `n` the expression the launch evaluates."""
+    if isinstance(n, int):
+        return _cdiv(n, block)
+    return dims.text(dims.cdiv(n, block))

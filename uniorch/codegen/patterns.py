@@ -50,7 +50,9 @@ def recorded_schedule(func) -> dict | None:
         elif isinstance(a, ir.IntegerAttr):
             out[na.name] = int(a.value)
         elif isinstance(a, ir.ArrayAttr):
-            out[na.name] = [ir.IntegerAttr(x).value for x in a]
+            # a grid entry over symbolic sizes is its expression's text (uniorch/ir/dims.py)
+            out[na.name] = [ir.IntegerAttr(x).value if isinstance(x, ir.IntegerAttr) else ir.StringAttr(x).value
+                            for x in a]
         else:
             out[na.name] = str(a)
     return out
@@ -111,11 +113,25 @@ def loop_sizes(op) -> list[int]:
             continue
         shape = ir.RankedTensorType(v.type).shape
         for j, e in enumerate(m.results):
-            if isinstance(e, ir.AffineDimExpr) and sizes[e.position] is None:
-                sizes[e.position] = shape[j]
-    if any(s is None or s < 0 for s in sizes):
+            if isinstance(e, ir.AffineDimExpr) and (sizes[e.position] is None or _neg(sizes[e.position])):
+                sizes[e.position] = shape[j] if shape[j] >= 0 else _symbolic_dim(v, j)
+    if any(s is None or _neg(s) for s in sizes):
         raise ValueError(f"{o.name}: loop bounds not static or not derivable from pure-dim map results")
-    return [int(s) for s in sizes]
+    return [s if not isinstance(s, int) else int(s) for s in sizes]
+
+
+def _neg(s) -> bool:
+    return isinstance(s, int) and s < 0
+
+
+def _symbolic_dim(v, j: int):
+    """A `?` dim as its expression over the size symbols (uniorch/ir/dims.py), else -1."""
+    from uniorch.ir import dims
+
+    try:
+        return dims.shape(v)[j]
+    except dims.UnknownSize:
+        return -1
 
 
 def block_arg_used(op, i: int) -> bool:

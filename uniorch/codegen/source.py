@@ -38,6 +38,33 @@ class KernelSource:
     num_stages: int = 1
     # Triton signature types per pointer argument (e.g. "*fp32"), inputs then results; strides are "i64".
     pointer_types: list[str] = field(default_factory=list)
+    # size symbols (uniorch/ir/dims.py) passed after the tensors, each read off a tensor's dim at
+    # launch: (tensor index over inputs then results, dim); the grid may then hold expressions
+    symbols: list[str] = field(default_factory=list)
+    symbol_dims: list[tuple[int, int]] = field(default_factory=list)
+
+    def size_args(self, inputs: list, outputs: list, sizes: list | None = None) -> list[int]:
+        """The symbols' values for one launch: `sizes` as the launch plan gives them, else read off
+        the tensors (a symbol no tensor dim is alone needs the plan's)."""
+        if sizes is not None:
+            return [int(v) for v in sizes]
+        tensors = list(inputs) + list(outputs)
+        if any(t < 0 for t, _ in self.symbol_dims):
+            raise UniorchError(f"kernel {self.name}: the values of its size symbols {self.symbols} must be given")
+        return [int(tensors[t].shape[d]) for t, d in self.symbol_dims]
+
+    def launch_grid(self, values: list[int]) -> tuple[int, ...]:
+        """The grid for these symbol values (the grid itself when no entry is symbolic)."""
+        if not self.symbols:
+            return tuple(self.grid)
+        from uniorch.ir import dims
+
+        env = dict(zip(self.symbols, values))
+        grid = tuple(max(1, dims.evaluate(g if isinstance(g, int) else dims.parse(str(g)), env)) for g in self.grid)
+        if any(g > 65535 for g in grid[1:]):
+            raise UniorchError(f"kernel {self.name}: grid {grid} at sizes {env} exceeds 65535 programs on "
+                               f"its second or third axis")
+        return grid
 
     def signature(self) -> dict[str, str]:
         """Triton `ASTSource` signature: argument name -> type (strides i64, blocks constexpr)."""
@@ -53,12 +80,25 @@ class KernelSource:
             for _ in range(rank):
                 sig[names[i]] = "i64"
                 i += 1
+        for k in self.symbols:
+            sig[k] = "i64"
         for k in self.constexprs:
             sig[k] = "constexpr"
         return sig
 
     def arg_names(self) -> list[str]:
-        return tensor_params(self.input_ranks, self.output_ranks)
+        return tensor_params(self.input_ranks, self.output_ranks) + list(self.symbols)
+
+
+def symbol_dims(op, symbols: list[str], shapes: list[list]) -> list[tuple[int, int]]:
+    """Where each size symbol can be read at launch: a tensor dim (inputs then results) that is the
+    symbol itself, or (-1, -1) when it is only ever inside a product (the launch plan passes it)."""
+    found: dict[str, tuple[int, int]] = {}
+    for t, shape in enumerate(shapes):
+        for d, n in enumerate(shape):
+            if not isinstance(n, int) and n.is_Symbol:
+                found.setdefault(str(n), (t, d))
+    return [found.get(s, (-1, -1)) for s in symbols]  # (-1, -1): only the launch plan knows it
 
 
 def tensor_params(in_ranks: list[int], out_ranks: list[int]) -> list[str]:

@@ -17,7 +17,7 @@ from torch_mlir import ir
 
 from uniorch.codegen import CodegenError, generate
 from uniorch.errors import UniorchError
-from uniorch.ir import lower, make_context
+from uniorch.ir import dims, lower, make_context
 from uniorch.ir.importer import import_graph, node_names
 from uniorch.targets import Target
 
@@ -83,6 +83,27 @@ def _nbytes(t) -> int:
     return nbytes(t)
 
 
+def _kernel_bytes(func) -> tuple[int, int]:
+    """Bytes a kernel reads and writes (its tensor arguments and results, once each); symbolic
+    sizes (uniorch/ir/dims.py) at the capture's sizes."""
+    from uniorch.ir import dims
+
+    if not dims.has_symbols(func):
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        return sum(_nbytes(t) for t in ftype.inputs), sum(_nbytes(t) for t in ftype.results)
+    hints = dims.hints(func)
+    block = func.regions[0].blocks[0]
+
+    def size(v) -> int:
+        et = ir.RankedTensorType(v.type).element_type
+        width = max(1, (et.width + 7) // 8) if hasattr(et, "width") else 8
+        return width * dims.hinted(dims.prod(dims.shape(v)), hints)
+
+    ret = list(block.operations)[-1]
+    return (sum(size(a) for a in block.arguments if isinstance(a.type, ir.RankedTensorType)),
+            sum(size(r) for r in ret.operands))
+
+
 def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) -> CompiledGraph:
     """`run=False` stops after codegen (kernels not loaded, no trial launch): what ahead-of-time
     compilation for a device this machine lacks needs."""
@@ -106,6 +127,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("import", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["import+lower"] = time.perf_counter() - t
+    dims.record_symbols(module, gm.graph)
     specs = []
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -206,8 +228,9 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         sched = {}
         if "uniorch.schedule" in op.attributes:
             sched = {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
+        read, written = _kernel_bytes(op)
         infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
-                                ks.source, sum(_nbytes(t) for t in ftype.inputs), sum(_nbytes(t) for t in ftype.results)))
+                                ks.source, read, written))
     try:
         plan = build_plan(module, main, kernels, _launch)
     except PlanError as err:
@@ -240,9 +263,9 @@ def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str) -> N
         inputs.append(make(tuple(shape), dtype=dtype, device=device))
     failed: list[str] = []
 
-    def launch(kernel: Kernel, ins, outs):
+    def launch(kernel: Kernel, ins, outs, sizes=None):
         try:
-            kernel.fn(ins, outs)
+            _launch(kernel, ins, outs, sizes)
         except Exception as err:  # noqa: BLE001 - Triton raises many kinds
             failed.append(kernel.name)
             info = infos.get(kernel.name)
@@ -307,8 +330,11 @@ def _error_nodes(err: UniorchError) -> list[str]:
     return names
 
 
-def _launch(kernel: Kernel, inputs, outputs) -> None:
-    kernel.fn(inputs, outputs)  # the backend's Launcher
+def _launch(kernel: Kernel, inputs, outputs, sizes=None) -> None:
+    if sizes is None:
+        kernel.fn(inputs, outputs)  # the backend's Launcher
+    else:
+        kernel.fn(inputs, outputs, sizes)
 
 
 __all__ = ["compile_graph", "CompiledGraph", "KernelInfo", "RegionError"]

@@ -90,8 +90,7 @@ def _compiled(fn):
 
 def launch(ks: KernelSource, fn: Any, inputs: list, outputs: list) -> None:
     """Calls the kernel on torch tensors: pointers and element strides, in the KernelSource order."""
-    args = []
-    for t in list(inputs) + list(outputs):
-        args.append(t)
-        args.extend(t.stride())
-    fn[ks.grid](*args, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)
+    from uniorch.backends.sdk import tensor_args
+
+    grid = ks.launch_grid(ks.size_args(inputs, outputs)) if ks.symbols else ks.grid  # sizes read off the tensors
+    fn[grid](*tensor_args(ks, inputs, outputs), **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)

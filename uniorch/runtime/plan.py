@@ -17,6 +17,7 @@ from torch_mlir import ir
 
 from uniorch.codegen import CodegenError, KernelSource
 from uniorch.errors import UniorchError
+from uniorch.ir import dims
 
 _DTYPES = {
     "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -81,6 +82,7 @@ class LaunchPlan:
     launch: Callable = None  # (kernel, inputs, outputs) -> None
     seeds: int = 0  # keys of random ops: a last input, drawn per call (passes/seed_input.py)
     device: Any = None  # where kernels run, when no input says
+    symbols: list = field(default_factory=list)  # (input index, dim, symbol): sizes read per call
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
@@ -89,6 +91,7 @@ class LaunchPlan:
             inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64).to(device)]
         slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
+        ctx.sizes = {name: int(inputs[i].shape[d]) for i, d, name in self.symbols}
         for step in self.steps:
             step.run(slots, ctx)
         return [slots[i] for i in self.outputs]
@@ -100,8 +103,11 @@ class _RunContext:
         self.device = device
         self.launch = launch
         self.buffers: dict[int, torch.Tensor] = {}
+        self.sizes: dict[str, int] = {}  # size symbols' values in this call (uniorch/ir/dims.py)
 
     def buffer(self, bid: int, shape, dtype) -> torch.Tensor:
+        if self.buffer_bytes[bid] < 0:  # symbolic sizes: this call's size (passes/plan_memory.py)
+            return torch.empty(shape, dtype=dtype, device=self.device)
         raw = self.buffers.get(bid)
         if raw is None:
             raw = torch.empty(self.buffer_bytes[bid], dtype=torch.uint8, device=self.device)
@@ -133,27 +139,37 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             raise PlanError(op, "uses a value that no step produces")
         return slot[v]
 
+    symbolic = dims.has_symbols(main)
     for op in block.operations:
         op = op.operation
         name = op.name
         if name == "func.return":
             for v in op.operands:  # `torch.empty` returned as is: uninitialized, as eager's
                 if v not in slot and not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.empty":
-                    steps.append(Step("alloc", _alloc_step(new_slot(v), shape_of(v.type), torch_dtype(v.type))))
+                    steps.append(Step("alloc", _alloc_step(new_slot(v), _shape(v), torch_dtype(v.type))))
+                elif symbolic and v not in slot and not isinstance(v.type, ir.ShapedType):
+                    steps.append(Step("size", _size_step(op, v, new_slot(v))))  # a size another region reads
             outputs = [src(op, v) for v in op.operands]
         elif name == "func.call":
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee not in kernels:
                 raise PlanError(op, f"kernel @{callee} was not compiled")
             k = kernels[callee]
-            ins = [src(op, v) for v in op.operands]
+            # a symbolic kernel's index operands only keep the IR valid (passes/schedule.py)
+            ins = [src(op, v) for v in op.operands if not (symbolic and isinstance(v.type, ir.IndexType))]
             outs = [new_slot(r) for r in op.results]
             bids = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.buffers"])]
-            specs = [(shape_of(r.type), torch_dtype(r.type)) for r in op.results]
+            specs = [(_shape(r), torch_dtype(r.type)) for r in op.results]
             steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs), callee))
-        elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
-            s, d, shape = src(op, op.operands[0]), new_slot(op.results[0]), shape_of(op.results[0].type)
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
+            continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
+            s, d, shape = src(op, op.operands[0]), new_slot(op.results[0]), _shape(op.results[0])
             steps.append(Step("view", _view_step(s, d, shape)))
+        elif symbolic and name == "tensor.cast":
+            slot[op.results[0]] = src(op, op.operands[0])  # a type refinement: the same tensor
+        elif symbolic and _host_size_op(op):
+            continue  # size arithmetic: its values are the size symbols' (uniorch/ir/dims.py)
         elif name == "tensor.extract_slice":
             steps.append(Step("slice", _slice_step(op, src(op, op.operands[0]), new_slot(op.results[0]))))
         elif name == "arith.constant" and isinstance(op.results[0].type, ir.ShapedType):
@@ -166,7 +182,60 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             raise PlanError(op, "no kernel covers it")
     seeds = ir.IntegerAttr(module.operation.attributes["uniorch.seeds"]).value \
         if "uniorch.seeds" in module.operation.attributes else 0
-    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds)
+    symbols = []
+    if symbolic:
+        for i, a in enumerate(block.arguments):
+            if isinstance(a.type, ir.RankedTensorType):
+                symbols += [(i, d, str(n)) for d, n in enumerate(dims.shape(a)) if not isinstance(n, int) and n.is_Symbol]
+    return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds,
+                      symbols=symbols)
+
+
+_HOST_SIZE_OPS = ("tensor.dim", "affine.apply", "cf.assert", "tensor.from_elements", "math.ceil", "math.floor")
+
+
+def _size_step(op, v, d):
+    try:
+        size = dims.index_value(v)
+    except dims.UnknownSize as err:
+        raise PlanError(op, f"returns a size: {err}") from None
+
+    def run(slots, ctx):
+        slots[d] = dims.evaluate(size, ctx.sizes)
+
+    return run
+
+
+def _of_empty(op) -> bool:
+    src = op.operands[0].owner
+    if isinstance(src, ir.Block):
+        return False
+    src = src.operation if hasattr(src, "operation") else src
+    return src.name == "tensor.empty" or (src.name in ("tensor.expand_shape", "tensor.collapse_shape") and _of_empty(src))
+
+
+def _host_size_op(op) -> bool:
+    """An op of @main computing sizes (or checking them): only shapes depend on it."""
+    if op.name in _HOST_SIZE_OPS:
+        return True
+    return op.name.startswith("arith.") and all(not isinstance(r.type, ir.ShapedType) for r in op.results)
+
+
+def _shape(v):
+    """A value's shape: a list of ints, or (symbolic sizes) a function of the run context."""
+    static = shape_of(v.type)
+    if all(n >= 0 for n in static):
+        return static
+    try:
+        sizes = dims.shape(v)
+    except dims.UnknownSize as err:
+        raise PlanError(v.owner if not isinstance(v.owner, ir.Block) else v.owner.owner,
+                        f"symbolic sizes: {err}") from None
+    return lambda ctx: [dims.evaluate(n, ctx.sizes) for n in sizes]
+
+
+def _resolve(shape, ctx):
+    return shape(ctx) if callable(shape) else shape
 
 
 def _launch_step(k: Kernel, ins, outs, bids, specs):
@@ -174,13 +243,16 @@ def _launch_step(k: Kernel, ins, outs, bids, specs):
         inputs = [slots[i] for i in ins]
         results = []
         for j, (bid, (shape, dtype)) in enumerate(zip(bids, specs)):
-            out = ctx.buffer(bid, shape, dtype)
+            out = ctx.buffer(bid, _resolve(shape, ctx), dtype)
             if j in k.inplace:
                 dest = inputs[k.inplace[j]]
                 if dest.data_ptr() != out.data_ptr():
                     out.copy_(dest)  # the destination is still read later: write into a copy
             results.append(out)
-        ctx.launch(k, inputs, results)
+        if k.source.symbols:  # its size symbols' values in this call (uniorch/ir/dims.py)
+            ctx.launch(k, inputs, results, [ctx.sizes[s] for s in k.source.symbols])
+        else:
+            ctx.launch(k, inputs, results)
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]
@@ -190,15 +262,15 @@ def _launch_step(k: Kernel, ins, outs, bids, specs):
 
 def _alloc_step(d, shape, dtype):
     def run(slots, ctx):
-        slots[d] = torch.empty(shape, dtype=dtype, device=ctx.device)
+        slots[d] = torch.empty(_resolve(shape, ctx), dtype=dtype, device=ctx.device)
 
     return run
 
 
 def _view_step(s, d, shape):
     def run(slots, ctx):
-        t = slots[s]
-        slots[d] = t.view(shape) if t.is_contiguous() else t.reshape(shape)
+        t, size = slots[s], _resolve(shape, ctx)
+        slots[d] = t.view(size) if t.is_contiguous() else t.reshape(size)
 
     return run
 

@@ -1,0 +1,357 @@
+"""Sizes of `?` dims, as expressions over the capture's size symbols.
+
+A symbolic capture (docs/design.md, "Symbolic sizes") gives `@main` arguments typed `?` where a
+size is a symbol of the capture (`s10`, `s73`). Every other `?` in the program is a function of
+those: `@main` carries `uniorch.arg_dims` (per argument, per dim: "" when static, else the
+symbol), and `shape(v)` derives any value's dims from it: through a linalg op's `outs`, a
+`tensor.empty`'s operands, the index arithmetic torch-mlir emits (`tensor.dim`, `arith.muli`,
+the `select`s of a view's -1), collapses, expansions and reshapes. Sizes are sympy expressions
+with positive integer symbols, so equal sizes compare equal however they were computed, and the
+comparisons torch-mlir emits against -1 or 0 are decided.
+
+Kernel functions carry `uniorch.arg_dims` too (written when they are outlined): a tensor
+argument's dims, and for an `index` argument (a size a `tensor.empty` inside needs) its value.
+Codegen takes the symbols as kernel arguments and prints the expressions; the launch plan binds
+the symbols from `@main`'s inputs per call.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Union
+
+import sympy
+from torch_mlir import ir
+
+ARG_DIMS = "uniorch.arg_dims"
+Size = Union[int, sympy.Expr]
+
+
+class UnknownSize(ValueError):
+    """A `?` dim no rule derives (an op whose sizes depend on data, or one not handled here)."""
+
+
+@functools.lru_cache(maxsize=None)
+def symbol(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse(text: str) -> Size:
+    expr = sympy.sympify(text, locals={})
+    expr = expr.subs({s: symbol(str(s)) for s in expr.free_symbols})
+    return int(expr) if expr.is_number else expr
+
+
+def text(size: Size) -> str:
+    return str(size)
+
+
+def code(size: Size) -> str:
+    """A size as a Python/Triton operand: a compound expression parenthesized, so `rows // (8*s1)`
+    never reads as `(rows // 8) * s1`."""
+    if isinstance(size, int) or size.is_Symbol or size.is_Integer:
+        return str(size)
+    return f"({size})"
+
+
+def is_static(size: Size) -> bool:
+    return isinstance(size, int)
+
+
+def symbols_of(sizes) -> list[str]:
+    """The symbol names in `sizes` (any nesting of lists), sorted."""
+    out: set[str] = set()
+
+    def visit(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+        elif isinstance(x, sympy.Expr):
+            out.update(str(s) for s in x.free_symbols)
+
+    visit(sizes)
+    return sorted(out)
+
+
+def evaluate(size: Size, values: dict[str, int]) -> int:
+    if isinstance(size, int):
+        return size
+    return int(size.subs({symbol(k): v for k, v in values.items()}))
+
+
+def prod(sizes) -> Size:
+    """The product of sizes: an int, or an expression when one is symbolic."""
+    n = sympy.Integer(1)
+    for s in sizes:
+        n = n * s
+    return _simplify(n)
+
+
+def cdiv(n: Size, block: int) -> Size:
+    """ceil(n / block), as an expression when `n` is one."""
+    if isinstance(n, int):
+        return -(-n // block)
+    return sympy.ceiling(n / block)
+
+
+def set_arg_dims(func_op, dims: list[list[Size]]) -> None:
+    """Writes `uniorch.arg_dims` on a function: per argument, per dim, "" static or the expression."""
+    with func_op.context:
+        func_op.attributes[ARG_DIMS] = ir.ArrayAttr.get([
+            ir.ArrayAttr.get([ir.StringAttr.get("" if is_static(s) else text(s)) for s in d]) for d in dims])
+
+
+def hints(func_op) -> dict[str, int]:
+    """`uniorch.size_hints` of a function: each symbol's size in the capture's call."""
+    if "uniorch.size_hints" not in func_op.attributes:
+        return {}
+    attr = ir.DictAttr(func_op.attributes["uniorch.size_hints"])
+    return {a.name: ir.IntegerAttr(a.attr).value for a in attr}
+
+
+def hinted(size: Size, values: dict[str, int]) -> int:
+    """A size at the hint values (schedules are tuned for them): 64 for a symbol without one."""
+    if isinstance(size, int):
+        return size
+    return int(size.subs({s: values.get(str(s), 64) for s in size.free_symbols}))
+
+
+def grid_entry(n: Size):
+    """A grid entry as a schedule stores it: an int, or the expression's text."""
+    return n if isinstance(n, int) else text(n)
+
+
+def record_symbols(module: ir.Module, graph) -> None:
+    """`uniorch.arg_dims` and `uniorch.size_hints` on `@main` when the FX graph it was imported
+    from has symbolic sizes: each argument's dims as symbols, and the sizes of the capture's call
+    (schedules are tuned for them; kernels stay correct for every size)."""
+    import torch
+
+    found: dict[str, int] = {}
+
+    def size(s):
+        if not isinstance(s, torch.SymInt):
+            return int(s)
+        expr = s.node.expr
+        if expr.is_number:
+            return int(expr)
+        env = s.node.shape_env
+        values = getattr(env, "backed_var_to_val", None)  # torch >= 2.12; var_to_val before
+        values = env.var_to_val if values is None else values
+        for sym in expr.free_symbols:
+            if sym in values:
+                found[str(sym)] = int(values[sym])
+        return parse(str(expr))
+
+    arg_dims = []
+    for n in graph.nodes:
+        if n.op != "placeholder":
+            continue
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            arg_dims.append([size(s) for s in val.shape])
+        elif isinstance(val, torch.SymInt):
+            arg_dims.append([size(val)])
+        else:
+            arg_dims.append([])
+    if not found:
+        return
+    main = next(op.operation for op in module.body.operations
+                if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+    set_arg_dims(main, arg_dims)
+    with module.context:
+        main.attributes["uniorch.size_hints"] = ir.DictAttr.get(
+            {k: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v) for k, v in sorted(found.items())})
+
+
+def has_symbols(func_op) -> bool:
+    return ARG_DIMS in func_op.attributes
+
+
+def _static_shape(t) -> list[int]:
+    return list(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else []
+
+
+def shape(value: ir.Value) -> list[Size]:
+    """The dims of a ranked tensor value: ints where its type is static, else expressions."""
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType):
+        raise UnknownSize(f"not a ranked tensor: {t}")
+    static = list(ir.RankedTensorType(t).shape)
+    if all(s >= 0 for s in static):
+        return static
+    derived = _derived(value)
+    return [s if s >= 0 else derived[d] for d, s in enumerate(static)]
+
+
+def _derived(value: ir.Value) -> list[Size]:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return _arg_dims(value)
+    op = owner.operation if hasattr(owner, "operation") else owner
+    r = next(i for i, res in enumerate(op.results) if res == value)
+    return _op_result_dims(op, r)
+
+
+def _arg_dims(value: ir.Value) -> list[Size]:
+    block = value.owner
+    func = block.owner
+    func = func.operation if hasattr(func, "operation") else func
+    if func is None or ARG_DIMS not in func.attributes:
+        raise UnknownSize("a block argument of a function without uniorch.arg_dims")
+    entries = ir.ArrayAttr(func.attributes[ARG_DIMS])
+    argno = value.arg_number
+    if argno >= len(entries):
+        raise UnknownSize(f"argument {argno} has no uniorch.arg_dims entry")
+    texts = [ir.StringAttr(a).value for a in ir.ArrayAttr(entries[argno])]
+    static = _static_shape(value.type)
+    return [parse(x) if x else static[d] for d, x in enumerate(texts)]
+
+
+def _const_int(v: ir.Value) -> int:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        raise UnknownSize("a dim index that is not a constant")
+    return ir.IntegerAttr(owner.attributes["value"]).value
+
+
+def _op_result_dims(op, r: int) -> list[Size]:
+    name = op.name
+    static = _static_shape(op.results[r].type)
+    if name == "tensor.empty":
+        dyn = iter(op.operands)
+        return [s if s >= 0 else index_value(next(dyn)) for s in static]
+    if name.startswith("linalg.") or name in ("tm_tensor.scan", "tm_tensor.scatter"):
+        outs = list(op.operands)[len(op.operands) - len(op.results):]
+        return shape(outs[r])
+    if name == "tensor.cast":
+        src = shape(op.operands[0])
+        return [s if s >= 0 else src[d] for d, s in enumerate(static)]
+    if name == "tensor.collapse_shape":
+        src = shape(op.operands[0])
+        groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        out = []
+        for g in groups:
+            n = sympy.Integer(1)
+            for d in g:
+                n = n * src[d]
+            out.append(_simplify(n))
+        return out
+    if name == "tensor.expand_shape":
+        dyn = iter(list(op.operands)[1:])
+        return [s if s >= 0 else index_value(next(dyn)) for s in static]
+    if name == "tensor.reshape":
+        shp = op.operands[1].owner
+        if isinstance(shp, ir.Block) or shp.name != "tensor.from_elements":
+            raise UnknownSize("tensor.reshape to a shape that is not built from elements")
+        return [s if s >= 0 else index_value(v) for s, v in zip(static, shp.operands)]
+    if name == "func.call":  # an outlined kernel: its result's dims, over the same symbols
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        module = op.parent.parent
+        for f in module.regions[0].blocks[0].operations:
+            f = f.operation
+            if f.name == "func.func" and ir.StringAttr(f.attributes["sym_name"]).value == callee:
+                ret = list(f.regions[0].blocks[0].operations)[-1]
+                return shape(ret.operands[r])
+        raise UnknownSize(f"callee @{callee} not found")
+    raise UnknownSize(f"no rule derives the sizes of '{name}'")
+
+
+def _simplify(e) -> Size:
+    e = sympy.expand(e)
+    return int(e) if e.is_number else e
+
+
+_BINARY = {"arith.muli": lambda a, b: a * b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b}
+
+
+def index_value(v: ir.Value) -> Size:
+    """An `index` or integer SSA value as an expression over the size symbols."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        func = owner.owner
+        func = func.operation if hasattr(func, "operation") else func
+        if func is not None and ARG_DIMS in func.attributes:
+            texts = [ir.StringAttr(a).value for a in ir.ArrayAttr(ir.ArrayAttr(func.attributes[ARG_DIMS])[v.arg_number])]
+            if len(texts) == 1 and texts[0]:
+                return parse(texts[0])
+        raise UnknownSize("an index argument without a size")
+    name = owner.name
+    if name == "arith.constant":
+        attr = owner.attributes["value"]
+        if isinstance(attr, ir.FloatAttr):
+            v = ir.FloatAttr(attr).value
+            if v != int(v):
+                raise UnknownSize(f"a size computed from the non-integer constant {v}")
+            return int(v)
+        return ir.IntegerAttr(attr).value
+    if name == "tensor.dim":
+        return shape(owner.operands[0])[_const_int(owner.operands[1])]
+    if name in ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci",
+                "arith.sitofp", "arith.uitofp", "arith.extf", "arith.truncf"):
+        return index_value(owner.operands[0])
+    if name in ("arith.fptosi", "arith.fptoui", "math.ceil", "math.floor"):  # arange's length, in floats
+        x = sympy.Integer(1) * index_value(owner.operands[0])
+        if not x.is_integer:
+            x = sympy.ceiling(x) if name == "math.ceil" else sympy.floor(x)
+        return _simplify(x)
+    if name in ("arith.divf",):
+        q = sympy.cancel(sympy.Integer(1) * index_value(owner.operands[0]) / index_value(owner.operands[1]))
+        return _simplify(q) if q.is_integer else q
+    if name in ("arith.addf", "arith.subf", "arith.mulf"):
+        f = {"arith.addf": _BINARY["arith.addi"], "arith.subf": _BINARY["arith.subi"], "arith.mulf": _BINARY["arith.muli"]}[name]
+        return _simplify(f(index_value(owner.operands[0]), index_value(owner.operands[1])))
+    if name in _BINARY:
+        return _simplify(_BINARY[name](index_value(owner.operands[0]), index_value(owner.operands[1])))
+    if name in ("arith.divsi", "arith.divui", "arith.floordivsi", "arith.ceildivsi"):
+        a, b = index_value(owner.operands[0]), index_value(owner.operands[1])
+        q = sympy.cancel(sympy.Integer(1) * a / b)
+        if q.is_integer:
+            return _simplify(q)
+        raise UnknownSize(f"{name} of {a} by {b} is not exact")
+    if name == "affine.apply":
+        m = ir.AffineMapAttr(owner.attributes["map"]).value
+        vals = [index_value(o) for o in owner.operands]
+        return _simplify(_affine(m.results[0], vals[: m.n_dims], vals[m.n_dims:]))
+    if name == "arith.select":
+        return index_value(owner.operands[1] if decide(owner.operands[0]) else owner.operands[2])
+    raise UnknownSize(f"no rule evaluates '{name}' on sizes")
+
+
+def _affine(e, dims: list, syms: list):
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return syms[e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return sympy.Integer(e.value)
+    a, b = _affine(e.lhs, dims, syms), _affine(e.rhs, dims, syms)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + b
+    if isinstance(e, ir.AffineMulExpr):
+        return a * b
+    q = sympy.cancel(sympy.Integer(1) * a / b)
+    if isinstance(e, (ir.AffineFloorDivExpr, ir.AffineCeilDivExpr)) and q.is_integer:
+        return q
+    raise UnknownSize(f"affine expression {e} of sizes")
+
+
+_PREDICATES = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge", 6: "ult", 7: "ule", 8: "ugt", 9: "uge"}
+
+
+def decide(cond: ir.Value) -> bool:
+    """An `arith.cmpi` of sizes, decided for every value of the (positive) symbols, or UnknownSize."""
+    owner = cond.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.cmpi":
+        if not isinstance(owner, ir.Block) and owner.name == "arith.constant":
+            return bool(ir.IntegerAttr(owner.attributes["value"]).value)
+        raise UnknownSize("a condition that is not a comparison of sizes")
+    pred = _PREDICATES[ir.IntegerAttr(owner.attributes["predicate"]).value]
+    diff = sympy.expand(index_value(owner.operands[0]) - index_value(owner.operands[1]))
+    facts = {"eq": diff.is_zero, "ne": None if diff.is_zero is None else not diff.is_zero,
+             "slt": diff.is_negative, "ult": diff.is_negative, "sle": diff.is_nonpositive, "ule": diff.is_nonpositive,
+             "sgt": diff.is_positive, "ugt": diff.is_positive, "sge": diff.is_nonnegative, "uge": diff.is_nonnegative}
+    got = facts[pred]
+    if got is None:
+        raise UnknownSize(f"cannot decide {pred} on sizes differing by {diff}")
+    return bool(got)
