@@ -62,7 +62,7 @@ class _Group:
 
 
 # ops whose `?` dims kernels can take as size arguments (the rest stay out of kernels)
-_SYMBOLIC_OK = ("linalg.generic",)
+_SYMBOLIC_OK = ("linalg.generic", "tensor.concat")
 
 
 def _i64(v: int):
@@ -589,6 +589,9 @@ class _Fusion:
         connection)."""
         if role != "producer" or not _static(x):
             return False
+        dim = ir.IntegerAttr(x.attributes["dim"]).value
+        if any(ir.RankedTensorType(v.type).shape[dim] < 0 for v in x.operands):
+            return False  # pieces at symbolic offsets: a copy kernel of its own writes it
         if g.kind in ("reduction", "pointwise"):
             return self.join_as_loads(g, x)
         if g.kind != "contraction":

@@ -137,7 +137,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
         mapping = dict(zip(inputs, body.arguments))
         if symbolic:
             arg_dims = [dims.shape(v) if isinstance(v.type, ir.RankedTensorType)
-                        else [dims.index_value(v)] if isinstance(v.type, ir.IndexType) else [] for v in inputs]
+                        else _scalar_dims(v) for v in inputs]
             idx_args = iter(body.arguments[len(inputs):])
             with ir.InsertionPoint(body):
                 for v, sizes, idx in sized:
@@ -170,6 +170,16 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
                 break
         call.attributes["uniorch.group"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n)
     return kernel.operation
+
+
+def _scalar_dims(v) -> list:
+    """A scalar kernel input that is a size (index, or an integer computed from sizes): [its expression]."""
+    if isinstance(v.type, (ir.IndexType, ir.IntegerType)):
+        try:
+            return [dims.index_value(v)]
+        except dims.UnknownSize:
+            return []
+    return []
 
 
 def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
-from uniorch.ir.dims import cdiv as size_cdiv, code as size_code, prod as size_prod, symbols_of as size_symbols
+from uniorch.ir.dims import arg_symbols, cdiv as size_cdiv, code as size_code, prod as size_prod, \
+    symbols_of as size_symbols
 
 from . import body as _body
 from . import patterns as _pat
@@ -242,7 +243,7 @@ class _Emitter:
             if lo:
                 inside.append(f"({self.lin_text(lin, ctx)} >= 0)")
             if hi:
-                inside.append(f"({self.lin_text(lin, ctx)} < {size})")
+                inside.append(f"({self.lin_text(lin, ctx)} < {size_code(size)})")
         arg = next((i for i, a in enumerate(self.p.args) if a == src), None)
         if arg is not None:
             return self.load(arg, shifted, ctx, inside, fill)
@@ -612,7 +613,8 @@ class _Emitter:
         fn = kernel_ident(p.name)
         in_ranks = [len(_shape(a)) for a in p.args]
         out_ranks = [len(_shape(r)) for r in p.results]
-        symbols = size_symbols([_shape(a) for a in p.args] + [_shape(r) for r in p.results])
+        symbols = sorted(set(size_symbols([_shape(a) for a in p.args] + [_shape(r) for r in p.results]))
+                         | set(arg_symbols(p.func)))
         params = tensor_params(in_ranks, out_ranks) + symbols
         M, N, K, B = p.M, p.N, p.K, p.B
         bm, bn = s["block_m"], s["block_n"]
@@ -643,8 +645,8 @@ class _Emitter:
         ]
         if swizzle:
             body += [
-                f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M",
-                f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N",
+                f"num_pid_m = ({size_code(M)} + BLOCK_M - 1) // BLOCK_M",
+                f"num_pid_n = ({size_code(N)} + BLOCK_N - 1) // BLOCK_N",
                 "# grouped ordering: GROUP_M row-tiles share their B tiles in L2",
                 "group_id = pid // (GROUP_M * num_pid_n)",
                 "first_pid_m = group_id * GROUP_M",
@@ -657,8 +659,8 @@ class _Emitter:
         elif not many_m:
             body += ["pid_m = 0", "pid_n = pid"]
         else:
-            body += [f"pid_m = pid // (({N} + BLOCK_N - 1) // BLOCK_N)",
-                     f"pid_n = pid % (({N} + BLOCK_N - 1) // BLOCK_N)"]
+            body += [f"pid_m = pid // (({size_code(N)} + BLOCK_N - 1) // BLOCK_N)",
+                     f"pid_n = pid % (({size_code(N)} + BLOCK_N - 1) // BLOCK_N)"]
         body += ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
                  "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
         if p.order["b"]:
@@ -668,18 +670,18 @@ class _Emitter:
         body += self.index_defs("n", "offs_n[None, :]")
         body += [f"{name} = {text}  # window element {name.rsplit('_w', 1)[1]}" for name, text in self.win_defs.items()]
         if "mask_m" in self.need:
-            body.append(f"mask_m = offs_m[:, None] < {M}")
+            body.append(f"mask_m = offs_m[:, None] < {size_code(M)}")
         if "mask_n" in self.need:
-            body.append(f"mask_n = offs_n[None, :] < {N}")
+            body.append(f"mask_n = offs_n[None, :] < {size_code(N)}")
         body += self.pre
-        body.append(f"for k0 in range(0, {K}, BLOCK_K):")
+        body.append(f"for k0 in range(0, {size_code(K)}, BLOCK_K):")
         inner = ["offs_k = k0 + tl.arange(0, BLOCK_K)"]
         inner += self.index_defs("k", "offs_k[None, :]", ctx="a")
         inner += self.index_defs("k", "offs_k[:, None]", ctx="b")
         if "mask_ka" in self.need:
-            inner.append(f"mask_ka = offs_k[None, :] < {K}")
+            inner.append(f"mask_ka = offs_k[None, :] < {size_code(K)}")
         if "mask_kb" in self.need:
-            inner.append(f"mask_kb = offs_k[:, None] < {K}")
+            inner.append(f"mask_kb = offs_k[:, None] < {size_code(K)}")
         inner += self.loop
         body += ["    " + ln for ln in inner]
         body += self.post

@@ -134,7 +134,7 @@ def kernel_parts(kernel) -> tuple:
     block = func.regions[0].blocks[0]
     args = list(block.arguments)
     if "uniorch.arg_dims" in func.attributes:  # `index` arguments only size tensor.empty ops (passes/schedule.py)
-        args = [a for a in args if not isinstance(a.type, ir.IndexType)]
+        args = [a for a in args if isinstance(a.type, ir.ShapedType)]
     return (func, ir.StringAttr(func.attributes["sym_name"]).value, args, [_as_op(o) for o in block.operations])
 
 

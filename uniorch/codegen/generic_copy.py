@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+from uniorch.ir.dims import code as size_code
+
 from . import body as B
 from . import patterns as pat
 from .generic_kernel import Kernel, _numel, _shape, _short_loc
@@ -35,7 +38,7 @@ def _copy_space(k: Kernel) -> tuple[str, list[int]]:
         return "slice", _static(op, "static_sizes")
     if op.name == "tensor.insert_slice" and _dest_is_empty(op):
         return "slice", _static(op, "static_sizes")
-    return "full", _shape(op.results[0].type)
+    return "full", _shape(op.results[0])
 
 
 def _copy_numel(k: Kernel) -> int:
@@ -84,7 +87,8 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
     arg_index = {a: i for i, a in enumerate(k.args)}
     mode, space = _copy_space(k)
     n = _numel(space)
-    idx64 = max([n] + [_numel(_shape(a.type)) for a in k.args] + [_numel(_shape(op.results[0].type))]) >= 2 ** 31
+    idx64 = k.symbolic or max([n] + [_numel(_shape(a.type)) for a in k.args]
+                               + [_numel(_shape(op.results[0].type))]) >= 2 ** 31
     L = []
     emit = L.append
     ind = "    "
@@ -93,7 +97,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         emit(f"{ind}# in{i}: {a.get_name()} : {a.type}")
     emit(f"{ind}pid = {'tl.program_id(0).to(tl.int64)' if idx64 else 'tl.program_id(0)'}")
     emit(f"{ind}offs = pid * BLOCK + tl.arange(0, BLOCK)")
-    emit(f"{ind}mask = offs < {n}")
+    emit(f"{ind}mask = offs < {size_code(n)}")
     names = [f"i{j}" for j in range(len(space))]
     stride = 1
     strides = []
@@ -102,11 +106,11 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         stride *= s
     strides.reverse()
     for j, (nm, s, st) in enumerate(zip(names, space, strides)):
-        text = "offs" if st == 1 else f"offs // {st}"
+        text = "offs" if st == 1 else f"offs // {size_code(st)}"
         if j > 0:
-            text = f"({text}) % {s}"
+            text = f"({text}) % {size_code(s)}"
         emit(f"{ind}{nm} = {text}")
-    out_shape = _shape(op.results[0].type)
+    out_shape = _shape(op.results[0])
 
     def arg_of(v):
         if not isinstance(v.owner, ir.Block) or v.owner != k.block:
@@ -137,7 +141,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
             e = f"{nm} - {lo}" if lo else nm
             sidx.append(e)
             if lo or s != out_shape[j]:
-                conds.append(f"({e} >= 0) & ({e} < {s})")
+                conds.append(f"({e} >= 0) & ({e} < {size_code(s)})")
         inside = " & ".join(conds) or "mask"
         emit(f"{ind}inside = {inside}")
         emit(f"{ind}v = tl.load({addr(f'in{a}', sidx, sshape)}, mask=mask & inside, other=0)")
@@ -149,11 +153,11 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         first = True
         for v in op.operands:
             a = arg_of(v)
-            shp = _shape(v.type)
-            end = start + shp[dim]
+            shp = _shape(v)
+            end = dims.prod([start + shp[dim]])
             sidx = list(names)
-            sidx[dim] = f"{names[dim]} - {start}" if start else names[dim]
-            emit(f"{ind}piece = ({names[dim]} >= {start}) & ({names[dim]} < {end})  # in{a}")
+            sidx[dim] = f"{names[dim]} - {size_code(start)}" if start != 0 else names[dim]
+            emit(f"{ind}piece = ({names[dim]} >= {size_code(start)}) & ({names[dim]} < {size_code(end)})  # in{a}")
             load = f"tl.load({addr(f'in{a}', sidx, shp)}, mask=mask & piece, other=0)"
             emit(f"{ind}v = {load}" if first else f"{ind}v = tl.where(piece, {load}, v)")
             first = False

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch_mlir import ir
 
+from uniorch.ir import dims
 from uniorch.ir.dims import code as size_code
 
 from . import body as B
@@ -163,13 +164,15 @@ class _Emitter:
         conds = []
         for e, size in zip(exprs, shape):
             lo, hi = e.bounds(self.lay.domain.sizes)
-            if hi < 0 or lo >= size:
+            # symbolic bounds (uniorch/ir/dims.py): None only when no size allows a position
+            # inside, a condition whenever some size needs it
+            if dims.must_lt(hi, 0) or not dims.may_lt(lo, size):
                 return None
             text = self.code(e, scope)
-            if lo < 0:
+            if dims.may_lt(lo, 0):
                 conds.append(f"({text} >= 0)")
-            if hi >= size:
-                conds.append(f"({text} < {size})")
+            if not dims.must_lt(hi, size):
+                conds.append(f"({text} < {size_code(size)})")
         return conds
 
     def concatenated(self, scope: _Scope, g: ir.Operation, i: int, cat: ir.Operation, ty: str) -> Val:
@@ -197,7 +200,7 @@ class _Emitter:
             name = self.fresh("cat")
             lanes = val.lanes | out.lanes | self.lanes_of(exprs[dim].dims())
             target = scope if "r" in lanes or scope.kind == "row" else scope.root
-            target.emit(f"{name} = tl.where({where} < {hi}, {val.code}, {out.code})  # concat dim {dim}")
+            target.emit(f"{name} = tl.where({where} < {size_code(hi)}, {val.code}, {out.code})  # concat dim {dim}")
             out = Val(name, ty, lanes)
         return out
 
@@ -294,6 +297,15 @@ class _Emitter:
             return val
         owner = v.owner
         if isinstance(owner, ir.Block):
+            if owner == self.k.block and self.k.symbolic and not isinstance(v.type, ir.ShapedType):
+                try:  # a size (a mean's divisor): its expression over the size parameters
+                    size = dims.index_value(v)
+                except dims.UnknownSize as err:
+                    raise CodegenError(g, f"a scalar kernel argument: {err}") from None
+                ty = B.elem_name(v.type) if not isinstance(v.type, ir.IndexType) else "index"
+                val = Val(f"tl.full([], {size_code(size)}, tl.int64)", ty, frozenset())
+                env[v] = val
+                return val
             if owner == self.k.block:
                 raise CodegenError(g, "a kernel argument used as a scalar in a body")
             raise CodegenError(g, "block argument not bound")
@@ -384,7 +396,7 @@ class _Emitter:
                 if int(iv.const) != 0:
                     terms.append(f"{int(iv.const)} * in{a}_s{j}")
                 continue
-            conds.append(f"({iv.code} >= 0) & ({iv.code} < {s})")
+            conds.append(f"({iv.code} >= 0) & ({iv.code} < {size_code(s)})")
             terms.append(f"{iv.code} * in{a}_s{j}")
         lane_mask = self.mask_for(scope, lanes)
         mask = " & ".join(([lane_mask] if lane_mask else []) + conds)
@@ -452,14 +464,14 @@ class _Emitter:
         root.emit(f"pid = {pid}")
         if not k.reductive:
             root.emit(f"rows = pid * BLOCK + tl.arange(0, BLOCK)")
-            root.emit(f"row_mask = rows < {k.np_}")
+            root.emit(f"row_mask = rows < {size_code(k.np_)}")
             root.emit("row_zero = rows * 0")
             self.decompose(root, "rows", k.order_p)
             for idx, g, r in k.stores:
                 self.store(root, idx, g, r)
             return self.finish(body, ["BLOCK"])
         root.emit(f"rows = pid * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]")
-        root.emit(f"row_mask = rows < {k.np_}")
+        root.emit(f"row_mask = rows < {size_code(k.np_)}")
         root.emit("row_zero = rows * 0")
         self.decompose(root, "rows", k.order_p)
         self.persistent = not (self.sched.get("looped") or self.sched["block_r"] < k.nr)
@@ -498,7 +510,7 @@ class _Emitter:
             if self.persistent_scope is None:
                 sc = _Scope("chunk", self.root.lines, "    ", self.root)
                 sc.emit("cols = tl.arange(0, BLOCK_R)[None, :]" + (".to(tl.int64)" if self.idx64 else ""))
-                sc.emit(f"col_mask = cols < {k.nr}")
+                sc.emit(f"col_mask = cols < {size_code(k.nr)}")
                 sc.emit("full_zero = row_zero + cols * 0")
                 self.decompose(sc, "cols", k.order_r)
                 self.persistent_scope = sc
@@ -506,7 +518,7 @@ class _Emitter:
         lines: list[str] = []
         sc = _Scope("chunk", lines, "        ", self.root)
         sc.emit("cols = r_start + tl.arange(0, BLOCK_R)[None, :]" + (".to(tl.int64)" if self.idx64 else ""))
-        sc.emit(f"col_mask = cols < {k.nr}")
+        sc.emit(f"col_mask = cols < {size_code(k.nr)}")
         sc.emit("full_zero = row_zero + cols * 0")
         self.decompose(sc, "cols", k.order_r)
         return sc, lines
@@ -551,7 +563,7 @@ class _Emitter:
             self.store(sc, idx, g, r)
         if lines is not None:
             self.flush()
-            self.out.append(f"    for r_start in range(0, {k.nr}, BLOCK_R):  # phase {phase}")
+            self.out.append(f"    for r_start in range(0, {size_code(k.nr)}, BLOCK_R):  # phase {phase}")
             self.out.extend(lines)
         for (g, j), (acc, _start, _comb, acc_ty) in accs.items():
             ty = B.elem_name(g.results[j].type)
@@ -592,7 +604,7 @@ class _Emitter:
         for r, power in c.sums:
             init = self.operand(root, r, self.lay.info(r).n_in)
             name = f"acc{k.generics.index(r)}_0"
-            term = f"{k.nr}.0 * {w}_dc" if power == 1 else f"({w}_m2 + {k.nr}.0 * {w}_dc * {w}_dc)"
+            term = f"{_float(k.nr)} * {w}_dc" if power == 1 else f"({w}_m2 + {_float(k.nr)} * {w}_dc * {w}_dc)"
             root.emit(f"{name} = {init.code} + {term}  # {self.op_label(r)}: sum of deviations^{power}")
             root.memo[(r, 0)] = Val(name, "f32", frozenset({"p"}))
 
@@ -631,7 +643,7 @@ class _Emitter:
         for idx, g, r in stores:
             self.store(sc, idx, g, r)
         self.flush()
-        self.out.append(f"    for ridx in range(0, {k.nr}):  # serial reduction")
+        self.out.append(f"    for ridx in range(0, {size_code(k.nr)}):  # serial reduction")
         self.out.extend(lines)
         for (g, j), acc in accs.items():
             root.memo[(g, j)] = Val(acc, B.elem_name(g.results[j].type), frozenset({"p"}))
@@ -726,3 +738,8 @@ def _affine_code(e, dims: list[str], syms: list[str]) -> str:
     if isinstance(e, ir.AffineCeilDivExpr):
         return f"(-_floordiv(-{a}, {b}))"
     raise CodegenError(None, f"affine expression {e}")
+
+
+def _float(n) -> str:
+    """A size as a float literal (a symbolic one converted at run time)."""
+    return f"{n}.0" if isinstance(n, int) else f"({size_code(n)} * 1.0)"

@@ -97,7 +97,7 @@ class Kernel:
         # a symbolic kernel's `index` arguments only size its `tensor.empty`s (passes/schedule.py);
         # the size symbols themselves are kernel parameters (`self.symbols`)
         self.symbolic = dims.has_symbols(self.func)
-        self.args = [a for a in blk.arguments if not (self.symbolic and isinstance(a.type, ir.IndexType))]
+        self.args = [a for a in blk.arguments if not (self.symbolic and not isinstance(a.type, ir.ShapedType))]
         ops = [o.operation for o in blk.operations]
         self.ret = ops[-1]
         self.ops = ops[:-1]
@@ -251,7 +251,8 @@ class Kernel:
         """Size symbols the kernel takes as parameters, after its tensors (uniorch/ir/dims.py)."""
         if not self.symbolic:
             return []
-        return dims.symbols_of([_shape(a) for a in self.args] + [_shape(r) for r in self.ret.operands])
+        found = dims.symbols_of([_shape(a) for a in self.args] + [_shape(r) for r in self.ret.operands])
+        return sorted(set(found) | set(dims.arg_symbols(self.func)))
 
     def hint(self, n) -> int:
         """A size at the capture's example sizes: what schedules are tuned for."""

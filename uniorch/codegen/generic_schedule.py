@@ -10,7 +10,6 @@ from . import patterns as pat
 from .patterns import recorded_schedule as _sched_from_attr  # noqa: F401 - generic.py's name for it
 from .generic_kernel import Kernel, LOOP_BLOCK_R, PERSISTENT_MAX, _cdiv, _next_pow2, _vendor, _warp_size
 from .generic_copy import _copy_numel, _mark_inplace
-from .source import CodegenError
 
 
 def _warps(elems: int, target: str) -> int:
@@ -32,22 +31,22 @@ def choose_schedule(kernel_func, target: str) -> dict:
     if k.kind == "copy":
         n = _copy_numel(k)
         _mark_inplace(k)
-        block = min(_next_pow2(n), 16384 if interp else 1024)
+        block = min(_next_pow2(k.hint(n)), 16384 if interp else 1024)
         return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": _warps(block, target),
-                "num_stages": 1, "looped": False, "grid": [_cdiv(n, block), 1, 1]}
+                "num_stages": 1, "looped": False, "grid": [_grid(n, block), 1, 1]}
     budget = 16384 if interp else (4096 if k.elem_bits() <= 32 else 2048)
     if not k.reductive:
         n = k.np_
         block = min(_next_pow2(k.hint(n)), budget if interp else 1024)
         return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": _warps(block, target),
                 "num_stages": 1, "looped": False, "grid": [_grid(n, block), 1, 1]}
-    if not isinstance(k.nr, int):
-        raise CodegenError(k.func, f"a reduction over a symbolic size ({k.nr}) is not supported yet")
     nr, np_ = k.nr, k.hint(k.np_)
     any_tree = any(c is not None for c in k.combiners.values())
     limit = PERSISTENT_MAX if k.elem_bits() <= 32 else PERSISTENT_MAX // 2
     if not any_tree:
         block_r, looped = 1, False
+    elif not isinstance(nr, int):  # a symbolic row length: any length, so a loop over it
+        block_r, looped = min(LOOP_BLOCK_R, _next_pow2(k.hint(nr))), True
     elif _next_pow2(nr) <= limit:
         block_r, looped = _next_pow2(nr), False
     else:

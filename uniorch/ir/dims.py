@@ -20,6 +20,8 @@ import functools
 from typing import Union
 
 import sympy
+from sympy.printing.precedence import precedence
+from sympy.printing.str import StrPrinter
 from torch_mlir import ir
 
 ARG_DIMS = "uniorch.arg_dims"
@@ -46,12 +48,25 @@ def text(size: Size) -> str:
     return str(size)
 
 
+class _CodePrinter(StrPrinter):
+    """Sizes as Triton expressions: powers written out (`s1*s1`; Triton has no `**` on tensors)."""
+
+    def _print_Pow(self, expr, rational=False):
+        if expr.exp.is_Integer and expr.exp > 0:
+            base = self.parenthesize(expr.base, precedence(expr), strict=False)
+            return "*".join([base] * int(expr.exp))
+        return super()._print_Pow(expr, rational)
+
+
+_PRINTER = _CodePrinter()
+
+
 def code(size: Size) -> str:
     """A size as a Python/Triton operand: a compound expression parenthesized, so `rows // (8*s1)`
     never reads as `(rows // 8) * s1`."""
     if isinstance(size, int) or size.is_Symbol or size.is_Integer:
         return str(size)
-    return f"({size})"
+    return f"({_PRINTER.doprint(size)})"
 
 
 def is_static(size: Size) -> bool:
@@ -92,6 +107,34 @@ def cdiv(n: Size, block: int) -> Size:
     if isinstance(n, int):
         return -(-n // block)
     return sympy.ceiling(n / block)
+
+
+def bounds(size: Size) -> tuple:
+    """(lowest, highest) value of a size over every value of its symbols (each at least 2, as the
+    guards keep them: sizes 0 and 1 recompile); -inf/inf where unbounded or not known."""
+    if isinstance(size, int) or size.is_number:
+        return int(size), int(size)
+    t = {s: symbol(f"_t_{s}") + 2 for s in size.free_symbols}  # s = 2 + t, t >= 0
+    e = sympy.expand(size.subs(t))
+    if not e.is_polynomial():
+        return -sympy.oo, sympy.oo
+    const = e.as_coeff_Add()[0]
+    coeffs = sympy.Poly(e - const).coeffs() if e != const else []
+    if all(c >= 0 for c in coeffs):
+        return int(const), sympy.oo
+    if all(c <= 0 for c in coeffs):
+        return -sympy.oo, int(const)
+    return -sympy.oo, sympy.oo
+
+
+def must_lt(a: Size, b: Size) -> bool:
+    """a < b for every value of the symbols (False when it may not hold)."""
+    return bool(bounds(_simplify(sympy.Integer(1) * a - b))[1] < 0)
+
+
+def may_lt(a: Size, b: Size) -> bool:
+    """a < b for some value of the symbols (True when it cannot be ruled out)."""
+    return bool(bounds(_simplify(sympy.Integer(1) * a - b))[0] < 0)
 
 
 def set_arg_dims(func_op, dims: list[list[Size]]) -> None:
@@ -164,6 +207,15 @@ def record_symbols(module: ir.Module, graph) -> None:
             {k: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v) for k, v in sorted(found.items())})
 
 
+def arg_symbols(func_op) -> list[str]:
+    """Every symbol a function's `uniorch.arg_dims` mentions (its tensors' dims and the sizes its
+    scalar arguments carry), sorted."""
+    if ARG_DIMS not in func_op.attributes:
+        return []
+    texts = [ir.StringAttr(x).value for a in ir.ArrayAttr(func_op.attributes[ARG_DIMS]) for x in ir.ArrayAttr(a)]
+    return symbols_of([parse(t) for t in texts if t])
+
+
 def has_symbols(func_op) -> bool:
     return ARG_DIMS in func_op.attributes
 
@@ -224,6 +276,16 @@ def _op_result_dims(op, r: int) -> list[Size]:
     if name.startswith("linalg.") or name in ("tm_tensor.scan", "tm_tensor.scatter"):
         outs = list(op.operands)[len(op.operands) - len(op.results):]
         return shape(outs[r])
+    if name == "tensor.concat":
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        parts = [shape(v) for v in op.operands]
+        out = list(parts[0])
+        out[dim] = _simplify(sum((p[dim] for p in parts), sympy.Integer(0)))
+        return [s if s >= 0 else out[d] for d, s in enumerate(static)]
+    if name == "tensor.extract_slice":
+        dyn = slice_operands(op)["sizes"]
+        it = iter(dyn)
+        return [s if s >= 0 else next(it) for s in static]
     if name == "tensor.cast":
         src = shape(op.operands[0])
         return [s if s >= 0 else src[d] for d, s in enumerate(static)]
@@ -255,6 +317,24 @@ def _op_result_dims(op, r: int) -> list[Size]:
                 return shape(ret.operands[r])
         raise UnknownSize(f"callee @{callee} not found")
     raise UnknownSize(f"no rule derives the sizes of '{name}'")
+
+
+_DYNAMIC = -(2 ** 63)
+
+
+def slice_operands(op) -> dict[str, list[Size]]:
+    """An extract/insert_slice's offsets, sizes and strides (static entries and the operands that
+    fill its dynamic ones), as sizes; for "sizes", only the dynamic entries, in order."""
+    n_src = 1 if op.name == "tensor.extract_slice" else 2
+    dyn = iter(list(op.operands)[n_src:])
+    out = {}
+    for key, attr in (("offsets", "static_offsets"), ("sizes", "static_sizes"), ("strides", "static_strides")):
+        vals = list(ir.DenseI64ArrayAttr(op.attributes[attr]))
+        full = [index_value(next(dyn)) if v == _DYNAMIC else v for v in vals]
+        out[key] = [f for f, v in zip(full, vals) if v == _DYNAMIC] if key == "sizes" else full
+        if key == "sizes":
+            out["all_sizes"] = full
+    return out
 
 
 def _simplify(e) -> Size:

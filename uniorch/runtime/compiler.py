@@ -132,15 +132,29 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             val = n.meta.get("val")
-            if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
-                specs = None  # symbolic or non-tensor inputs: the first real call checks the kernels
+            shape = _example_shape(val) if isinstance(val, torch.Tensor) else None
+            if shape is None:
+                specs = None  # data-dependent or non-tensor inputs: the first real call checks the kernels
                 break
-            specs.append((tuple(val.shape), val.dtype))
+            specs.append((shape, val.dtype))
     compiled = compile_module(module, target, run, specs, all_nodes, timings)
     out = next(n for n in gm.graph.nodes if n.op == "output")
     compiled.out_dtypes = [getattr(a.meta.get("val"), "dtype", None) if isinstance(a, torch.fx.Node) else None
                            for a in torch.fx.graph.map_arg(out.args[0], lambda n: n) or ()]
     return compiled
+
+
+def _example_shape(val) -> tuple | None:
+    """A placeholder's shape for the trial launch: symbolic sizes at the capture's values."""
+    out = []
+    for d in val.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, torch.SymInt) and d.node.has_hint():
+            out.append(int(d.node.hint))
+        else:
+            return None
+    return tuple(out)
 
 
 def _stable_sorts_for_import(gm: torch.fx.GraphModule) -> None:

@@ -156,7 +156,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 raise PlanError(op, f"kernel @{callee} was not compiled")
             k = kernels[callee]
             # a symbolic kernel's index operands only keep the IR valid (passes/schedule.py)
-            ins = [src(op, v) for v in op.operands if not (symbolic and isinstance(v.type, ir.IndexType))]
+            ins = [src(op, v) for v in op.operands if not (symbolic and not isinstance(v.type, ir.ShapedType))]
             outs = [new_slot(r) for r in op.results]
             bids = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes["uniorch.buffers"])]
             specs = [(_shape(r), torch_dtype(r.type)) for r in op.results]
@@ -280,7 +280,18 @@ def _slice_step(op, s, d):
     sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
     strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
     if len(op.operands) != 1 or any(x < 0 for x in offsets + sizes + strides):
-        raise PlanError(op, "dynamic slice offsets or sizes")
+        try:  # symbolic offsets or sizes (uniorch/ir/dims.py): evaluated per call
+            parts = dims.slice_operands(op)
+        except dims.UnknownSize as err:
+            raise PlanError(op, f"dynamic slice offsets or sizes: {err}") from None
+        shape = _shape(op.results[0])
+
+        def run_symbolic(slots, ctx):
+            o, n, st = ([dims.evaluate(x, ctx.sizes) for x in parts[k]] for k in ("offsets", "all_sizes", "strides"))
+            index = tuple(slice(a, a + (b - 1) * c + 1, c) for a, b, c in zip(o, n, st))
+            slots[d] = slots[s][index].reshape(_resolve(shape, ctx))
+
+        return run_symbolic
     shape = shape_of(op.results[0].type)
     index = tuple(slice(o, o + (n - 1) * st + 1, st) for o, n, st in zip(offsets, sizes, strides))
 
