@@ -184,10 +184,11 @@ def _annotate(block, ops, gid: int, c1, c2, s_op, sm) -> None:
     sizes = pat.loop_sizes(c1)
     its = pat.iterator_types(c1)
     head = [s for s, it in zip(sizes, its) if it == "reduction"]
-    keys = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(dom["reduction"])]
+    keys = list(ir.ArrayAttr(dom["reduction"]))  # sizes, symbolic ones as their text (uniorch/ir/dims.py)
     c2.attributes[DOMAIN] = ir.DictAttr.get({
         "parallel": dom["parallel"],
-        "reduction": ir.ArrayAttr.get([i64(s) for s in keys + head]),
+        "reduction": ir.ArrayAttr.get(keys + [i64(s) if isinstance(s, int) else ir.StringAttr.get(str(s))
+                                              for s in head]),
     })
 
 

@@ -3,8 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (split_prologue, sink_collapse, view_rewrites,
-pad_views, concat_pieces)
+rewrites undo what would hide a fusion opportunity (symbolic_reshapes, split_prologue,
+sink_collapse, view_rewrites, pad_views, concat_pieces)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -26,10 +26,14 @@ from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
 from .sink_collapse import sink_collapses
 from .split_prologue import split_prologues
+from .symbolic_reshapes import fold_symbolic_reshapes
 from .view_rewrites import rewrite_views
 
+# resolve-ranked-shaped-type-result-dims: a `tensor.dim` of an op's result (symbolic sizes) becomes
+# the dim of the operand it comes from, so sizes never read a kernel's result and fusion sees only
+# real readers
 PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"
-            " canonicalize, cse)")
+            " func.func(resolve-ranked-shaped-type-result-dims), canonicalize, cse)")
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,12 @@ class Preprocess(Pass):
         with module.context, ir.Location.unknown(module.context):
             seeds_as_input(module, main_func(module))  # kernels take the random keys as a tensor
             fix_pool_nan_indices(main_func(module))  # before fusion moves ops into its body
+            fold_symbolic_reshapes(main_func(module))  # a reshape back to a tensor's own dims is it
         run_pipeline_text(module, PIPELINE, self.name)
         main = main_func(module)
         with module.context:
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
+            fold_symbolic_reshapes(main)  # elementwise fusion's reshape folding leaves pairs too
             split_prologues(main)
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)

@@ -202,3 +202,29 @@ def test_generate_compiles_three_times():
     assert torch.equal(got, ref)
     assert cm.cache_size == 3, cm.recompiles
     assert "compiled with symbolic sizes" in cm.recompiles[-1]
+
+
+def test_causal_sdpa_over_a_symbolic_length_is_one_flash_kernel():
+    """Batch and length symbolic (head dim fixed, as a model's weights fix it): one flash-attention
+    kernel whose key loop runs to the length argument, right at lengths no tile divides."""
+    import torch.nn.functional as F
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def qkv(b, t):
+        xs = [torch.randn(b, 4, t, 8) for _ in range(3)]
+        for x in xs:
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(x, 2)
+        return xs
+
+    cm = uniorch.compile(attend, target="interpret")
+    for b, t in [(2, 16), (3, 40), (2, 7), (1, 33)]:
+        xs = qkv(b, t)
+        torch.testing.assert_close(cm(*xs), attend(*xs), rtol=1e-4, atol=1e-5)
+    rep = cm.explain(*qkv(2, 16))
+    assert rep.symbolic and not rep.fallbacks
+    (flash,) = [k for k in rep.kernels if k.kind == "attention"]
+    keys = next(s for s in (line.split(":")[0] for line in rep.symbolic) if f"range(0, {s}, BLOCK_N)" in flash.source)
+    assert f"mask_j = offs_n[None, :] < {keys}" in flash.source

@@ -46,13 +46,18 @@ class _Entry:
     symbols: list[str] = field(default_factory=list)  # symbolic sizes: "s0: input 0 dim 1, 2..∞"
 
 
-def _compiled_ops(entry: _Entry) -> int:
+def _eager_ops(entry: _Entry) -> int:
+    """ATen ops a compile leaves to PyTorch (size reads aside: a symbolic capture has more of them)."""
     if entry.captured is None or entry.program is None:
-        return 0
+        return 1 << 30
     names = set(entry.program.compiled_nodes) - {n for f in entry.program.launch_failures for n in f.nodes}
     return sum(1 for n in entry.captured.graph_module.graph.nodes
-               if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.name in names
-               and n.target is not torch.ops.aten.sym_size.int)
+               if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.name not in names
+               and n.target is not torch.ops.aten.sym_size.int and not _allocated(entry, n.name))
+
+
+def _allocated(entry: _Entry, name: str) -> bool:
+    return name in getattr(entry.program, "allocated_nodes", ())
 
 
 class CompiledModule:
@@ -164,10 +169,10 @@ class CompiledModule:
             self._rejected[tried] = "the capture kept every size static"
             return None
         if baseline is not None and self._dynamic is None:
-            mine, theirs = _compiled_ops(entry), _compiled_ops(baseline)
-            if mine < theirs:
+            mine, theirs = _eager_ops(entry), _eager_ops(baseline)
+            if mine > theirs:
                 first = next((f.reason for f in entry.program.fallbacks), "")
-                self._rejected[tried] = (f"with symbolic sizes {mine} ATen ops compile, {theirs} with static ones"
+                self._rejected[tried] = (f"with symbolic sizes {mine} ATen ops run eagerly, {theirs} with static ones"
                                          + (f" (first eager op: {first.splitlines()[0][:160]})" if first else ""))
                 return None
         entry.symbols = guard.describe()
@@ -282,8 +287,8 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
     arguments) captures and compiles; later calls with that spec reuse it.
     dynamic: as torch.compile's. None: when a call differs from a compiled one only in sizes,
-    those dims are tried symbolic (one compile for every size; kept when it compiles as many ops
-    as the static compile); True: every dim symbolic from the first call; False: never.
+    those dims are tried symbolic (one compile for every size; kept when it leaves no more ops
+    to PyTorch than the static compile); True: every dim symbolic from the first call; False: never.
     `torch._dynamo.mark_dynamic(t, d)` makes a dim symbolic from the first call. `explain` lists
     the symbolic sizes and why each recompile happened.
     """

@@ -85,6 +85,28 @@ def _set_tensor_meta(node) -> None:
         node.meta["tensor_meta"] = type(val)(_extract_tensor_metadata(v) for v in val)
 
 
+def drop_noop_expands(gm: torch.fx.GraphModule) -> int:
+    """`expand` to the shape a tensor already has, with symbolic sizes, is the tensor itself.
+    torch-mlir cannot tell, so it lowers one as a gather checking every dim for a broadcast of size 1
+    at run time (SDPA's decomposition expands k and v to their own shape before its bmm)."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.expand.default:
+            continue
+        src, dst = node.args[0].meta.get("val"), node.meta.get("val")
+        if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.dim() != dst.dim():
+            continue
+        if all(isinstance(s, int) for s in (*src.shape, *dst.shape)):
+            continue
+        if all(_equal(_expr(a), _expr(b)) for a, b in zip(src.shape, dst.shape)):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            done += 1
+    if done:
+        gm.recompile()
+    return done
+
+
 def collapse_symbolic_views(gm: torch.fx.GraphModule) -> int:
     """Rewrites merging views of symbolic shapes into `prims.collapse` chains; returns how many."""
     views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)

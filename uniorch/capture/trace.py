@@ -31,7 +31,7 @@ from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
-from .symbolic_views import collapse_symbolic_views, specialized_sizes_as_ints
+from .symbolic_views import collapse_symbolic_views, drop_noop_expands, specialized_sizes_as_ints
 
 
 class _FunctionModule(torch.nn.Module):
@@ -108,6 +108,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     if dynamic:
         specialized_sizes_as_ints(cg.graph_module)
+        drop_noop_expands(cg.graph_module)
         collapse_symbolic_views(cg.graph_module)
     if baked:
         _unbake(cg, spec, flat, keep)

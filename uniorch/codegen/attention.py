@@ -23,13 +23,15 @@ import re
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from . import body as _body
 from .attention_plan import AttnPlan, analyze_pair
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import _get, _known, epilogue_layouts
 from .contraction_schedule import _pow2, _target_kind
-from .source import CodegenError, KernelSource, kernel_ident, tensor_params
+from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
 
@@ -97,18 +99,22 @@ def _chain_ops(ops, c1, scores):
 def _schedule(plan: AttnPlan, target: str) -> dict:
     kind, warp = _target_kind(target)
     p1, p2 = plan.p1, plan.p2
-    bd, bv = max(16, _pow2(p1.K)), max(16, _pow2(p2.N))
+    hints = dims.hints(p1.func)  # symbolic sizes: tiles for the capture's sizes
+    M, N1, K1, N2 = (dims.hinted(x, hints) for x in (p1.M, p1.N, p1.K, p2.N))
+    if not isinstance(p1.K, int) or not isinstance(p2.N, int):
+        raise CodegenError(p1.func, "attention with a symbolic head dim is not supported")
+    bd, bv = max(16, _pow2(K1)), max(16, _pow2(N2))
     if kind == "interpret":
-        bm, bn, warps, stages = min(64, max(16, _pow2(p1.M))), min(64, max(16, _pow2(p1.N))), 4, 1
+        bm, bn, warps, stages = min(64, max(16, _pow2(M))), min(64, max(16, _pow2(N1))), 4, 1
     else:
         big = max(bd, bv) > 64
-        bm = 64 if big else 128 if p1.M >= 128 else max(16, _pow2(p1.M))
+        bm = 64 if big else 128 if M >= 128 else max(16, _pow2(M))
         bn = 32 if max(bd, bv) > 128 else 64
-        bn = min(bn, max(16, _pow2(p1.N)))
+        bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
     return {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
-            "num_stages": stages, "grid": [-(-p1.M // bm), p1.B, 1]}
+            "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
 
 
 def choose_schedule(kernel, target: str) -> dict:
@@ -223,7 +229,9 @@ class _Flash:
         fn = kernel_ident(name)
         in_ranks = [len(_shape(a)) for a in p1.args]
         out_ranks = [len(_shape(r)) for r in p2.results]
-        params = tensor_params(in_ranks, out_ranks)
+        shapes = [_shape(a) for a in p1.args] + [_shape(r) for r in p2.results]
+        symbols = sorted(set(dims.symbols_of(shapes)) | set(dims.arg_symbols(p1.func)))
+        params = tensor_params(in_ranks, out_ranks) + symbols
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
                       "BLOCK_V": s["block_v"]}
         params.extend(f"{k}: tl.constexpr" for k in constexprs)
@@ -243,7 +251,7 @@ class _Flash:
         body += [ln for ln in e1.index_defs("m", "offs_m[:, None]")]
         body += [ln for ln in e2.index_defs("m", "offs_m[:, None]") if ln.split(" =")[0] not in e1.need]
         if "mask_m" in need:
-            body.append(f"mask_m = offs_m[:, None] < {M}")
+            body.append(f"mask_m = offs_m[:, None] < {dims.code(M)}")
         body.append("offs_d = tl.arange(0, BLOCK_D)")
         body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[None, :]", ctx="a")]
         body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[:, None]", ctx="b")]
@@ -261,15 +269,15 @@ class _Flash:
             'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
             "l_i = tl.full((BLOCK_M,), 0.0, tl.float32)",
             f"out = tl.full((BLOCK_M, BLOCK_V), 0.0, {_TL[e2.acc_ty]})",
-            f"for start_n in range(0, {N}, BLOCK_N):",
+            f"for start_n in range(0, {dims.code(N)}, BLOCK_N):",
         ]
         loop = ["offs_n = start_n + tl.arange(0, BLOCK_N)"]
         loop += [e1.rename_text(ln) for ln in e1.index_defs("n", "offs_n[None, :]")]
         loop += [e2.rename_text(ln) for ln in e2.index_defs("k", "offs_n[:, None]", ctx="b")]
-        mask_keys = N % s["block_n"] != 0
+        mask_keys = not isinstance(N, int) or N % s["block_n"] != 0  # a symbolic length: masked
         if mask_keys:
-            loop.append(f"mask_j = offs_n[None, :] < {N}")
-            loop.append(f"mask_jb = offs_n[:, None] < {N}")
+            loop.append(f"mask_j = offs_n[None, :] < {dims.code(N)}")
+            loop.append(f"mask_jb = offs_n[:, None] < {dims.code(N)}")
         loop += e1.text(self.k)
         loop += e1.text(self.sc)
         loop.append(f"s = {e1.rename_text(s_text)}")
@@ -309,7 +317,7 @@ class _Flash:
         return KernelSource(
             name=name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=tuple(s["grid"]), constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
-            pointer_types=ptypes,
+            pointer_types=ptypes, symbols=symbols, symbol_dims=symbol_dims(p1.func, symbols, shapes),
         )
 
 

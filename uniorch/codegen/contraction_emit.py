@@ -368,7 +368,22 @@ class _Emitter:
         return _Val(name, ty, frozenset(cls),
                     zero_k=("k" in cls and tile is not None and "mask_k" in tile and zero_other))
 
+    def size_scalar(self, v, op) -> _Val:
+        """A kernel's scalar argument read in a body: a size (an arange's start at the cache's length),
+        written as its expression over the size parameters (uniorch/ir/dims.py)."""
+        from uniorch.ir import dims
+
+        if _is_shaped(v) or "uniorch.arg_dims" not in self.p.func.attributes:
+            raise CodegenError(op, "body uses a block argument of another region")
+        try:
+            size = dims.index_value(v)
+        except dims.UnknownSize as err:
+            raise CodegenError(op, f"a scalar kernel argument: {err}") from None
+        return _Val(f"tl.full([], {size_code(size)}, tl.int64)", str(v.type))
+
     def scalar(self, v, op) -> _Val:
+        if isinstance(v.owner, ir.Block):
+            return self.size_scalar(v, op)
         p = _producer(v)
         if p is None or p.name != "arith.constant":
             raise CodegenError(op, "scalar operand that is not a constant")
@@ -425,7 +440,9 @@ class _Emitter:
         owner = v.owner
         if isinstance(owner, ir.Block):
             if owner != body:
-                raise CodegenError(op, "body uses a block argument of another region")
+                val = self.size_scalar(v, op)
+                local.append((v, val))
+                return val
             val = arg(ir.BlockArgument(v).arg_number)
         else:
             d = _as_op(owner)

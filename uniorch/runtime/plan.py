@@ -12,6 +12,7 @@ from typing import Any, Callable
 import re
 
 import numpy as np
+import sympy
 import torch
 from torch_mlir import ir
 
@@ -91,7 +92,7 @@ class LaunchPlan:
             inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64).to(device)]
         slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
-        ctx.sizes = {name: int(inputs[i].shape[d]) for i, d, name in self.symbols}
+        ctx.sizes = _bind(self.symbols, inputs)
         for step in self.steps:
             step.run(slots, ctx)
         return [slots[i] for i in self.outputs]
@@ -182,13 +183,50 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             raise PlanError(op, "no kernel covers it")
     seeds = ir.IntegerAttr(module.operation.attributes["uniorch.seeds"]).value \
         if "uniorch.seeds" in module.operation.attributes else 0
-    symbols = []
-    if symbolic:
-        for i, a in enumerate(block.arguments):
-            if isinstance(a.type, ir.RankedTensorType):
-                symbols += [(i, d, str(n)) for d, n in enumerate(dims.shape(a)) if not isinstance(n, int) and n.is_Symbol]
+    symbols = _binders(block) if symbolic else []
     return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds,
                       symbols=symbols)
+
+
+def _binders(block) -> list:
+    """How each size symbol is read from @main's inputs per call: (input, dim or None for a scalar
+    input, symbol, solve) where `solve(value)` gives the symbol from that dim's value; a dim that
+    is the symbol itself first, then dims (or scalar inputs) linear in one symbol (a cache one longer)."""
+    direct, derived = {}, []
+    for i, a in enumerate(block.arguments):
+        if isinstance(a.type, ir.RankedTensorType):
+            entries = [(d, n) for d, n in enumerate(dims.shape(a))]
+        else:
+            try:
+                entries = [(None, dims.index_value(a))]
+            except dims.UnknownSize:
+                continue
+        for d, n in entries:
+            if isinstance(n, int):
+                continue
+            if n.is_Symbol:
+                direct.setdefault(str(n), (i, d, str(n), None))
+            elif len(n.free_symbols) == 1:
+                derived.append((i, d, n))
+    out = list(direct.values())
+    for i, d, n in derived:
+        (sym,) = n.free_symbols
+        if str(sym) in direct or any(b[2] == str(sym) for b in out):
+            continue
+        value = sympy.Symbol("value")
+        sols = [x for x in sympy.solve(sympy.Eq(n, value), sym) if x.free_symbols <= {value}]
+        if len(sols) == 1:
+            out.append((i, d, str(sym), sympy.lambdify(value, sols[0])))
+    return out
+
+
+def _bind(binders: list, inputs: list) -> dict[str, int]:
+    sizes = {}
+    for i, d, name, solve in binders:
+        x = inputs[i]
+        value = int(x.shape[d]) if d is not None else int(x)
+        sizes[name] = value if solve is None else int(solve(value))
+    return sizes
 
 
 _HOST_SIZE_OPS = ("tensor.dim", "affine.apply", "cf.assert", "tensor.from_elements", "math.ceil", "math.floor")
