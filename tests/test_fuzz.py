@@ -17,9 +17,9 @@ TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=1e-2
        torch.float16: dict(rtol=1e-3, atol=1e-3)}
 
 
-def _check(prog, dtype=torch.float32):
+def _check(prog, dtype=torch.float32, dynamic=None):
     inputs = prog.make_inputs()
-    cm = uniorch.compile(prog, target="interpret", fallback="eager")
+    cm = uniorch.compile(prog, target="interpret", fallback="eager", dynamic=dynamic)
     ref = prog(*inputs)
     got = cm(*inputs)
     assert len(got) == len(ref)
@@ -43,3 +43,12 @@ def test_random_graphs_match_eager(prog):
 @given(programs(max_steps=4, float_dtypes=(torch.bfloat16, torch.float16)))
 def test_random_half_precision_graphs_match_eager(prog):
     _check(prog, prog.input_dtypes[0])
+
+
+@settings(max_examples=max(4, EXAMPLES // 4) if EXAMPLES else 6, deadline=None, derandomize=not EXAMPLES,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs())
+def test_random_graphs_with_symbolic_sizes_match_eager(prog):
+    """Every size of at least 2 symbolic (what the program's own shapes do not fix): kernels
+    reading their sizes as arguments give eager's values."""
+    _check(prog, dynamic=True)
