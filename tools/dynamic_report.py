@@ -1,10 +1,12 @@
 """Compile counts and first-call times, static against symbolic sizes (docs/perf/dynamic_shapes.md).
 
-    python -m uniorch.tools.dynamic_report [--target interpret] [--out docs/perf/dynamic_shapes.md]
+    python -m uniorch.tools.dynamic_report [--target cuda] [--quick] [--out docs/perf/dynamic_shapes.md]
 
-Each decoder is called at 16 sequence lengths from 5 to 300 with batch sizes 1 to 8, once with
-`dynamic=False` (a compile per shape) and once as `uniorch.compile` is by default (automatic
-dynamic: a symbolic compile once a size changes), every output checked against eager; then
+Each decoder is called at 16 sequence lengths from 5 to 300 (`--quick`: 5 to 64, what Triton's
+interpreter runs in minutes: its cost grows with the length squared) with batch sizes 1 to 8, once with
+`dynamic=False` (a compile per shape), once as `uniorch.compile` is by default (automatic dynamic:
+a symbolic compile once a size changes; a batch of 1 after that is a compile of its own, as in
+torch.compile) and once with `dynamic=True`, every output checked against eager; then
 `generate` over 64 new tokens. A row gives compiles, the time of the calls that compiled, and the
 largest error against eager.
 """
@@ -17,6 +19,7 @@ import warnings
 import torch
 
 LENGTHS = [5, 9, 17, 24, 33, 48, 64, 80, 100, 128, 150, 180, 200, 240, 270, 300]
+QUICK_LENGTHS = [5, 6, 7, 9, 11, 13, 16, 19, 23, 27, 32, 37, 43, 49, 56, 64]
 BATCHES = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
@@ -41,13 +44,13 @@ def _hf_llama():
 MODELS = {"llama_block (zoo)": _llama_block, "transformers Llama (SDPA, DynamicCache)": _hf_llama}
 
 
-def run_shapes(name: str, dynamic, target: str) -> dict:
+def run_shapes(name: str, dynamic, target: str, lengths: list[int]) -> dict:
     import uniorch
 
     model, make, pick = MODELS[name]()
     cm = uniorch.compile(model, target=target, dynamic=dynamic, cache_size_limit=64)
     compile_s, first, worst, seen = 0.0, None, 0.0, 0
-    for b, t in zip(BATCHES, LENGTHS):
+    for b, t in zip(BATCHES, lengths):
         args, kwargs = make(b, t)
         before = cm.cache_size
         start = time.perf_counter()
@@ -61,7 +64,9 @@ def run_shapes(name: str, dynamic, target: str) -> dict:
             ref = pick(model(*args, **kwargs))
         worst = max(worst, (got - ref).abs().max().item())
         seen += 1
-    return {"model": name, "mode": "static" if dynamic is False else "automatic dynamic", "calls": seen,
+    mode = {False: "static (dynamic=False)", None: "automatic dynamic (default)", True: "dynamic=True"}[dynamic]
+    return {"model": name, "mode": mode, "calls": seen,
+            "lengths": f"{min(lengths)}-{max(lengths)}",
             "compiles": cm.cache_size, "first_call_s": round(first or 0.0, 2), "compiling_calls_s": round(compile_s, 1),
             "max_abs_err": worst}
 
@@ -82,12 +87,12 @@ def run_generate(target: str, tokens: int = 64) -> dict:
             "seconds": round(took, 1), "same_tokens": bool(torch.equal(got, ref))}
 
 
-def markdown(rows: list[dict], gen: dict, target: str) -> str:
+def markdown(rows: list[dict], gen: dict, target: str, lengths: list[int], quick: bool) -> str:
     lines = ["# Dynamic shapes: compiles and first-call times", "",
-             f"Written by `python -m uniorch.tools.dynamic_report --target {target}` ({torch.__version__}). "
-             f"Each model is called at {len(LENGTHS)} sequence lengths ({LENGTHS[0]} to {LENGTHS[-1]}) with batch sizes "
-             f"1 to 8; 'compiling calls' is the time of the calls that compiled (capture, passes, codegen and "
-             f"the interpreter's launches of that call).", "",
+             f"Written by `python -m uniorch.tools.dynamic_report --target {target}{' --quick' if quick else ''}` "
+             f"(torch {torch.__version__}). Each model is called at {len(lengths)} sequence lengths ({lengths[0]} to "
+             f"{lengths[-1]}) with batch sizes 1 to 8 in turn; 'compiling calls' is the time of the calls that "
+             f"compiled (capture, passes, codegen, the trial launch and the call itself).", "",
              "| model | mode | calls | compiles | first call (s) | compiling calls (s) | max abs err vs eager |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -101,17 +106,19 @@ def markdown(rows: list[dict], gen: dict, target: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="interpret")
+    p.add_argument("--quick", action="store_true", help="lengths 5 to 64 (the interpreter's budget)")
     p.add_argument("--out", default=None, help="write the markdown table here")
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
+    lengths = QUICK_LENGTHS if a.quick else LENGTHS
     rows = []
     for name in MODELS:
-        for dynamic in (False, None):
-            rows.append(run_shapes(name, dynamic, a.target))
+        for dynamic in (False, None, True):
+            rows.append(run_shapes(name, dynamic, a.target, lengths))
             print(rows[-1], flush=True)
     gen = run_generate(a.target)
     print(gen, flush=True)
-    text = markdown(rows, gen, a.target)
+    text = markdown(rows, gen, a.target, lengths, a.quick)
     print(text)
     if a.out:
         with open(a.out, "w") as f:
