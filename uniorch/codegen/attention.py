@@ -230,7 +230,7 @@ class _Flash:
         in_ranks = [len(_shape(a)) for a in p1.args]
         out_ranks = [len(_shape(r)) for r in p2.results]
         shapes = [_shape(a) for a in p1.args] + [_shape(r) for r in p2.results]
-        symbols = sorted(set(dims.symbols_of(shapes)) | set(dims.arg_symbols(p1.func)))
+        symbols = dims.kernel_symbols(p1.func, shapes)
         params = tensor_params(in_ranks, out_ranks) + symbols
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
                       "BLOCK_V": s["block_v"]}

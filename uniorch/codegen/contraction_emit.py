@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
-from uniorch.ir.dims import arg_symbols, cdiv as size_cdiv, code as size_code, prod as size_prod, \
-    symbols_of as size_symbols
+from uniorch.ir.dims import cdiv as size_cdiv, code as size_code, kernel_symbols, prod as size_prod
 
 from . import body as _body
 from . import patterns as _pat
@@ -630,8 +629,7 @@ class _Emitter:
         fn = kernel_ident(p.name)
         in_ranks = [len(_shape(a)) for a in p.args]
         out_ranks = [len(_shape(r)) for r in p.results]
-        symbols = sorted(set(size_symbols([_shape(a) for a in p.args] + [_shape(r) for r in p.results]))
-                         | set(arg_symbols(p.func)))
+        symbols = kernel_symbols(p.func, [_shape(a) for a in p.args] + [_shape(r) for r in p.results])
         params = tensor_params(in_ranks, out_ranks) + symbols
         M, N, K, B = p.M, p.N, p.K, p.B
         bm, bn = s["block_m"], s["block_n"]

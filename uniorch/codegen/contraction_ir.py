@@ -148,13 +148,10 @@ def _producer(value):
 
 def _shape(value) -> list:
     """Dims of a value; symbolic ones as expressions over the size symbols (uniorch/ir/dims.py)."""
-    t = ir.ShapedType(value.type)
-    if t.has_static_shape:
-        return list(t.shape)
     from uniorch.ir import dims
 
     try:
-        return dims.shape(value)
+        return dims.known_shape(value)
     except dims.UnknownSize as err:
         raise CodegenError(_producer(value), f"symbolic sizes: {err}") from None
 

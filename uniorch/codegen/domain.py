@@ -245,13 +245,10 @@ VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape")
 def _shape_of(v: ir.Value) -> list[int]:
     if not isinstance(v.type, ir.RankedTensorType):
         return []
-    static = list(ir.RankedTensorType(v.type).shape)
-    if all(s >= 0 for s in static):
-        return static
     try:  # symbolic sizes as expressions (uniorch/ir/dims.py); -1 where none is known
-        return dims.shape(v)
+        return dims.known_shape(v)
     except dims.UnknownSize:
-        return static
+        return list(ir.RankedTensorType(v.type).shape)
 
 
 def is_unit_view(op) -> bool:

@@ -251,8 +251,7 @@ class Kernel:
         """Size symbols the kernel takes as parameters, after its tensors (uniorch/ir/dims.py)."""
         if not self.symbolic:
             return []
-        found = dims.symbols_of([_shape(a) for a in self.args] + [_shape(r) for r in self.ret.operands])
-        return sorted(set(found) | set(dims.arg_symbols(self.func)))
+        return dims.kernel_symbols(self.func, [_shape(a) for a in self.args] + [_shape(r) for r in self.ret.operands])
 
     def hint(self, n) -> int:
         """A size at the capture's example sizes: what schedules are tuned for."""

@@ -35,13 +35,10 @@ class _NoMatch(Exception):
 def _shape(v) -> list:
     """Dims of a value; symbolic ones as their expressions (uniorch/ir/dims.py), so two `?` dims
     are equal only when they are the same size."""
-    static = list(ir.RankedTensorType(v.type).shape)
-    if all(s >= 0 for s in static):
-        return static
     from uniorch.ir import dims
 
     try:
-        return dims.shape(v)
+        return dims.known_shape(v)
     except dims.UnknownSize:
         raise _NoMatch() from None
 

@@ -216,6 +216,18 @@ def arg_symbols(func_op) -> list[str]:
     return symbols_of([parse(t) for t in texts if t])
 
 
+def kernel_symbols(func_op, shapes) -> list[str]:
+    """A kernel's size parameters: every symbol in its tensors' `shapes` or its `uniorch.arg_dims`
+    (a size it reads only through a scalar argument), sorted."""
+    return sorted(set(symbols_of(shapes)) | set(arg_symbols(func_op)))
+
+
+def known_shape(value: ir.Value) -> list[Size]:
+    """`shape(value)` for a ranked tensor, static dims read off the type without deriving anything."""
+    static = list(ir.RankedTensorType(value.type).shape)
+    return static if all(s >= 0 for s in static) else shape(value)
+
+
 def has_symbols(func_op) -> bool:
     return ARG_DIMS in func_op.attributes
 
