@@ -147,7 +147,7 @@ def test_python_model_in_process():
 ERRORS = {
     "missing file": (["does-not-exist.mlir"], "uniorch-opt: error: could not open input file 'does-not-exist.mlir'"),
     "missing model file": (["does_not_exist.py:make"], "could not open input file 'does_not_exist.py'"),
-    "directory": ([INPUTS], "could not open input file"),
+    "directory": ([INPUTS], "is not a uniorch bundle: it has no manifest.json"),
     "no input": ([], "uniorch-opt: error: no input given"),
     "unknown flag": ([MM_RELU, "--frobnicate"], "uniorch-opt: error: unrecognized arguments: --frobnicate"),
     "flag without value": ([MM_RELU, "--emit"], "uniorch-opt: error: argument --emit: expected one argument"),

@@ -57,7 +57,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="uniorch-opt", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", nargs="?", help=".mlir file, '-' for stdin, or model.py:factory")
+    p.add_argument("input", nargs="?", help=".mlir file, '-' for stdin, model.py:factory, or an AOT bundle "
+                                            "directory (each region's launch plan, with the bundle's inputs and symbols)")
     p.add_argument("-p", "--pass-pipeline", default=None,
                    help="pipeline text; upstream MLIR and uniorch passes by name, e.g. "
                         "'uniorch-torch-to-linalg,func.func(canonicalize,cse)'")
@@ -310,6 +311,10 @@ def _chunks(args, ctx, timing) -> list[_Chunk]:
         if args.split_input_file:
             raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not Python models"))
         return [_Chunk(src.path, lambda c: _from_python(src, args.emit or "linalg", ctx, timing, args.dynamic))]
+    if os.path.isdir(args.input):
+        if args.split_input_file:
+            raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not bundles (one chunk per region)"))
+        return _bundle_chunks(args.input, args.emit, ctx, timing)
     if args.input.endswith(".onnx"):
         if args.split_input_file:
             raise CliError(Diagnostic("--split-input-file applies to .mlir inputs, not ONNX models"))
@@ -325,6 +330,50 @@ def _chunks(args, ctx, timing) -> list[_Chunk]:
         # carry the line numbers of the original file (as mlir-opt's do)
         offset += part.count("\n") + 2
     return chunks
+
+
+def _bundle_chunks(path: str, emit: Optional[str], ctx, timing) -> list[_Chunk]:
+    """An AOT bundle's regions, each its scheduled MLIR with what the manifest says about the
+    inputs as module attributes: `uniorch.inputs` (dtype and dims, a symbol where the dim is
+    symbolic) and `uniorch.symbols` (where each symbol is read, its range)."""
+    from uniorch.runtime.bundle import BundleError, read_manifest
+
+    try:
+        manifest = read_manifest(path, check_versions=False)
+    except BundleError as err:
+        raise CliError(Diagnostic(str(err))) from None
+    chunks = []
+    for reg in manifest["regions"]:
+        name = os.path.join(path, reg["mlir"])
+        text = _read(name)
+
+        def build(c, text=text):
+            module = _from_text(text, c, emit, ctx, timing)
+            _annotate_bundle(module, manifest)
+            return module
+
+        chunks.append(_Chunk(name, build))
+    if not chunks:
+        raise CliError(Diagnostic(f"{path}: the bundle has no compiled regions (every op runs eagerly)"))
+    return chunks
+
+
+def _annotate_bundle(module, manifest: dict) -> None:
+    from torch_mlir import ir
+
+    with module.context:
+        inputs = [f"{s['kind']} {s['target']}: {s['dtype']}[{', '.join(str(d) for d in s['shape'])}]"
+                  for s in manifest["inputs"]]
+        attrs = module.operation.attributes
+        attrs["uniorch.target"] = ir.StringAttr.get(manifest["target"])
+        attrs["uniorch.inputs"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in inputs])
+        symbols = {}
+        for sym, info in manifest.get("symbols", {}).items():
+            lo, hi = info["range"]
+            symbols[sym] = ir.StringAttr.get(f"input {info['input']} dim {info['dim']}, "
+                                             f"{lo}..{'inf' if hi is None else hi}")
+        if symbols:
+            attrs["uniorch.symbols"] = ir.DictAttr.get(symbols)
 
 
 def _split(text: str) -> list[str]:

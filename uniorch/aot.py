@@ -70,11 +70,13 @@ class Artifact:
 
 
 def compile_aot(model_or_fn: Any, args: Any = (), target: str = "auto", kwargs: Optional[dict] = None, *,
-                fallback: str = "eager") -> Artifact:
+                fallback: str = "eager", dynamic: Optional[bool] = None) -> Artifact:
     """Compiles `model_or_fn(*args, **kwargs)` for `target` without needing its device.
 
     fallback: "eager" runs what cannot be compiled in PyTorch (listed in `.fallbacks`); "error"
-    raises instead.
+    raises instead. dynamic: True makes every input dim of size 2 or more a symbolic size (the
+    bundle then serves every size in its range: the manifest's "symbols"); with None or False only
+    dims marked by `torch._dynamo.mark_dynamic` on `args` are.
     """
     from .capture import capture
     from .runtime.partition import compile_program
@@ -89,16 +91,27 @@ def compile_aot(model_or_fn: Any, args: Any = (), target: str = "auto", kwargs: 
         from .frontends.onnx_aot import compile_onnx_aot
 
         return compile_onnx_aot(model_or_fn, args, tgt, kwargs)
+    if dynamic not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    captured = capture(model_or_fn, args, kwargs)
+    captured = capture(model_or_fn, args, kwargs, dynamic=_dynamic_dims(args, kwargs or {}, dynamic))
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()
     program = compile_program(captured.graph_module, tgt, fallback, compile_region=_compile_region)
     timings["compile"] = time.perf_counter() - t
     timings.update({k: v for k, v in program.timings.items()})
     return Artifact(str(tgt), _kernels(captured, program), _fallbacks(captured, program), timings, captured, program)
+
+
+def _dynamic_dims(args: tuple, kwargs: dict, dynamic: Optional[bool]) -> Optional[dict]:
+    from .runtime.guards import every_dim, marked_dims
+
+    dims = every_dim(args, kwargs) if dynamic else {}
+    for i, marked in marked_dims(args, kwargs).items():
+        dims.setdefault(i, set()).update(marked)
+    return dims or None
 
 
 def _compile_region(gm, target):

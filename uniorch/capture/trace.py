@@ -111,7 +111,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         drop_noop_expands(cg.graph_module)
         collapse_symbolic_views(cg.graph_module)
     if baked:
-        _unbake(cg, spec, flat, keep)
+        _unbake(cg, module, spec, flat, keep)
     cg.aliases = found[0]
     bound_outputs(cg)
     to_pairs(cg)
@@ -139,14 +139,21 @@ def _record_layouts(cg: CapturedGraph) -> None:
             cg.outputs[i] = dataclasses.replace(spec, layout=(stride, offset))
 
 
-def _unbake(cg: CapturedGraph, spec, flat: list, keep: list[int]) -> None:
-    """Re-expresses a capture of `_Baked` in the user's own argument structure."""
+def _unbake(cg: CapturedGraph, module: torch.nn.Module, spec, flat: list, keep: list[int]) -> None:
+    """Re-expresses a capture of `_Baked` in the user's own argument structure and state names
+    (`inner.w` is the model's `w`: live weights and bundles look them up on the model)."""
     import dataclasses
 
-    cg.in_spec = spec
-    cg.inputs = [dataclasses.replace(i, target=keep[i.target]) if i.kind == "user" else i for i in cg.inputs]
-    cg.outputs = [dataclasses.replace(o, target=keep[o.target]) if o.kind == "user_input_mutation" else o
+    def own(name):
+        return name.removeprefix("inner.") if isinstance(name, str) else name
+
+    cg.in_spec, cg.module, cg.name = spec, module, _describe(module)
+    cg.inputs = [dataclasses.replace(i, target=keep[i.target]) if i.kind == "user" else
+                 dataclasses.replace(i, target=own(i.target)) for i in cg.inputs]
+    cg.outputs = [dataclasses.replace(o, target=keep[o.target]) if o.kind == "user_input_mutation" else
+                  dataclasses.replace(o, target=own(o.target)) if o is not None and o.kind == "buffer_mutation" else o
                   for o in cg.outputs]
+    cg.constants = {own(k): v for k, v in cg.constants.items()}
     constants = {keep[k]: v for k, v in cg.constant_args.items()}
     constants.update({i: v for i, v in enumerate(flat) if not isinstance(v, _EXPORTABLE)})
     cg.constant_args = constants

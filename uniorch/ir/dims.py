@@ -17,6 +17,7 @@ the symbols from `@main`'s inputs per call.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Union
 
 import sympy
@@ -37,10 +38,22 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
+# what a size expression may hold: it comes from MLIR attributes and bundle files, which anyone can
+# write, and sympify evaluates Python; symbols, integers, arithmetic and these functions only
+_NAMES = {"ceiling": sympy.ceiling, "floor": sympy.floor, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod,
+          "Abs": sympy.Abs}
+_SIZE_TEXT = re.compile(r"[A-Za-z0-9_+\-*/(), ]*")
+
+
 @functools.lru_cache(maxsize=4096)
 def parse(text: str) -> Size:
-    expr = sympy.sympify(text, locals={})
-    expr = expr.subs({s: symbol(str(s)) for s in expr.free_symbols})
+    """A size's text as `text` or sympy prints it; anything but a size expression is an error."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    bad = [w for w in words if w not in _NAMES and not re.fullmatch(r"[a-z]+[0-9]+", w)]
+    if not _SIZE_TEXT.fullmatch(text) or bad or "__" in text:
+        raise ValueError(f"not a size expression: {text!r}")
+    locals_ = dict(_NAMES, **{w: symbol(w) for w in words if w not in _NAMES})
+    expr = sympy.sympify(text, locals=locals_)
     return int(expr) if expr.is_number else expr
 
 

@@ -101,10 +101,15 @@ def save(art, path: str) -> str:
             files[files_key] = out
         launch = dataclasses.asdict(k.source)
         launch.pop("source")  # it is the "triton" stage's file
+        launch["grid"] = [g if isinstance(g, int) else str(g) for g in launch["grid"]]  # sizes: expressions
         files[f"kernel/{k.name}.json"] = _json({"metadata": k.metadata, "launch": launch})
         kernels.append({"name": k.name, "func": k.func, "region": k.region, "kind": k.kind, "ops": k.ops,
                         "stages": stages, "binary": [s for s, o in k.asm.items() if isinstance(o, bytes)],
                         "info": f"kernel/{k.name}.json"})
+    inputs = _input_specs(captured)
+    for spec in inputs:
+        if spec["kind"] != "user" and any(isinstance(d, str) for d in spec["shape"]):
+            raise BundleError(f"{spec['kind']} {spec['target']} has symbolic sizes {spec['shape']}; only inputs may")
     buf = io.BytesIO()
     torch.save(_weights(captured), buf)
     files["weights.pt"] = buf.getvalue()
@@ -113,7 +118,7 @@ def save(art, path: str) -> str:
         "target": art.target, "device_type": parse_target(art.target).backend.device_type,
         "name": captured.name, "signature": _signature(captured.module),
         "in_spec": _treespec(captured.in_spec, "input"), "out_spec": _treespec(captured.out_spec, "output"),
-        "inputs": _input_specs(captured), "outputs": [_output_spec(o) for o in captured.outputs],
+        "inputs": inputs, "symbols": _symbols(captured, inputs), "outputs": [_output_spec(o) for o in captured.outputs],
         "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
         "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
         "fallbacks": [dataclasses.asdict(f) for f in art.fallbacks],
@@ -188,18 +193,40 @@ def _signature(module) -> list:
 
 
 def _input_specs(captured) -> list[dict]:
+    """Per graph input: kind, name, dtype and shape, each dim an int or, where the capture kept it
+    symbolic, its size expression over the symbols (`"s0"`, `"2*s0"`)."""
+    from .guards import _sym_expr
+
     vals = {n.name: n.meta.get("val") for n in captured.graph_module.graph.nodes if n.op == "placeholder"}
     specs = []
     for inp in captured.inputs:
         val = vals.get(inp.name)
         if not isinstance(val, torch.Tensor):
-            raise BundleError(f"input {inp.name} has no static tensor shape; bundles need fixed shapes")
-        shape, dtype = [int(d) for d in val.shape], val.dtype
+            raise BundleError(f"input {inp.name} has no tensor shape; bundles need its dims (static or symbolic)")
+        shape, dtype = [_dim_json(_sym_expr(d)) for d in val.shape], val.dtype
         if inp.complex_dtype is not None:  # the graph takes its real pairs; callers pass the complex tensor
             shape, dtype = shape[:-1], inp.complex_dtype
         specs.append({"kind": inp.kind, "name": inp.name, "target": inp.target, "shape": shape,
                       "dtype": str(dtype).removeprefix("torch."), "pairs": inp.complex_dtype is not None})
     return specs
+
+
+def _dim_json(size):
+    return size if isinstance(size, int) else str(size)
+
+
+def _symbols(captured, inputs: list[dict]) -> dict:
+    """Each symbol an input dim is alone: the flat input and dim it is first read from, and
+    export's range (`[2, null]`: 2 and up)."""
+    out = {}
+    for spec in inputs:
+        if spec["kind"] != "user":
+            continue
+        for d, size in enumerate(spec["shape"]):
+            if isinstance(size, str) and re.fullmatch(r"[a-z]+[0-9]+", size) and size not in out:
+                lo, hi = captured.symbol_ranges.get(size, (2, None))
+                out[size] = {"input": spec["target"], "dim": d, "range": [lo, hi]}
+    return out
 
 
 def _output_spec(o) -> dict:
@@ -439,6 +466,10 @@ def _describe_spec(spec) -> str:
     return f"args {tuple(args)!r} kwargs {dict(kwargs)!r}"
 
 
+def _shape_text(shape: list) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
 def _describe_tensor(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} on {t.device}"
 
@@ -452,6 +483,7 @@ class LoadedModel:
         self.program = gm
         self._weights, self._model, self._device = weights, model, device
         self._inputs = manifest["inputs"]
+        self._symbols = manifest.get("symbols", {})
         _name_return_types()
         self._in_spec = pytree.treespec_loads(manifest["in_spec"])
         self._out_spec = pytree.treespec_loads(manifest["out_spec"])
@@ -506,17 +538,41 @@ class LoadedModel:
         if spec != self._in_spec:
             raise InputSpecError(f"{self.manifest.get('name', 'model')}: called with {_describe_spec(spec)}, "
                                  f"but the bundle was compiled for {_describe_spec(self._in_spec)}")
+        bound: dict[str, int] = {}
+        later = []
         for spec in self._inputs:
             if spec["kind"] != "user":
                 continue
-            value, want = flat[spec["target"]], f"{spec['dtype']}{spec['shape']} on {self._device.type}"
+            value, want = flat[spec["target"]], f"{spec['dtype']}{_shape_text(spec['shape'])} on {self._device.type}"
+            where = _where(args, kwargs, spec["target"])
             if not isinstance(value, torch.Tensor):
-                raise InputSpecError(f"{_where(args, kwargs, spec['target'])}: expected a tensor {want}, "
-                                     f"got {type(value).__name__}")
-            if (list(value.shape) != spec["shape"] or str(value.dtype).removeprefix("torch.") != spec["dtype"]
+                raise InputSpecError(f"{where}: expected a tensor {want}, got {type(value).__name__}")
+            if (value.dim() != len(spec["shape"]) or str(value.dtype).removeprefix("torch.") != spec["dtype"]
                     or value.device.type != self._device.type):
-                raise InputSpecError(f"{_where(args, kwargs, spec['target'])}: the bundle was compiled for {want}, "
-                                     f"got {_describe_tensor(value)}")
+                raise InputSpecError(f"{where}: the bundle was compiled for {want}, got {_describe_tensor(value)}")
+            for d, (size, n) in enumerate(zip(spec["shape"], value.shape)):
+                if isinstance(size, int) and size != n or size in bound and bound[size] != n:
+                    raise InputSpecError(f"{where}: the bundle was compiled for {want}, got {_describe_tensor(value)}"
+                                         + (f" ({size} = {bound[size]} from another input)" if size in bound else ""))
+                if size in self._symbols:
+                    bound[size] = int(n)
+                elif isinstance(size, str):
+                    later.append((where, d, size, int(n), want, value))
+        for sym, n in bound.items():
+            lo, hi = self._symbols[sym]["range"]
+            if n < lo or (hi is not None and n > hi):
+                where = _where(args, kwargs, self._symbols[sym]["input"])
+                raise InputSpecError(f"{where} dim {self._symbols[sym]['dim']} is {n}, outside the range [{lo}, "
+                                     f"{'inf' if hi is None else hi}] the bundle was compiled for (symbol {sym})")
+        for where, d, size, n, want, value in later:  # dims that are expressions of others (a concat's)
+            from uniorch.ir import dims
+
+            try:
+                ok = dims.evaluate(dims.parse(size), bound) == n
+            except TypeError:  # a symbol no input dim gives alone
+                ok = False
+            if not ok:
+                raise InputSpecError(f"{where}: the bundle was compiled for {want}, got {_describe_tensor(value)}")
         for i, value in self._constants.items():
             if not (isinstance(value, dict) and "repr" in value) and flat[i] != value:
                 raise InputSpecError(f"{_where(args, kwargs, i)} was the constant {value!r} when compiled, "

@@ -3,7 +3,10 @@
 JSON rather than pickled GraphModules: loading a bundle then executes no code from it (tensors
 come through `torch.load(weights_only=True)`, graphs through `json`), and the files stay readable.
 The graphs hold only what capture and region partitioning produce: placeholders, ATen
-OpOverloads, `operator.getitem`, calls of compiled regions (`call_module`), and one output.
+OpOverloads, `operator.getitem`, calls of compiled regions (`call_module`), and one output; a
+capture with symbolic sizes adds size arithmetic (`aten.sym_size.int` reads, then Python's
+integer operators and `torch.sym_*` on them), from a fixed table, so loading still runs no code
+the bundle names.
 """
 from __future__ import annotations
 
@@ -65,20 +68,30 @@ def _decode(a: Any, env: dict, device: Optional[torch.device]) -> Any:
     return value
 
 
+# size arithmetic a symbolic capture leaves between sym_size reads and the ops taking sizes
+_SIZE_OPS = {f"operator.{f}": getattr(operator, f) for f in
+             ("getitem", "add", "sub", "mul", "floordiv", "mod", "truediv", "neg", "pow", "eq", "ne", "lt", "le",
+              "gt", "ge", "and_", "or_", "not_")}
+_SIZE_OPS.update({f"torch.{f}": getattr(torch, f) for f in
+                  ("sym_max", "sym_min", "sym_float", "sym_int", "sym_not", "sym_ite", "sym_sum") if hasattr(torch, f)})
+_SIZE_OPS.update({"math.ceil": math.ceil, "math.floor": math.floor, "math.sqrt": math.sqrt})
+_SIZE_NAMES = {fn: name for name, fn in _SIZE_OPS.items()}
+
+
 def _target_name(node: fx.Node) -> str:
     t = node.target
     if node.op in ("placeholder", "output", "call_module"):
         return str(t)
-    if t is operator.getitem:
-        return "operator.getitem"
+    if t in _SIZE_NAMES:
+        return _SIZE_NAMES[t]
     if isinstance(t, torch._ops.OpOverload):
         return str(t)  # "aten.sort.default": namespace, op, overload
     raise GraphFormatError(f"node {node.name}: cannot store call target {t!r} in a bundle graph")
 
 
 def _resolve(name: str):
-    if name == "operator.getitem":
-        return operator.getitem
+    if name in _SIZE_OPS:
+        return _SIZE_OPS[name]
     parts = name.split(".")
     if len(parts) != 3:
         raise GraphFormatError(f"unknown call target {name!r} in a bundle graph")
@@ -106,7 +119,7 @@ def dump_graph(graph: fx.Graph) -> dict:
 def has_schemas(data: dict) -> bool:
     """Whether every operator call of a stored graph records its schema (graphs saved since then)."""
     return all("schema" in rec for rec in data.get("nodes", []) if rec.get("op") == "call_function"
-               and rec.get("target") != "operator.getitem")
+               and rec.get("target") not in _SIZE_OPS)
 
 
 def load_graph(data: dict, device: Optional[torch.device] = None, check_schemas: bool = True) -> fx.Graph:
