@@ -93,13 +93,17 @@ def _try_merge(block, c2) -> bool:
             # value stays 16-bit); here it belongs to the softmax
             moved, p = p, _producer(p.operands[0])
             members[g_c] = [o for o in members[g_c] if o != moved]
+        split = None
+        if moved is None and p is not None and _group(p) is None and p.name == "tensor.expand_shape":
+            # GQA: softmax over the merged heads, split into (key-value group, repeat) for P·v
+            split, p = p, _producer(p.operands[0])
         g_b = _group(p) if p is not None else None
         if g_b is None or g_b == g_c:
             continue
         if moved is not None:
             members[g_b] = members[g_b] + [moved]
         in_b = lambda o: _group(o) == g_b or (moved is not None and o == moved) or (_group(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
-        sm = match_softmax(probs, in_b)
+        sm = match_softmax(probs if split is None else split.operands[0], in_b)
         if sm is None:
             continue
         s_op = _producer(sm.source)
@@ -112,7 +116,8 @@ def _try_merge(block, c2) -> bool:
             # kernel (so a stored value stays 16-bit); here it belongs to the scores' epilogue
             members = {g: [o for o in ops_ if o != s_op] for g, ops_ in members.items()}
             members[g_a] = members[g_a] + [s_op]
-        b_ops = members[g_b] + _views(block, sm.ops)
+        b_ops = members[g_b] + _views(block, sm.ops) + ([split] if split is not None else [])
+        b_ops += _merges(members[g_a], b_ops)
         if not _only_used_by(members[g_a], None, b_ops):
             continue
         if not _only_used_by(b_ops, [probs], [c2]):
@@ -144,6 +149,19 @@ def _scores_contraction(scores, in_b):
             return None
         stack.extend(w for w in p.operands if isinstance(w.type, ir.ShapedType))
     return None
+
+
+def _merges(a_ops, b_ops) -> list:
+    """Ungrouped collapses of group A's results read only by group B: GQA's scores computed per
+    (key-value group, repeat) and merged into heads before the mask and softmax."""
+    out = []
+    for o in a_ops:
+        for r in o.results:
+            for u in _users(r):
+                if (u.name == "tensor.collapse_shape" and _group(u) is None
+                        and all(any(x == b for b in b_ops) for x in _users(u.results[0]))):
+                    out.append(u)
+    return out
 
 
 def _views(block, ops) -> list:

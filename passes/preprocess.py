@@ -3,8 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (symbolic_reshapes, split_prologue,
-sink_collapse, view_rewrites, pad_views, concat_pieces)
+rewrites undo what would hide a fusion opportunity (symbolic_reshapes, extract_operands,
+split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from uniorch.ir.stages import run_pipeline_text
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .concat_pieces import hoist_concat_pieces
+from .extract_operands import extracts_as_operands
 from .narrow_compares import narrow_compares
 from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
@@ -45,12 +46,13 @@ class Preprocess(Pass):
         with module.context, ir.Location.unknown(module.context):
             seeds_as_input(module, main_func(module))  # kernels take the random keys as a tensor
             fix_pool_nan_indices(main_func(module))  # before fusion moves ops into its body
-            fold_symbolic_reshapes(main_func(module))  # a reshape back to a tensor's own dims is it
+            fold_symbolic_reshapes(main_func(module), merges=False)  # a reshape back to a tensor's own dims is it
         run_pipeline_text(module, PIPELINE, self.name)
         main = main_func(module)
         with module.context:
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             fold_symbolic_reshapes(main)  # elementwise fusion's reshape folding leaves pairs too
+            extracts_as_operands(main)  # symbolic broadcasts read by tensor.extract: indexing maps
             split_prologues(main)
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)

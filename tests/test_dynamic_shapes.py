@@ -183,6 +183,25 @@ def test_transformers_decoder_compiles_twice_for_every_batch_and_length():
     assert rep.symbolic and not rep.fallbacks and rep.compiled_ops == rep.captured_ops
 
 
+def test_transformers_decoder_attention_is_one_flash_kernel_per_layer():
+    """Called with input_ids alone, transformers builds the causal mask from positions (a (b, 1, t, t)
+    boolean mask), and GQA's softmax runs over the merged heads: with static sizes and with
+    symbolic batch and length, each layer's QKᵀ, mask, softmax and PV are one attention kernel."""
+    model = _tiny_llama()
+    for dynamic in (False, True):
+        cm = uniorch.compile(model, target="interpret", dynamic=dynamic)
+        for b, t in [(2, 7), (3, 12)]:
+            ids = torch.randint(0, 96, (b, t))
+            with torch.no_grad():
+                torch.testing.assert_close(cm(input_ids=ids).logits, model(input_ids=ids).logits,
+                                           rtol=1e-4, atol=1e-5)
+        rep = cm.explain(input_ids=torch.randint(0, 96, (3, 12)))
+        kinds = [k.kind for k in rep.kernels]
+        assert kinds.count("attention") == 2, (dynamic, str(rep))
+        assert not any("_softmax" in op for k in rep.kernels if k.kind != "attention" for op, _ in k.ops), str(rep)
+        assert not rep.fallbacks, str(rep)
+
+
 def _kv(cache):
     layers = getattr(cache, "layers", None)
     if layers is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from .contraction_ir import Lin, _as_op, _lin, _maps, _producer, _shape
-from .contraction_plan import _classify, _Plan, epilogue_layouts
+from .contraction_plan import _classify, _Plan, epilogue_layouts, expand_source_index
 from .source import CodegenError
 
 MAX_HEAD_DIM = 256
@@ -47,11 +47,15 @@ def _roles(plan: _Plan, key_class: str) -> dict:
 
 
 def _role_of(lin: Lin, roles: dict):
+    """A dim of S or P as roles: ("unit", c), a role, or for dims merged from several batch dims
+    (heads split into key-value groups) the roles with their coefficients."""
     if lin.is_const():
         return ("unit", lin.const)
-    if len(lin.terms) != 1 or lin.terms[0][1] != 1 or lin.const:
+    if len(lin.terms) == 1 and lin.terms[0][1] == 1 and not lin.const:
+        return roles.get(lin.terms[0][0])
+    if lin.const or any(roles.get(d, ("?",))[0] != "b" for d, _ in lin.terms):
         return None
-    return roles.get(lin.terms[0][0])
+    return ("merged", tuple(sorted((roles[d], c) for d, c in lin.terms)))
 
 
 def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
@@ -77,10 +81,16 @@ def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
     lay_s = next((lay for v, lay in layouts.items() if v == scores), None)
     if lay_s is None:
         raise CodegenError(c1, "the scores are not computed over q·kᵀ's output")
-    # P must be contraction 2's A-side factor, read straight from its input
+    # P must be contraction 2's A-side factor, read straight from its input, or through a split of
+    # batch dims (heads into key-value groups: GQA's softmax runs over the merged heads)
     n_in = p2.n_in
     inputs = list(c2.opview.inputs)
     pos = [i for i, v in enumerate(inputs) if v == probs]
+    split = _producer(probs)
+    if split is not None and split.name == "tensor.expand_shape" and _shape(split.operands[0]) == _shape(scores):
+        split_shape = _shape(split.operands[0])
+    else:
+        split, split_shape = None, _shape(probs)
     if len(pos) != 1:
         raise CodegenError(c2, "the probabilities are not one input of P·v")
     x = p2.x
@@ -89,10 +99,12 @@ def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
         x = px.operands[0]
     if not isinstance(x.owner, ir.Block) or ir.BlockArgument(x).arg_number != pos[0]:
         raise CodegenError(c2, "P·v does not multiply the probabilities as they are")
-    if _shape(probs) != _shape(scores):
+    if split_shape != _shape(scores):
         raise CodegenError(c2, "the probabilities and the scores have different shapes")
     env = [Lin.cst(0) if p2.cls[d] == "u" else Lin.dim(d) for d in range(len(p2.sizes))]
     read = [_lin(e, env, c2) for e in p2.maps[pos[0]].results]
+    if split is not None:
+        read = list(expand_source_index(tuple(read), split))
     r1, r2 = _roles(p1, "n"), _roles(p2, "k")
     for j, (a, b) in enumerate(zip(lay_s, read)):
         ra, rb = _role_of(a, r1), _role_of(b, r2)

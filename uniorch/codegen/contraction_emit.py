@@ -16,7 +16,7 @@ from .contraction_ir import (
     Lin, Quot, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
-from .contraction_plan import _Plan, _get, _is_empty, _loop_sizes, unit_view_index
+from .contraction_plan import _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
@@ -182,6 +182,10 @@ class _Emitter:
             sub = unit_view_index(idx, _shape(v), _shape(op.operands[0]))
             if sub is not None:  # size-1 dims added or dropped: the same element
                 return self.value(op.operands[0], sub, ctx)
+            src = op.operands[0]
+            if _known(p.layouts, v) and _known(p.layouts, src) and idx == _get(p.layouts, v):
+                # a merge of the output's dims (GQA's heads) read where the epilogue laid it out
+                return self.value(src, _get(p.layouts, src), ctx)
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")

@@ -344,7 +344,7 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
             after = True
             continue
         if after and op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _known(layouts, op.operands[0]):
-            lay = unit_view_index(_get(layouts, op.operands[0]), _shape(op.operands[0]), _shape(op.results[0]))
+            lay = view_index(_get(layouts, op.operands[0]), op)
             if lay is not None:
                 layouts[op.results[0]] = lay
             continue
@@ -427,6 +427,48 @@ def unit_view_index(idx: tuple, src_shape, dst_shape):
         return None
     inner = iter([lin for lin, n in zip(idx, src_shape) if n != 1])
     return tuple(Lin.cst(0) if n == 1 else next(inner) for n in dst_shape)
+
+
+def reassociation(op) -> list[list[int]]:
+    """An expand_shape's or collapse_shape's groups: dims of the larger-rank side, per dim of the other."""
+    return [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def view_index(idx: tuple, op):
+    """The index into a view's result of element `idx` of its operand: a unit view, or a collapse
+    whose merged dims have static sizes (dim i of a group of sizes n_i is sum idx_i * prod n_(i+1..));
+    None for any other view (a split needs division)."""
+    src, dst = _shape(op.operands[0]), _shape(op.results[0])
+    lay = unit_view_index(idx, src, dst)
+    if lay is not None or op.name != "tensor.collapse_shape":
+        return lay
+    out = []
+    for group in reassociation(op):
+        lin, stride = Lin.cst(0), 1
+        for d in reversed(group):
+            if len(group) > 1 and (not isinstance(src[d], int) or not isinstance(idx[d], Lin)):
+                return None
+            lin = lin + idx[d].scale(stride)
+            stride *= src[d] if len(group) > 1 else 1
+        out.append(lin)
+    return tuple(out)
+
+
+def expand_source_index(idx: tuple, op) -> tuple:
+    """The operand element an expand_shape's result element `idx` is (the inverse of a split is
+    linear): per operand dim, sum idx_i * prod of the later sizes in its group (static)."""
+    dst = _shape(op.results[0])
+    out = []
+    for group in reassociation(op):
+        lin, stride = Lin.cst(0), 1
+        for d in reversed(group):
+            if len(group) > 1 and not isinstance(dst[d], int):
+                raise CodegenError(op, "a split of a symbolic dim")
+            lin = lin + idx[d].scale(stride)
+            stride *= dst[d] if len(group) > 1 else 1
+        out.append(lin)
+    return tuple(out)
 
 
 def _is_empty(v) -> bool:

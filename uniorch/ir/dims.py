@@ -445,7 +445,7 @@ _PREDICATES = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge", 6: "ult
 
 
 def decide(cond: ir.Value) -> bool:
-    """An `arith.cmpi` of sizes, decided for every value of the (positive) symbols, or UnknownSize."""
+    """An `arith.cmpi` of sizes, decided for every value of the symbols (2 and up), or UnknownSize."""
     owner = cond.owner
     if isinstance(owner, ir.Block) or owner.name != "arith.cmpi":
         if not isinstance(owner, ir.Block) and owner.name == "arith.constant":
@@ -453,6 +453,8 @@ def decide(cond: ir.Value) -> bool:
         raise UnknownSize("a condition that is not a comparison of sizes")
     pred = _PREDICATES[ir.IntegerAttr(owner.attributes["predicate"]).value]
     diff = sympy.expand(index_value(owner.operands[0]) - index_value(owner.operands[1]))
+    # symbols are 2 or more (1 is never symbolic): s = u + 1 with u positive, so `s == 1` is decided
+    diff = sympy.expand(diff.subs({x: x + 1 for x in diff.free_symbols}, simultaneous=True))
     facts = {"eq": diff.is_zero, "ne": None if diff.is_zero is None else not diff.is_zero,
              "slt": diff.is_negative, "ult": diff.is_negative, "sle": diff.is_nonpositive, "ule": diff.is_nonpositive,
              "sgt": diff.is_positive, "ugt": diff.is_positive, "sge": diff.is_nonnegative, "uge": diff.is_nonnegative}
