@@ -1,6 +1,6 @@
 """Compile counts and first-call times, static against symbolic sizes (docs/perf/dynamic_shapes.md).
 
-    python -m uniorch.tools.dynamic_report [--target cuda] [--quick] [--out docs/perf/dynamic_shapes.md]
+    python -m uniorch.tools.dynamic_report [--target cuda] [--quick] [--modes static,automatic,true] [--out F]
 
 Each decoder is called at 16 sequence lengths from 5 to 300 (`--quick`: 5 to 64, what Triton's
 interpreter runs in minutes: its cost grows with the length squared) with batch sizes 1 to 8, once with
@@ -41,6 +41,7 @@ def _hf_llama():
     return model, lambda b, t: ((), {"input_ids": torch.randint(0, 96, (b, t))}), lambda out: out.logits
 
 
+MODES = {"static": False, "automatic": None, "true": True}
 MODELS = {"llama_block (zoo)": _llama_block, "transformers Llama (SDPA, DynamicCache)": _hf_llama}
 
 
@@ -87,9 +88,10 @@ def run_generate(target: str, tokens: int = 64) -> dict:
             "seconds": round(took, 1), "same_tokens": bool(torch.equal(got, ref))}
 
 
-def markdown(rows: list[dict], gen: dict, target: str, lengths: list[int], quick: bool) -> str:
+def markdown(rows: list[dict], gen: dict, target: str, lengths: list[int], quick: bool, modes: str) -> str:
+    flags = (" --quick" if quick else "") + (f" --modes {modes}" if modes != "static,automatic,true" else "")
     lines = ["# Dynamic shapes: compiles and first-call times", "",
-             f"Written by `python -m uniorch.tools.dynamic_report --target {target}{' --quick' if quick else ''}` "
+             f"Written by `python -m uniorch.tools.dynamic_report --target {target}{flags}` "
              f"(torch {torch.__version__}). Each model is called at {len(lengths)} sequence lengths ({lengths[0]} to "
              f"{lengths[-1]}) with batch sizes 1 to 8 in turn; 'compiling calls' is the time of the calls that "
              f"compiled (capture, passes, codegen, the trial launch and the call itself).", "",
@@ -108,17 +110,21 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="interpret")
     p.add_argument("--quick", action="store_true", help="lengths 5 to 64 (the interpreter's budget)")
     p.add_argument("--out", default=None, help="write the markdown table here")
+    p.add_argument("--modes", default="static,automatic,true",
+                   help="which compiles to run: static (a compile per shape: at lengths to 300 on the interpreter, "
+                        "the longest part), automatic (the default), true (dynamic=True)")
     a = p.parse_args(argv)
+    modes = [MODES[m.strip()] for m in a.modes.split(",") if m.strip()]
     warnings.simplefilter("ignore")
     lengths = QUICK_LENGTHS if a.quick else LENGTHS
     rows = []
     for name in MODELS:
-        for dynamic in (False, None, True):
+        for dynamic in modes:
             rows.append(run_shapes(name, dynamic, a.target, lengths))
             print(rows[-1], flush=True)
     gen = run_generate(a.target)
     print(gen, flush=True)
-    text = markdown(rows, gen, a.target, lengths, a.quick)
+    text = markdown(rows, gen, a.target, lengths, a.quick, a.modes)
     print(text)
     if a.out:
         with open(a.out, "w") as f:

@@ -77,6 +77,7 @@ class CompiledModule:
         self.recompiles: list[str] = []  # why each compile after the first happened, and what it became
         self._lock = threading.Lock()
         self._warned = False
+        self._training = None
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
                                  else type(model_or_fn).forward, updated=())
 
@@ -184,6 +185,10 @@ class CompiledModule:
         return "".join(f" (symbolic sizes not kept: {w})" for w in list(self._rejected.values())[-1:])
 
     def __call__(self, *args, **kwargs):
+        from .runtime.training import needs_autograd
+
+        if needs_autograd(self._model, args, kwargs):
+            return self.training(*args, **kwargs)
         entry = self.entry(args, kwargs)
         if entry is None or entry.captured is None:
             return self._model(*args, **kwargs)
@@ -193,6 +198,16 @@ class CompiledModule:
             return entry.captured.finish(args, kwargs, list(outs))
         except CheckFailed:  # a rewrite's run-time condition failed: eager gives the right answer
             return self._model(*args, **kwargs)
+
+    @property
+    def training(self):
+        """The training path (runtime/training.py): forward and backward graphs from AOTAutograd,
+        each compiled by uniorch; used for calls that autograd must record."""
+        if self._training is None:
+            from .runtime.training import TrainingCompile
+
+            self._training = TrainingCompile(self._model, self._target, self._fallback, self._limit)
+        return self._training
 
     @property
     def cache_size(self) -> int:
@@ -225,7 +240,18 @@ class CompiledModule:
             del model.forward
 
     def explain(self, *args, **kwargs) -> "Report":
-        """The report for this input spec (compiling it first if needed)."""
+        """The report for this input spec (compiling it first if needed). For a call autograd must
+        record (training), the forward graph's report, with the backward graph's as `.backward`
+        (compiled at the first backward: run one before asking for it)."""
+        from .runtime.training import needs_autograd
+
+        if needs_autograd(self._model, args, kwargs):
+            tc = self.training
+            if not tc.forward:
+                tc(*args, **kwargs)
+            rep = tc.report(tc.forward[-1])
+            rep.backward = tc.report(tc.backward[-1]) if tc.backward else None
+            return rep
         entry = self.entry(args, kwargs)
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
@@ -344,6 +370,7 @@ class Report:
     boundary: list[str] = field(default_factory=list)  # outputs finished at the boundary: complex views, trims
     symbolic: list[str] = field(default_factory=list)  # symbolic sizes of this compile: "s0: input 0 dim 1, 2..∞"
     recompiles: list[str] = field(default_factory=list)  # why each compile after the first happened
+    backward: Optional["Report"] = None  # training: the backward graph's report (this one is the forward's)
 
     @property
     def compiled_fraction(self) -> float:
@@ -374,6 +401,8 @@ class Report:
             lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {(f.why.splitlines() or [''])[0]}"
                       for f in self.fallbacks]
         lines += ["", "timings: " + ", ".join(f"{k.strip()} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
+        if self.backward is not None:
+            lines += ["", "backward graph (AOTAutograd, min-cut partition):", str(self.backward)]
         return "\n".join(lines)
 
 
@@ -502,6 +531,12 @@ def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: di
     if unknown:
         raise ValueError(f"torch.compile(backend='uniorch'): unknown option(s) {', '.join(map(repr, unknown))}; "
                          f"known: {', '.join(BACKEND_OPTIONS)}")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        # training: Dynamo lifted the parameters as inputs; AOTAutograd splits forward and backward
+        from .runtime.training import backend_for_dynamo
+
+        cm = compile(gm, **opts)
+        return backend_for_dynamo(gm, example_inputs, cm.target, cm._fallback, cm._limit)
     return compile(gm, **opts)
 
 

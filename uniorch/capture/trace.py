@@ -85,6 +85,11 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     flat, spec = pytree.tree_flatten((args, kwargs))
+    if any(isinstance(v, torch.Tensor) and v.requires_grad for v in flat):
+        # the graph is of values, not of autograd (the training path records autograd around the
+        # compiled forward: runtime/training.py); export of an input requiring grad would trace it
+        flat = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in flat]
+        args, kwargs = pytree.tree_unflatten(flat, spec)
     keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
     baked = len(keep) < len(flat) or bool(dynamic)
     traced, t_args, t_kwargs = module, args, kwargs

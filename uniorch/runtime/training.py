@@ -1,0 +1,97 @@
+"""Training: the forward and backward graphs AOTAutograd makes, each compiled like any model.
+
+A call that autograd must see through (grad enabled, and an input or a training-mode module's
+parameter requires grad) is traced by Dynamo and AOTAutograd into a joint graph, split by
+Inductor's min-cut partitioner (`min_cut_rematerialization_partition`: saves the fewest bytes for
+the backward and recomputes cheap pointwise ops rather than saving them), and each half goes
+through uniorch's own path (capture of the graph module, MLIR, fusion, kernels), with eager
+fallback per region as for inference. The forward runs inside AOTAutograd's autograd.Function,
+whose backward calls the compiled backward; `loss.backward()` then gives eager's gradients.
+`TrainingCompile.reports` keeps each compiled half for `explain` (`Report.backward`).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+
+def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether this call must record autograd: grad enabled and something it reads requires grad
+    (a module's parameters count in training mode only: an eval-mode model called without
+    `no_grad` is inference, as it is for most users)."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
+        return True
+    return (isinstance(model, torch.nn.Module) and model.training
+            and any(p.requires_grad for p in model.parameters()))
+
+
+class TrainingCompile:
+    """The training path of one compiled model: Dynamo + AOTAutograd around uniorch's compiles."""
+
+    def __init__(self, model: Any, target, fallback: str, cache_size_limit: int):
+        self.model, self.target, self.fallback, self.limit = model, target, fallback, cache_size_limit
+        self.forward: list = []   # uniorch CompiledModules of the forward graphs, in compile order
+        self.backward: list = []  # and of the backward graphs
+        self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
+        self._compiled: Optional[Any] = None
+
+    def backend(self):
+        """A Dynamo backend: AOTAutograd with uniorch compiling both halves."""
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        def half(store: list):
+            def compile_half(gm: torch.fx.GraphModule, example_inputs: list):
+                from uniorch.api import CompiledModule
+
+                cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
+                store.append(cm)
+                self.examples[id(cm)] = _compile_now(cm, example_inputs)
+                return _boxed(cm)
+            return compile_half
+
+        return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward),
+                            partition_fn=min_cut_rematerialization_partition)
+
+    def report(self, half) -> "Report":
+        return half.explain(*self.examples[id(half)])
+
+    def __call__(self, *args, **kwargs):
+        if self._compiled is None:
+            self._compiled = torch.compile(self.model, backend=self.backend(), dynamic=False, fullgraph=False)
+        return self._compiled(*args, **kwargs)
+
+
+def _compile_now(cm, example_inputs: list) -> tuple:
+    """Compiles a half for its example inputs' spec now: at its first call it would run inside
+    AOTAutograd's autograd.Function, where torch.export cannot trace. The inputs are real tensors of
+    the examples' shapes (zeros: index inputs stay in range for the trial launch)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():
+        real = [torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device=e.device).zero_()
+                if isinstance(e, torch.Tensor) else e for e in example_inputs]
+        cm.entry(tuple(real), {})
+    return tuple(real)
+
+
+def _boxed(cm):
+    """AOTAutograd calls compiled halves with one list of arguments (boxed), which it may free."""
+    from functorch.compile import make_boxed_func
+
+    def run(*flat):
+        # parameters arrive requiring grad (the autograd.Function records around this call): the
+        # compile is of values, and detached inputs (same storage) match the spec compiled for
+        out = cm(*[t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t for t in flat])
+        return out if isinstance(out, (tuple, list)) else (out,)
+
+    return make_boxed_func(run)
+
+
+def backend_for_dynamo(gm: torch.fx.GraphModule, example_inputs: list, target, fallback: str, limit: int):
+    """`torch.compile(backend="uniorch")` on a graph that needs autograd: AOTAutograd around uniorch."""
+    return TrainingCompile(gm, target, fallback, limit).backend()(gm, example_inputs)
