@@ -60,7 +60,7 @@ def _state(c):
 
 def test_container_updated_in_place_is_the_callers_object():
     torch.manual_seed(0)
-    model = Step()
+    model = Step().eval()
     cm = uniorch.compile(model, target="interpret")
     mine, ref = LazyCache(8), LazyCache(8)
     for n in (3, 1, 1):  # the first call initializes the container, later ones write into its storage

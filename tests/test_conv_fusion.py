@@ -200,7 +200,7 @@ def test_transposed_conv_reads_its_input_not_a_stuffed_copy(conv, shape, fused, 
     loads), so neither the zero fill nor the stuffed copy is a kernel. What remains beside the
     convolution is the flipped weight's gather."""
     torch.manual_seed(3)
-    model = nn.Sequential(conv(), nn.ReLU()).to(dtype)
+    model = nn.Sequential(conv(), nn.ReLU()).to(dtype).eval()
     x = torch.randn(shape, dtype=dtype)
     rep = uniorch.explain(model, x, target="interpret")
     assert not rep.fallbacks, rep.fallbacks

@@ -67,7 +67,7 @@ def test_varying_dims():
 
 def test_dynamic_true_compiles_once_for_every_size():
     torch.manual_seed(0)
-    model = Block()
+    model = Block().eval()  # inference: a training-mode call with grad enabled takes the training path
     cm = uniorch.compile(model, target="interpret", dynamic=True)
     for b, t in [(4, 7), (2, 9), (3, 5), (8, 3)]:
         x = torch.randn(b, t, 32)
@@ -83,7 +83,7 @@ def test_dynamic_true_compiles_once_for_every_size():
 
 def test_automatic_dynamic_compiles_once_more_after_a_size_changes():
     torch.manual_seed(0)
-    model = Block()
+    model = Block().eval()  # inference: a training-mode call with grad enabled takes the training path
     cm = uniorch.compile(model, target="interpret")
     for b, t in [(4, 7), (2, 9), (3, 9), (6, 17)]:
         x = torch.randn(b, t, 32)
@@ -99,7 +99,7 @@ def test_symbolic_kernels_take_sizes_as_arguments():
     """The kernels of a symbolic compile read the size symbols as parameters (one Triton source
     serves every size): no fallback, and the same kernels as the static compile."""
     torch.manual_seed(0)
-    model = Block()
+    model = Block().eval()  # inference: a training-mode call with grad enabled takes the training path
     cm = uniorch.compile(model, target="interpret", dynamic=True)
     rep = cm.explain(torch.randn(4, 7, 32))
     static = uniorch.explain(model, torch.randn(4, 7, 32), target="interpret")
@@ -112,7 +112,7 @@ def test_symbolic_kernels_take_sizes_as_arguments():
 
 def test_mark_dynamic_and_dynamic_false():
     torch.manual_seed(0)
-    model = Block()
+    model = Block().eval()  # inference: a training-mode call with grad enabled takes the training path
     x = torch.randn(4, 7, 32)
     torch._dynamo.mark_dynamic(x, 0)
     cm = uniorch.compile(model, target="interpret")

@@ -94,7 +94,7 @@ COPIED = {ClsToken: (3, 5, 8)}
 @pytest.mark.parametrize("cls,shape", CASES, ids=[c.__name__ for c, _ in CASES])
 def test_padded_and_concatenated_reads_need_no_copy_kernel(cls, shape, dtype):
     torch.manual_seed(int.from_bytes(__import__("os").urandom(4), "little"))
-    model = cls().to(dtype)
+    model = cls().to(dtype).eval()
     shapes = shape if isinstance(shape[0], tuple) else (shape,)
     cm = uniorch.compile(model, target="interpret")
     rep = cm.explain(*[torch.randn(s, dtype=dtype) for s in shapes])

@@ -87,3 +87,30 @@ def test_torch_compile_backend_trains():
     assert got == pytest.approx(want, rel=1e-4)
     for p, q in zip(model.parameters(), ref.parameters()):
         assert _rel(p, q) <= 1e-4
+
+
+class WritesIntoUnbindView(nn.Module):
+    """An in-place write to a view from unbind while autograd records: eager PyTorch rejects it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        first, _ = y.unbind(0)
+        first.mul_(2)
+        return y
+
+
+def test_a_model_error_in_training_is_the_models_own_error():
+    """Dynamo cannot trace it; the training path warns and runs eager PyTorch, which raises the
+    model's own error (not a compiler's)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    cm = uniorch.compile(WritesIntoUnbindView(), target="interpret")
+    with pytest.warns(RuntimeWarning, match="runs it eagerly"):
+        with pytest.raises(RuntimeError, match="is a view and is being modified inplace") as err:
+            cm(torch.randn(2, 4))
+    assert not isinstance(err.value, TorchDynamoException)
+    assert cm.training.failure

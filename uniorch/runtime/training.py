@@ -38,6 +38,7 @@ class TrainingCompile:
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
         self._compiled: Optional[Any] = None
+        self.failure: Optional[str] = None  # why the training path runs eagerly, if it does
 
     def backend(self):
         """A Dynamo backend: AOTAutograd with uniorch compiling both halves."""
@@ -61,9 +62,24 @@ class TrainingCompile:
         return half.explain(*self.examples[id(half)])
 
     def __call__(self, *args, **kwargs):
+        import warnings
+
+        from torch._dynamo.exc import TorchDynamoException
+
+        if self.failure is not None:
+            return self.model(*args, **kwargs)
         if self._compiled is None:
             self._compiled = torch.compile(self.model, backend=self.backend(), dynamic=False, fullgraph=False)
-        return self._compiled(*args, **kwargs)
+        try:
+            return self._compiled(*args, **kwargs)
+        except TorchDynamoException as err:
+            # Dynamo or AOTAutograd cannot trace this model (an in-place write to a view of a
+            # multi-output op, ...): eager PyTorch runs it, with its autograd, from now on; an error
+            # of the model itself raises again there, as the user's error
+            self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            warnings.warn(f"uniorch: the training path cannot compile {type(self.model).__name__} and runs it "
+                          f"eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
+            return self.model(*args, **kwargs)
 
 
 def _compile_now(cm, example_inputs: list) -> tuple:
