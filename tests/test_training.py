@@ -114,3 +114,26 @@ def test_a_model_error_in_training_is_the_models_own_error():
             cm(torch.randn(2, 4))
     assert not isinstance(err.value, TorchDynamoException)
     assert cm.training.failure
+
+
+def test_batchnorm_in_training_mode_updates_running_statistics_as_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(8 * 6 * 6, 4))
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(2):
+        x = torch.randn(4, 3, 6, 6, generator=gen)
+        cm(x).square().mean().backward()
+        ref(x).square().mean().backward()
+    bn, rbn = model[1], ref[1]
+    torch.testing.assert_close(bn.running_mean, rbn.running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bn.running_var, rbn.running_var, rtol=1e-5, atol=1e-6)
+    assert int(bn.num_batches_tracked) == int(rbn.num_batches_tracked) == 2
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        # the conv bias's gradient is ~0 (BatchNorm removes the bias): compared absolutely
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert cm.training.failure is None
+    rep = cm.explain(torch.randn(4, 3, 6, 6))
+    assert not rep.fallbacks and rep.backward is not None and not rep.backward.fallbacks, str(rep)
