@@ -137,3 +137,22 @@ def test_batchnorm_in_training_mode_updates_running_statistics_as_eager():
     assert cm.training.failure is None
     rep = cm.explain(torch.randn(4, 3, 6, 6))
     assert not rep.fallbacks and rep.backward is not None and not rep.backward.fallbacks, str(rep)
+
+
+def test_dropout_in_training_is_reproducible_and_its_backward_uses_the_forward_mask():
+    """Dropout's mask comes from uniorch's random kernels seeded from torch's generator: the same
+    manual_seed gives the same mask (not eager's bits: its CPU stream is another generator, as with
+    torch.compile), the keep rate and scale are dropout's, and the gradient is the mask's."""
+    cm = uniorch.compile(nn.Dropout(0.3), target="interpret")
+    ones = torch.ones(400, 100, requires_grad=True)
+    torch.manual_seed(1)
+    y = cm(ones)
+    y.sum().backward()
+    keep = y != 0
+    assert abs(keep.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(y[keep], torch.full_like(y[keep], 1 / 0.7))
+    torch.testing.assert_close(ones.grad, keep.float() / 0.7)
+    torch.manual_seed(1)
+    assert torch.equal(cm(ones).detach(), y.detach())
+    torch.manual_seed(2)
+    assert not torch.equal(cm(ones).detach(), y.detach())
