@@ -156,3 +156,30 @@ def test_dropout_in_training_is_reproducible_and_its_backward_uses_the_forward_m
     assert torch.equal(cm(ones).detach(), y.detach())
     torch.manual_seed(2)
     assert not torch.equal(cm(ones).detach(), y.detach())
+
+
+class NoGradScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        with torch.no_grad():
+            scale = h.abs().mean() + 1  # no gradient flows through the scale
+        return self.b(h / scale)
+
+
+def test_no_grad_region_inside_and_gradient_accumulation():
+    torch.manual_seed(0)
+    model = NoGradScale()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(3):  # gradients accumulate: no zero_grad between the steps
+        x = torch.randn(5, 8, generator=gen)
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert _rel(p.grad, q.grad) <= 1e-4
+    assert cm.training.failure is None
