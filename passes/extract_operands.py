@@ -15,6 +15,8 @@ from torch_mlir import ir
 from uniorch.codegen import patterns as pat
 from uniorch.ir import dims
 
+from .split_prologue import _clone_into
+
 
 def extracts_as_operands(func_op: ir.Operation) -> int:
     """Rewrites every generic whose body extracts from an outer tensor at decidable positions;
@@ -111,16 +113,7 @@ def _rebuild(op, reads: list) -> None:
             mapping[e.results[0]] = nb.arguments[n_in + k]
         skip = [e for e, _, _ in reads]
         with ir.InsertionPoint(nb):
-            for o in body.operations:
-                o = o.operation
-                if any(o == s for s in skip):
-                    continue
-                c = pat.op_of(o.clone())
-                for i, v in enumerate(c.operands):
-                    if v in mapping:
-                        c.operands[i] = mapping[v]
-                for r_old, r_new in zip(o.results, c.results):
-                    mapping[r_old] = r_new
+            _clone_into([o.operation for o in body.operations if not any(o.operation == s for s in skip)], mapping)
     _erase_dead(nb)
     for old, r in zip(op.results, new.results):
         old.replace_all_uses_with(r)

@@ -443,30 +443,31 @@ def view_index(idx: tuple, op):
     lay = unit_view_index(idx, src, dst)
     if lay is not None or op.name != "tensor.collapse_shape":
         return lay
-    out = []
-    for group in reassociation(op):
-        lin, stride = Lin.cst(0), 1
-        for d in reversed(group):
-            if len(group) > 1 and (not isinstance(src[d], int) or not isinstance(idx[d], Lin)):
-                return None
-            lin = lin + idx[d].scale(stride)
-            stride *= src[d] if len(group) > 1 else 1
-        out.append(lin)
-    return tuple(out)
+    if any(len(g) > 1 and not all(isinstance(idx[d], Lin) for d in g) for g in reassociation(op)):
+        return None
+    return _merged(idx, src, op)
 
 
 def expand_source_index(idx: tuple, op) -> tuple:
     """The operand element an expand_shape's result element `idx` is (the inverse of a split is
     linear): per operand dim, sum idx_i * prod of the later sizes in its group (static)."""
-    dst = _shape(op.results[0])
+    out = _merged(idx, _shape(op.results[0]), op)
+    if out is None:
+        raise CodegenError(op, "a split of a symbolic dim")
+    return out
+
+
+def _merged(idx: tuple, sizes: list, op):
+    """Per group of the view's reassociation, the row-major index of the group's dims (`idx`, over
+    the larger-rank side of sizes `sizes`); None where a merged dim is symbolic."""
     out = []
     for group in reassociation(op):
         lin, stride = Lin.cst(0), 1
         for d in reversed(group):
-            if len(group) > 1 and not isinstance(dst[d], int):
-                raise CodegenError(op, "a split of a symbolic dim")
+            if len(group) > 1 and not isinstance(sizes[d], int):
+                return None
             lin = lin + idx[d].scale(stride)
-            stride *= dst[d] if len(group) > 1 else 1
+            stride *= sizes[d] if len(group) > 1 else 1
         out.append(lin)
     return tuple(out)
 

@@ -564,9 +564,9 @@ class LoadedModel:
                 where = _where(args, kwargs, self._symbols[sym]["input"])
                 raise InputSpecError(f"{where} dim {self._symbols[sym]['dim']} is {n}, outside the range [{lo}, "
                                      f"{'inf' if hi is None else hi}] the bundle was compiled for (symbol {sym})")
-        for where, d, size, n, want, value in later:  # dims that are expressions of others (a concat's)
+        if later:
             from uniorch.ir import dims
-
+        for where, d, size, n, want, value in later:  # dims that are expressions of others (a concat's)
             try:
                 ok = dims.evaluate(dims.parse(size), bound) == n
             except TypeError:  # a symbol no input dim gives alone
