@@ -114,6 +114,8 @@ def test_a_model_error_in_training_is_the_models_own_error():
             cm(torch.randn(2, 4))
     assert not isinstance(err.value, TorchDynamoException)
     assert cm.training.failure
+    rep = cm.explain(torch.randn(2, 4))
+    assert not rep.kernels and rep.fallbacks and "training path" in rep.fallbacks[0].why
 
 
 def test_batchnorm_in_training_mode_updates_running_statistics_as_eager():
@@ -183,3 +185,20 @@ def test_no_grad_region_inside_and_gradient_accumulation():
     for p, q in zip(model.parameters(), ref.parameters()):
         assert _rel(p.grad, q.grad) <= 1e-4
     assert cm.training.failure is None
+
+
+def test_many_models_of_one_class_each_compile_their_training_graphs():
+    """Dynamo keeps 8 compiled frames per code object and runs the rest eagerly, silently; every
+    nn.Sequential shares one forward. Ten of them each get forward and backward kernels."""
+    for seed in range(10):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 3))
+        ref = copy.deepcopy(model)
+        cm = uniorch.compile(model, target="interpret")
+        x = torch.randn(4, 6)
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+        assert cm.training.failure is None and len(cm.training.forward) == 1, seed
+        assert len(cm.training.backward) == 1, seed
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert _rel(p.grad, q.grad) <= 1e-4

@@ -247,8 +247,12 @@ class CompiledModule:
 
         if needs_autograd(self._model, args, kwargs):
             tc = self.training
-            if not tc.forward:
+            if not tc.forward and tc.failure is None:
                 tc(*args, **kwargs)
+            if not tc.forward:
+                rep = _report(_Entry(None, None, {}, f"training path: {tc.failure}"), self._target, args, kwargs)
+                rep.backward = None
+                return rep
             rep = tc.report(tc.forward[-1])
             rep.backward = tc.report(tc.backward[-1]) if tc.backward else None
             return rep

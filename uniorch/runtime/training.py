@@ -7,10 +7,16 @@ the backward and recomputes cheap pointwise ops rather than saving them), and ea
 through uniorch's own path (capture of the graph module, MLIR, fusion, kernels), with eager
 fallback per region as for inference. The forward runs inside AOTAutograd's autograd.Function,
 whose backward calls the compiled backward; `loss.backward()` then gives eager's gradients.
-`TrainingCompile.reports` keeps each compiled half for `explain` (`Report.backward`).
+`TrainingCompile.report` gives each compiled half's report for `explain` (`Report.backward`).
+
+Dynamo caches compiled frames per code object, at most `recompile_limit` (8) of them, and past
+that runs the frame eagerly without a word; every `nn.Sequential` shares one `forward`. So each
+training path traces through an entry function with a code object of its own (`_entry_point`).
 """
 from __future__ import annotations
 
+import itertools
+import types
 from typing import Any, Optional
 
 import torch
@@ -69,9 +75,15 @@ class TrainingCompile:
         if self.failure is not None:
             return self.model(*args, **kwargs)
         if self._compiled is None:
-            self._compiled = torch.compile(self.model, backend=self.backend(), dynamic=False, fullgraph=False)
+            self._compiled = torch.compile(_entry_point(self.model), backend=self.backend(), dynamic=False,
+                                           fullgraph=False)
         try:
-            return self._compiled(*args, **kwargs)
+            out = self._compiled(*args, **kwargs)
+            if not self.forward:  # Dynamo ran it eagerly all the same: say so rather than pretend
+                self.failure = "Dynamo compiled no graph of this call (it ran the model eagerly)"
+                warnings.warn(f"uniorch: the training path compiled nothing for {type(self.model).__name__}; "
+                              f"it runs eagerly", RuntimeWarning, stacklevel=3)
+            return out
         except TorchDynamoException as err:
             # Dynamo or AOTAutograd cannot trace this model (an in-place write to a view of a
             # multi-output op, ...): eager PyTorch runs it, with its autograd, from now on; an error
@@ -80,6 +92,18 @@ class TrainingCompile:
             warnings.warn(f"uniorch: the training path cannot compile {type(self.model).__name__} and runs it "
                           f"eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
             return self.model(*args, **kwargs)
+
+
+_ENTRIES = itertools.count()
+
+
+def _entry_point(model):
+    """`model(*args, **kwargs)` as a function whose code object no other compile shares."""
+    def run(*args, **kwargs):
+        return model(*args, **kwargs)
+
+    code = run.__code__.replace(co_name=f"uniorch_training_{next(_ENTRIES)}")
+    return types.FunctionType(code, run.__globals__, code.co_name, run.__defaults__, run.__closure__)
 
 
 def _compile_now(cm, example_inputs: list) -> tuple:
