@@ -311,7 +311,8 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     """Returns a callable with the model's signature and outputs, running uniorch's kernels.
 
     model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
-    onnx.ModelProto; it is then called with the graph's inputs, positionally or by name).
+    onnx.ModelProto; it is then called with the graph's inputs, positionally or by name); or a
+    torch.optim optimizer or its `step` (runtime/optimizer.py: each group's update as kernels).
     target: "auto" | "interpret" | "cuda[:sm_XX]" | "rocm[:gfxNNN]" | "cann[:…]" (docs/design.md).
     fallback: "eager" runs what cannot be compiled in PyTorch (reported by `explain`);
     "error" raises instead. The first call per input spec (shapes, dtypes, devices, constant
@@ -332,6 +333,12 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
         from .frontends.onnx_model import OnnxModel
 
         return OnnxModel(model_or_fn, tgt, fallback)
+    from .runtime.optimizer import compile_step, optimizer_of_step
+
+    optimizer = optimizer_of_step(model_or_fn)
+    if isinstance(model_or_fn, torch.optim.Optimizer) or optimizer is not None:
+        compiled = compile_step(optimizer or model_or_fn, tgt, fallback, cache_size_limit)
+        return compiled if optimizer is None else compiled.step
     if dynamic not in (None, True, False):
         raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
     return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit, dynamic)

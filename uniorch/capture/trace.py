@@ -31,6 +31,7 @@ from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
+from .outside_writes import NoOutsideWrites
 from .symbolic_views import collapse_symbolic_views, drop_noop_expands, specialized_sizes_as_ints
 
 
@@ -101,7 +102,8 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
         with _quiet_tracing(), aliases.recording(module) as found:
-            ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
+            with NoOutsideWrites():
+                ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
             try:
                 ep = ep.run_decompositions(decomposition_table())
             except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
