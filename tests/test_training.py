@@ -202,3 +202,31 @@ def test_many_models_of_one_class_each_compile_their_training_graphs():
         assert len(cm.training.backward) == 1, seed
         for p, q in zip(model.parameters(), ref.parameters()):
             assert _rel(p.grad, q.grad) <= 1e-4
+
+
+def test_zoo_cnn_with_average_pooling_trains_with_its_backward_in_kernels():
+    """cnn_bn_train (BatchNorm in training mode, avg_pool2d): avg_pool2d_backward has no lowering of
+    its own and took the whole backward region to PyTorch; now every backward op is in a kernel.
+    explain gives the activations the forward saves, beside eager autograd's."""
+    from uniorch.testing import zoo
+
+    model, args, _ = zoo.load("cnn_bn_train")
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, ref)]
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        x = torch.randn(args[0].shape, generator=gen)
+        for run, opt in ((cm, opts[0]), (ref, opts[1])):
+            opt.zero_grad()
+            run(x).pow(2).mean().backward()
+            opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert _rel(p, q) <= 1e-4, name
+    for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+        assert _rel(b.float(), c.float()) <= 1e-4, name
+    rep = cm.explain(torch.randn(args[0].shape))
+    assert rep.backward is not None and not rep.backward.fallbacks, str(rep.backward)
+    assert rep.backward.compiled_fraction == 1.0
+    assert 0 < rep.saved_bytes and 0 < rep.eager_saved_bytes
+    assert "saved for backward" in str(rep)

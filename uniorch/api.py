@@ -253,8 +253,13 @@ class CompiledModule:
                 rep = _report(_Entry(None, None, {}, f"training path: {tc.failure}"), self._target, args, kwargs)
                 rep.backward = None
                 return rep
+            from .runtime.training import eager_saved_activation_bytes
+
             rep = tc.report(tc.forward[-1])
             rep.backward = tc.report(tc.backward[-1]) if tc.backward else None
+            if tc.backward:
+                rep.saved_bytes = tc.saved.get(id(tc.backward[-1]))
+                rep.eager_saved_bytes = eager_saved_activation_bytes(self._model, args, kwargs)
             return rep
         entry = self.entry(args, kwargs)
         if entry is None:
@@ -382,6 +387,8 @@ class Report:
     symbolic: list[str] = field(default_factory=list)  # symbolic sizes of this compile: "s0: input 0 dim 1, 2..∞"
     recompiles: list[str] = field(default_factory=list)  # why each compile after the first happened
     backward: Optional["Report"] = None  # training: the backward graph's report (this one is the forward's)
+    saved_bytes: Optional[int] = None  # training: bytes of activations the forward saves for the backward
+    eager_saved_bytes: Optional[int] = None  # and what eager PyTorch's autograd saves for the same call
 
     @property
     def compiled_fraction(self) -> float:
@@ -412,6 +419,9 @@ class Report:
             lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {(f.why.splitlines() or [''])[0]}"
                       for f in self.fallbacks]
         lines += ["", "timings: " + ", ".join(f"{k.strip()} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
+        if self.saved_bytes is not None:
+            eager = f" (eager autograd saves {self.eager_saved_bytes / 1e6:.3f} MB)" if self.eager_saved_bytes is not None else ""
+            lines.append(f"saved for backward: {self.saved_bytes / 1e6:.3f} MB of activations{eager}")
         if self.backward is not None:
             lines += ["", "backward graph (AOTAutograd, min-cut partition):", str(self.backward)]
         return "\n".join(lines)

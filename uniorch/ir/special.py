@@ -309,7 +309,8 @@ def check_linalg_contract(module: ir.Module) -> None:
             or op.parent is None or not op.parent.name.startswith("linalg."))
         if left or stray:
             file, line, col = from_location(str(op.location))
-            bad.append(Diagnostic(f"failed to legalize operation '{name}'", "error", file, line, col))
+            bad.append(Diagnostic(f"failed to legalize operation '{name}'", "error", file, line, col,
+                                  raw_location=str(op.location)))
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)

@@ -24,6 +24,7 @@ from uniorch.targets import Target
 from .compiler import CompiledGraph, RegionError, compile_graph
 
 MAX_ATTEMPTS = 64
+MAX_HALVINGS = 24  # compiles spent finding the node of failures that name none; then whole runs
 
 
 @dataclass
@@ -103,8 +104,10 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
     allocated = {n.name for n in _calls(gm) if n.name not in eager and allocation(n) is not None}
     cache: dict[frozenset, CompiledGraph] = {}
     timings: dict[str, float] = {}
+    cuts: set[str] = set()  # where a failing run that named no node was halved, to find the node
+    halvings = 0
     for _ in range(MAX_ATTEMPTS):
-        runs = _runs(gm, {n for f in eager.values() for n in f.nodes}, allocated)
+        runs = _runs(gm, {n for f in eager.values() for n in f.nodes}, allocated, cuts)
         failed = False
         for kind, nodes in runs:
             key = frozenset(n.name for n in nodes)
@@ -124,8 +127,20 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
                 # a getitem follows its source's status: blame the source, or nothing would change
                 named = list(dict.fromkeys(
                     by_name[n].args[0].name if by_name[n].target is operator.getitem else n
-                    for n in err.nodes if n in key)) or sorted(key)
-                named = [n for n in named if n in key] or sorted(key)
+                    for n in err.nodes if n in key))
+                named = [n for n in named if n in key]
+                heads = [n.name for n in nodes if n.target is not operator.getitem]
+                if len(heads) > 1 and set(named) >= set(heads) and halvings < MAX_HALVINGS:
+                    # the failure names no node of its own (torch-mlir blamed a constant it made):
+                    # halve the run and compile each half, until the node that fails is alone
+                    cuts.add(heads[len(heads) // 2])
+                    halvings += 1
+                    failed = True
+                    timings["failed compiles"] = timings.get("failed compiles", 0.0) + time.perf_counter() - t
+                    break
+                if cuts and len(heads) == 1:
+                    cuts.clear()  # found: the eager node splits the graph, the rest fuses as before
+                named = named or sorted(key)
                 fb = Fallback(named, [str(by_name[n].target) for n in named], err.stage, err.reason)
                 for n in named:
                     eager[n] = fb
@@ -184,17 +199,20 @@ def _allocate(g: fx.Graph, spec):
                            {"dtype": dtype, "device": device})
 
 
-def _runs(gm, eager_names: set[str], allocated: set[str] = frozenset()) -> list[tuple[str, list[fx.Node]]]:
-    """Consecutive call nodes with the same status; a getitem follows its source's status."""
+def _runs(gm, eager_names: set[str], allocated: set[str] = frozenset(),
+          cuts: set[str] = frozenset()) -> list[tuple[str, list[fx.Node]]]:
+    """Consecutive call nodes with the same status; a getitem follows its source's status; a node
+    in `cuts` starts a run of its own."""
     runs: list[tuple[str, list[fx.Node]]] = []
     status: dict[fx.Node, str] = {}
     for n in _calls(gm):
-        if n.target is operator.getitem and isinstance(n.args[0], fx.Node) and n.args[0] in status:
+        getitem = n.target is operator.getitem and isinstance(n.args[0], fx.Node) and n.args[0] in status
+        if getitem:
             kind = status[n.args[0]]
         else:
             kind = EAGER if n.name in eager_names else ALLOCATED if n.name in allocated else COMPILED
         status[n] = kind
-        if runs and runs[-1][0] == kind:
+        if runs and runs[-1][0] == kind and (getitem or n.name not in cuts):
             runs[-1][1].append(n)
         else:
             runs.append((kind, [n]))

@@ -43,6 +43,7 @@ class TrainingCompile:
         self.forward: list = []   # uniorch CompiledModules of the forward graphs, in compile order
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
+        self.saved: dict = {}  # id(backward half) -> bytes of forward activations it reads (saved)
         self._compiled: Optional[Any] = None
         self.failure: Optional[str] = None  # why the training path runs eagerly, if it does
 
@@ -57,6 +58,8 @@ class TrainingCompile:
 
                 cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
                 store.append(cm)
+                if store is self.backward:
+                    self.saved[id(cm)] = saved_activation_bytes(gm)
                 self.examples[id(cm)] = _compile_now(cm, example_inputs)
                 return _boxed(cm)
             return compile_half
@@ -95,6 +98,47 @@ class TrainingCompile:
 
 
 _ENTRIES = itertools.count()
+
+
+def saved_activation_bytes(backward: torch.fx.GraphModule) -> int:
+    """Bytes of the forward's values the backward graph reads: its inputs other than the gradients
+    of the outputs (`tangents_*`) and the forward's own inputs (`primals_*`: parameters and user
+    inputs, which autograd keeps anyway)."""
+    total = 0
+    for node in backward.graph.nodes:
+        if node.op != "placeholder" or node.name.startswith(("tangents", "primals")):
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            total += int(val.numel()) * val.element_size()
+    return total
+
+
+def eager_saved_activation_bytes(model: Any, args: tuple, kwargs: dict) -> int:
+    """The same for eager PyTorch: bytes of the tensors its autograd saves in one forward call,
+    counted once per storage, leaving out the parameters', buffers' and inputs' storages. The call's
+    effects (running statistics, the random generator) are undone."""
+    import torch.utils._pytree as pytree
+
+    state = [t for t in (*model.parameters(), *model.buffers())] if isinstance(model, torch.nn.Module) else []
+    inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    keep = {t.untyped_storage().data_ptr() for t in (*state, *inputs)}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in keep:
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    buffers = [b.detach().clone() for b in model.buffers()] if isinstance(model, torch.nn.Module) else []
+    devices = [t.device.index for t in inputs + state if t.device.type == "cuda"]
+    with torch.random.fork_rng(devices=sorted(set(devices))), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(*args, **kwargs)
+    with torch.no_grad():
+        for b, old in zip(model.buffers() if buffers else (), buffers):
+            b.copy_(old)
+    return sum(saved.values())
 
 
 def _entry_point(model):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +41,8 @@ def load(name: str, folder: Optional[Path] = None):
         raise FileNotFoundError(f"no zoo model {name!r} in {folder} (known: {', '.join(names(folder))})")
     spec = importlib.util.spec_from_file_location(f"uniorch_zoo_{name}", path)
     mod = importlib.util.module_from_spec(spec)
+    # importable by name, as Dynamo (the training path) looks a traced function's module up
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     made = mod.make()
     model, args = made[0], tuple(made[1])
