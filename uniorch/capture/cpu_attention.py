@@ -1,0 +1,86 @@
+"""PyTorch's fused CPU attention and its backward as ATen math, for training graphs.
+
+AOTAutograd records `_scaled_dot_product_flash_attention_for_cpu` in the forward and its backward
+op in the backward graph; torch-mlir lowers neither. PyTorch's decomposition of the forward returns
+the attention probabilities where the op returns the rows' log-sum-exp (its second output, unused
+at inference), and it has none of the backward: a backward reading that output was silently wrong.
+Here the forward returns (softmax(S) V, logsumexp(S)), and from those the gradients are (FlashAttention's backward,
+without tiling): P = exp(S - lse) with S = scale QKᵀ (+ mask), dV = PᵀdO, dS = P (dO Vᵀ - rowsum(dO∘O)),
+dQ = scale dS K, dK = scale dSᵀ Q. Key/value heads fewer than the query's (grouped-query) sum their
+groups' gradients. Dropout is not recomputable here: with p > 0 the op stays in PyTorch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _scores(query, key, is_causal, attn_mask, scale, acc):
+    """S = scale QKᵀ with the causal and given masks applied, in the accumulation type; and key,
+    value heads repeated to the query's."""
+    s = (query.to(acc) @ key.to(acc).transpose(-2, -1)) * scale
+    if is_causal:
+        lq, lk = s.shape[-2], s.shape[-1]
+        keep = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril(lk - lq)
+        s = s.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    return s
+
+
+def _acc(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p:
+        return NotImplemented
+    scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    acc = _acc(query.dtype)
+    s = _scores(query, key, is_causal, attn_mask, scale, acc)
+    out = (torch.softmax(s, -1) @ value.to(acc)).to(query.dtype)
+    lse = torch.logsumexp(s, -1).to(torch.float32 if acc != torch.float64 else acc)
+    # the op's layouts (its meta function's), which the graph's later views rely on: the output laid
+    # out like the query, the log-sum-exp as (batch, length, heads) in memory
+    return _laid_out_like(out, query), lse.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _laid_out_like(t, ref):
+    """`t` with `ref`'s dims order in memory (what empty_like(ref) gives a dense tensor)."""
+    order = sorted(range(ref.dim()), key=lambda d: (-ref.stride(d), d))
+    back = sorted(range(len(order)), key=order.__getitem__)
+    return t.permute(order).contiguous().permute(back)
+
+
+def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
+                        scale=None):
+    if dropout_p:
+        return NotImplemented
+    e = query.shape[-1]
+    scale = scale if scale is not None else 1.0 / math.sqrt(e)
+    hq, hk = query.shape[-3], key.shape[-3]
+    k, v = key, value
+    if hq != hk:  # grouped-query: each key/value head serves hq // hk query heads
+        rep = hq // hk
+        k = key.repeat_interleave(rep, dim=-3)
+        v = value.repeat_interleave(rep, dim=-3)
+    acc = _acc(query.dtype)
+    q32, k32, v32, do32, o32 = (t.to(acc) for t in (query, k, v, grad_out, out))
+    s = _scores(q32, k32, is_causal, attn_mask, scale, acc)
+    p = torch.exp(s - logsumexp.to(acc).unsqueeze(-1))
+    dv = p.transpose(-2, -1) @ do32
+    dp = do32 @ v32.transpose(-2, -1)
+    ds = p * (dp - (do32 * o32).sum(-1, keepdim=True))
+    dq = (ds @ k32) * scale
+    dk = (ds.transpose(-2, -1) @ q32) * scale
+    if hq != hk:
+        shape = list(dk.shape[:-3]) + [hk, hq // hk] + list(dk.shape[-2:])
+        dk, dv = dk.reshape(shape).sum(-3), dv.reshape(shape).sum(-3)
+    return dq.to(query.dtype), dk.to(key.dtype), dv.to(value.dtype)
+
+
+TABLE = {aten._scaled_dot_product_flash_attention_for_cpu.default: _flash_cpu,
+         aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _flash_cpu_backward}
