@@ -4,7 +4,7 @@ AOTAutograd records `_scaled_dot_product_flash_attention_for_cpu` in the forward
 op in the backward graph; torch-mlir lowers neither. PyTorch's decomposition of the forward returns
 the attention probabilities where the op returns the rows' log-sum-exp (its second output, unused
 at inference), and it has none of the backward: a backward reading that output was silently wrong.
-Here the forward returns (softmax(S) V, logsumexp(S)), and from those the gradients are (FlashAttention's backward,
+Here the forward's log-sum-exp is logsumexp(S), and from it and the output the gradients are (FlashAttention's backward,
 without tiling): P = exp(S - lse) with S = scale QKᵀ (+ mask), dV = PᵀdO, dS = P (dO Vᵀ - rowsum(dO∘O)),
 dQ = scale dS K, dK = scale dSᵀ Q. Key/value heads fewer than the query's (grouped-query) sum their
 groups' gradients. Dropout is not recomputable here: with p > 0 the op stays in PyTorch.
@@ -36,23 +36,22 @@ def _acc(dtype):
 
 
 def _flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """PyTorch's decomposition for the output (what inference has always used: its flash-kernel
+    fusion and its masked-row and grouped-query handling), and the log-sum-exp computed here, in
+    the op's layout; unused at inference, it is dead code there. With dropout the op stays whole."""
+    from torch._decomp import decomposition_table
+
     if dropout_p:
         return NotImplemented
+    out = decomposition_table[aten._scaled_dot_product_flash_attention_for_cpu.default](
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
     scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-    acc = _acc(query.dtype)
-    s = _scores(query, key, is_causal, attn_mask, scale, acc)
-    out = (torch.softmax(s, -1) @ value.to(acc)).to(query.dtype)
-    lse = torch.logsumexp(s, -1).to(torch.float32 if acc != torch.float64 else acc)
-    # the op's layouts (its meta function's), which the graph's later views rely on: the output laid
-    # out like the query, the log-sum-exp as (batch, length, heads) in memory
-    return _laid_out_like(out, query), lse.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def _laid_out_like(t, ref):
-    """`t` with `ref`'s dims order in memory (what empty_like(ref) gives a dense tensor)."""
-    order = sorted(range(ref.dim()), key=lambda d: (-ref.stride(d), d))
-    back = sorted(range(len(order)), key=order.__getitem__)
-    return t.permute(order).contiguous().permute(back)
+    hq, hk = query.shape[-3], key.shape[-3]
+    if hq != hk:
+        key = key.repeat_interleave(hq // hk, dim=-3)
+    s = _scores(query, key, is_causal, attn_mask, scale, _acc(query.dtype))
+    lse = torch.logsumexp(s, -1).to(torch.float32 if query.dtype != torch.float64 else query.dtype)
+    return out, lse.transpose(1, 2).contiguous().transpose(1, 2)  # (batch, length, heads) in memory
 
 
 def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
