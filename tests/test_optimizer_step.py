@@ -27,6 +27,17 @@ def _backward(model, x):
     model(x).pow(2).mean().backward()
 
 
+def _train_together(runs, steps: int, seed: int) -> None:
+    """`steps` steps of each (model or its compiled form, optimizer) pair on the same fresh inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=gen)
+        for model, opt in runs:
+            opt.zero_grad()
+            _backward(model, x)
+            opt.step()
+
+
 def _rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
@@ -82,13 +93,7 @@ def test_groups_with_their_own_hyperparameters():
         return [{"params": m[0].parameters(), "lr": 1e-2}, {"params": m[2].parameters(), "lr": 1e-3, "betas": (0.8, 0.9)}]
 
     eager_opt, opt = torch.optim.Adam(groups(ref)), uniorch.compile(torch.optim.Adam(groups(mine)), "interpret")
-    for i in range(3):
-        x = torch.randn(8, 16)
-        for model, o in ((ref, eager_opt), (mine, opt)):
-            o.zero_grad()
-            _backward(model, x)
-        eager_opt.step()
-        opt.step()
+    _train_together([(ref, eager_opt), (mine, opt)], 3, seed=4)
     for a, b in zip(mine.parameters(), ref.parameters()):
         assert _rel(a.detach(), b.detach()) <= 1e-5
 
@@ -99,13 +104,7 @@ def test_compiled_training_step_end_to_end():
     mine = copy.deepcopy(ref)
     eager_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     opt = uniorch.compile(torch.optim.AdamW(mine.parameters(), lr=1e-2), "interpret")
-    model = uniorch.compile(mine, "interpret")
-    for _ in range(3):
-        x = torch.randn(8, 16)
-        for m, o in ((ref, eager_opt), (model, opt)):
-            o.zero_grad()
-            _backward(m, x)
-            o.step()
+    _train_together([(ref, eager_opt), (uniorch.compile(mine, "interpret"), opt)], 3, seed=5)
     for a, b in zip(mine.parameters(), ref.parameters()):
         assert _rel(a.detach(), b.detach()) <= 1e-5
 

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import torch
 
 _SGD_ARGS = ("weight_decay", "momentum", "dampening", "nesterov", "maximize")
+COMPILED_UPDATES = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)  # exact classes: a subclass may change step()
 
 
 class _AdamUpdate(torch.nn.Module):
@@ -117,7 +118,7 @@ class CompiledOptimizer:
         gradients; or why it cannot be compiled."""
         opt = self.optimizer
         kind = type(opt)
-        if kind not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
+        if kind not in COMPILED_UPDATES:
             return f"{kind.__name__} has no compiled update (Adam, AdamW and SGD have)"
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
@@ -219,7 +220,7 @@ def optimizer_of_step(fn) -> Optional[torch.optim.Optimizer]:
 def compile_step(optimizer: torch.optim.Optimizer, target, fallback: str, cache_size_limit: int) -> CompiledOptimizer:
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
+    if type(optimizer) not in COMPILED_UPDATES:
         warnings.warn(f"uniorch: {type(optimizer).__name__} has no compiled update (Adam, AdamW and SGD have); "
                       f"its step runs eagerly", stacklevel=3)
     return CompiledOptimizer(optimizer, target, fallback, cache_size_limit)
