@@ -31,6 +31,11 @@ import uniorch
 from uniorch.testing import zoo
 
 
+# a parameter whose gradient is zero in exact arithmetic (the key projection's bias, which softmax
+# cannot see) holds rounding noise in both runs; below this size a difference is judged absolutely
+ABS_FLOOR = 1e-6
+
+
 def _loss(out):
     leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
               and t.requires_grad]
@@ -54,6 +59,9 @@ def run_model(name: str, target: str, steps: int, optimizer: str) -> dict:
             m.p = 0.0
         elif isinstance(m, torch.nn.MultiheadAttention):
             m.dropout = 0.0
+        for attr, value in list(vars(m).items()):  # transformers' attention keeps its p as a float
+            if "dropout" in attr and isinstance(value, float):
+                setattr(m, attr, 0.0)
     ref = copy.deepcopy(model)
     opt_ref = _optimizer(optimizer, ref.parameters())
     opt = uniorch.compile(_optimizer(optimizer, model.parameters()), target)
@@ -77,7 +85,7 @@ def run_model(name: str, target: str, steps: int, optimizer: str) -> dict:
                 first = time.perf_counter() - t
             opt.step()
     row["max_rel_err"] = max(
-        float((p - q).abs().max() / q.abs().max().clamp_min(1e-12))
+        float((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(ABS_FLOOR))
         for p, q in zip(model.parameters(), ref.parameters()))
     row["first_call_s"] = round(first, 2)
     tc = cm.training

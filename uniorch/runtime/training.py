@@ -56,6 +56,8 @@ class TrainingCompile:
             def compile_half(gm: torch.fx.GraphModule, example_inputs: list):
                 from uniorch.api import CompiledModule
 
+                _views_as_reshapes(gm)
+                _inline_composite_ops(gm)
                 cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
                 store.append(cm)
                 if store is self.backward:
@@ -81,7 +83,9 @@ class TrainingCompile:
             self._compiled = torch.compile(_entry_point(self.model), backend=self.backend(), dynamic=False,
                                            fullgraph=False)
         try:
-            out = self._compiled(*args, **kwargs)
+            # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn)
+            with torch._dynamo.config.patch(allow_rnn=True):
+                out = self._compiled(*args, **kwargs)
             if not self.forward:  # Dynamo ran it eagerly all the same: say so rather than pretend
                 self.failure = "Dynamo compiled no graph of this call (it ran the model eagerly)"
                 warnings.warn(f"uniorch: the training path compiled nothing for {type(self.model).__name__}; "
@@ -148,6 +152,38 @@ def _entry_point(model):
 
     code = run.__code__.replace(co_name=f"uniorch_training_{next(_ENTRIES)}")
     return types.FunctionType(code, run.__globals__, code.co_name, run.__defaults__, run.__closure__)
+
+
+def _views_as_reshapes(gm: torch.fx.GraphModule) -> None:
+    """AOTAutograd writes a `view` wherever its tracing saw a contiguous layout; capture decomposes
+    fused ops (CPU flash attention) into math whose results are laid out otherwise, and the view
+    then fails. In a functional graph `reshape` has the same value and takes any layout."""
+    aten = torch.ops.aten
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (aten.view.default, aten._unsafe_view.default):
+            node.target = aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def _inline_composite_ops(gm: torch.fx.GraphModule) -> None:
+    """Ops with a CompositeImplicitAutograd kernel (`silu_backward`, `mish_backward` in backward
+    graphs) become PyTorch's Python decomposition of them: capture's export keeps such ops whole,
+    whatever its decomposition table says (even when called through `op.decompose`), and torch-mlir
+    lowers neither."""
+    from torch._decomp import decomposition_table
+
+    changed = False
+    for node in gm.graph.nodes:
+        op = node.target
+        if (node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and op in decomposition_table
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+            node.target = decomposition_table[op]
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def _compile_now(cm, example_inputs: list) -> tuple:

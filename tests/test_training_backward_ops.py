@@ -1,0 +1,109 @@
+"""Backward ops that training graphs bring and torch-mlir cannot lower by itself, through uniorch.
+
+Each case trains one step compiled and eagerly from the same weights on fresh random inputs, and
+checks every gradient against eager's and that the backward graph has no op left to PyTorch.
+"""
+import copy
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+import uniorch
+from uniorch.capture.conv_backward import _convolution_backward
+
+aten = torch.ops.aten
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+
+
+def _one_step(model, x):
+    """(compiled model's report, worst relative gradient error over the parameters and the input)."""
+    torch.manual_seed(0)
+    model.train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, "interpret")
+    xc, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    cm(xc).pow(2).mean().backward()
+    ref(xr).pow(2).mean().backward()
+    errs = [_rel(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())]
+    return cm.explain(xc), max(errs + [_rel(xc.grad, xr.grad)])
+
+
+@pytest.mark.parametrize("nd,groups,transposed,stride,padding,dilation", [
+    c for c in itertools.product([1, 2, 3], [1, 2, 4], [False, True], [1, 2], [0, 1], [1, 2])
+    if c[1] > 1 or c[2]])
+def test_convolution_backward_rewrite_is_exact(nd, groups, transposed, stride, padding, dilation):
+    """Against ATen's own convolution_backward in float64, every gradient."""
+    gen = torch.Generator().manual_seed(nd * 100 + groups * 10 + stride)
+    cin, cout, k = 4, 8, [3] * nd
+    wshape = [cin, cout // groups] if transposed else [cout, cin // groups]
+    w = torch.randn(*wshape, *k, dtype=torch.float64, generator=gen)
+    x = torch.randn(2, cin, *[7] * nd, dtype=torch.float64, generator=gen)
+    out_pad = [1 if transposed and stride == 2 else 0] * nd
+    conf = ([stride] * nd, [padding] * nd, [dilation] * nd, transposed, out_pad, groups)
+    y = aten.convolution(x, w, None, *conf)
+    dy = torch.randn(y.shape, dtype=torch.float64, generator=gen)
+    want = aten.convolution_backward(dy, x, w, [cout], *conf, [True] * 3)
+    got = _convolution_backward(dy, x, w, [cout], *conf, [True] * 3)
+    for g, r in zip(got, want):
+        assert g.shape == r.shape
+        assert _rel(g, r) < 1e-12
+
+
+@pytest.mark.parametrize("name,make,shape", [
+    ("depthwise", lambda: nn.Conv2d(8, 8, 3, padding=1, groups=8), (2, 8, 8, 8)),
+    ("grouped_strided", lambda: nn.Conv2d(4, 8, 3, stride=2, padding=1, groups=2), (2, 4, 8, 8)),
+    ("transposed", lambda: nn.ConvTranspose2d(4, 8, 2, stride=2), (2, 4, 5, 5)),
+    ("transposed_depthwise", lambda: nn.ConvTranspose2d(6, 6, 3, stride=2, padding=1, groups=6), (2, 6, 5, 5)),
+    ("grouped_1d", lambda: nn.Conv1d(4, 8, 3, padding=1, groups=4), (2, 4, 9)),
+])
+def test_grouped_and_transposed_convolutions_train_in_kernels(name, make, shape):
+    torch.manual_seed(3)
+    model = nn.Sequential(make(), nn.ReLU())
+    report, err = _one_step(model, torch.randn(*shape))
+    assert err <= 1e-4, err
+    assert report.backward is not None and report.backward.kernels
+    assert not report.backward.fallbacks, [f.op for f in report.backward.fallbacks]
+
+
+def test_depthwise_transposed_convolution_inference():
+    """The forward rewrite (a zero second channel per group) on its own, against eager."""
+    torch.manual_seed(4)
+    conv = nn.ConvTranspose2d(6, 6, 3, stride=2, padding=1, output_padding=1, groups=6).eval()
+    x = torch.randn(2, 6, 5, 5)
+    cm = uniorch.compile(conv, "interpret")
+    with torch.no_grad():
+        assert _rel(cm(x), conv(x)) <= 1e-5
+    assert not cm.explain(x).fallbacks
+
+
+@pytest.mark.parametrize("act", [nn.SiLU, nn.Mish])
+def test_activation_backward_with_only_a_composite_kernel(act):
+    """silu_backward / mish_backward: export keeps them whole and torch-mlir lowers neither."""
+    torch.manual_seed(5)
+    report, err = _one_step(nn.Sequential(nn.Linear(8, 16), act(), nn.Linear(16, 4)), torch.randn(5, 8))
+    assert err <= 1e-4, err
+    assert not report.backward.fallbacks, [f.op for f in report.backward.fallbacks]
+
+
+@pytest.mark.parametrize("rnn", [nn.LSTM, nn.GRU])
+def test_recurrent_modules_train_compiled(rnn):
+    """Dynamo leaves nn.LSTM/GRU to eager unless allow_rnn is set; the training path sets it."""
+    torch.manual_seed(6)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = rnn(4, 8, batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    report, err = _one_step(Net(), torch.randn(2, 5, 4))
+    assert err <= 1e-4, err
+    assert report.kernels and report.backward.kernels
+    assert not report.fallbacks and not report.backward.fallbacks
