@@ -445,6 +445,8 @@ class _Fusion:
         return pat.is_pointwise(x)
 
     def try_join(self, g: _Group, x: ir.Operation, role: str) -> bool:
+        if role == "producer" and self.feeds_stuffed_source(g, x):
+            return False
         if x.name == "tensor.pad":
             return self.try_join_pad(g, x, role)
         if x.name == "tensor.concat":
@@ -603,6 +605,13 @@ class _Fusion:
         if self.creates_cycle(g, x):
             return False
         return self._adopt(g, x)
+
+    def feeds_stuffed_source(self, g: _Group, x: ir.Operation) -> bool:
+        """Whether x computes the source of a zero-stuffed insert_slice in g: the kernel loads that
+        source from memory on the slice's lattice, so it cannot be computed in the same kernel."""
+        members = set(g.ops)
+        return any(pat.op_of(u.owner) in members and pat.op_of(u.owner).name == "tensor.insert_slice"
+                   and u.operand_number == 0 for r in x.results for u in r.uses)
 
     def try_join_stuffed(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A static insert_slice of a tensor computed elsewhere into a fill, read only by a

@@ -107,3 +107,48 @@ def test_recurrent_modules_train_compiled(rnn):
     assert err <= 1e-4, err
     assert report.kernels and report.backward.kernels
     assert not report.fallbacks and not report.backward.fallbacks
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("ins,outs", [((7, 5, 6), (3, 2, 4)), ((8, 8, 8), (4, 4, 2)), ((4, 6, 5), (6, 7, 3))])
+def test_adaptive_pool_backward_rewrites_are_exact(nd, ins, outs):
+    """Overlapping windows (sizes that do not divide) and upsampling ones, against ATen in float64."""
+    from uniorch.capture.pool_backward import TABLE
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 3, *ins[:nd], dtype=torch.float64, generator=gen)
+    avg, avg_bw = ((aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward.default) if nd == 2
+                   else (aten._adaptive_avg_pool3d, aten._adaptive_avg_pool3d_backward.default))
+    mx, mx_bw = ((aten.adaptive_max_pool2d, aten.adaptive_max_pool2d_backward.default) if nd == 2
+                 else (aten.adaptive_max_pool3d, aten.adaptive_max_pool3d_backward.default))
+    g = torch.randn(avg(x, outs[:nd]).shape, dtype=torch.float64, generator=gen)
+    assert _rel(TABLE[avg_bw](g, x), avg_bw(g, x)) < 1e-12
+    _, idx = mx(x, outs[:nd])
+    assert _rel(TABLE[mx_bw](g, x, idx), mx_bw(g, x, idx)) < 1e-12
+    _, idx = mx(x[0], outs[:nd])  # unbatched
+    assert _rel(TABLE[mx_bw](g[0], x[0], idx), mx_bw(g[0], x[0], idx)) < 1e-12
+
+
+@pytest.mark.parametrize("pool", [nn.AdaptiveAvgPool2d((3, 2)), nn.AdaptiveMaxPool2d((3, 4))])
+def test_adaptive_pools_train_in_kernels(pool):
+    torch.manual_seed(8)
+    report, err = _one_step(nn.Sequential(nn.Conv2d(3, 4, 3), pool, nn.Flatten(), nn.Linear(4 * pool.output_size[0]
+                                                                                               * pool.output_size[1], 2)),
+                            torch.randn(2, 3, 9, 7))
+    assert err <= 1e-4, err
+    assert not report.backward.fallbacks, [f.op + ": " + f.why for f in report.backward.fallbacks]
+
+
+@pytest.mark.parametrize("name", ["densenet_block", "cnn_pools", "mobilenet_block"])
+def test_zoo_convolution_blocks_backward_all_in_kernels(name):
+    """densenet_block's input gradient of a 3x3 convolution (a transposed convolution of a value
+    computed in the same kernel) failed codegen; cnn_pools' adaptive pools and mobilenet_block's
+    depthwise convolutions had no lowering."""
+    from uniorch.testing import zoo
+
+    model, args, kwargs = zoo.load(name)
+    assert not kwargs and len(args) == 1
+    (x,), _ = zoo.fresh_inputs(args, kwargs, seed=9)
+    report, err = _one_step(model, x)
+    assert err <= 1e-4, err
+    assert not report.backward.fallbacks, [f.op + ": " + f.why for f in report.backward.fallbacks]

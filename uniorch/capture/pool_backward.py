@@ -1,10 +1,12 @@
-"""Gradients of average pooling (`avg_pool2d_backward`, `avg_pool3d_backward`) as ATen ops that lower.
+"""Gradients of average and adaptive pooling as ATen ops that lower.
 
 Neither has a decomposition in PyTorch or a linalg lowering in torch-mlir, so a training graph with
 an average pool lost its whole backward region to PyTorch. Average pooling is linear: the input's
 gradient scatters each output gradient, divided by its window's divisor, over the window. That is a
 transposed convolution of `grad / divisor` with a kernel of ones (one channel per plane), whose full
 result is cropped by the padding: windows that ceil_mode adds past the input's end fall outside.
+Adaptive pooling's backward ops have no lowering either: average as matmuls with each dim's window
+matrix, max as a scatter-add at the forward's indices.
 """
 from __future__ import annotations
 
@@ -65,7 +67,47 @@ def _avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
     return _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
 
 
+def _windows(n_in: int, n_out: int, dtype, device):
+    """Adaptive pooling's windows along one dim as a (n_out, n_in) 0/1 matrix: output i covers
+    [floor(i n_in / n_out), ceil((i + 1) n_in / n_out))."""
+    i = torch.arange(n_out, device=device)
+    start = (i * n_in) // n_out
+    end = ((i + 1) * n_in + n_out - 1) // n_out
+    h = torch.arange(n_in, device=device)
+    return ((h[None, :] >= start[:, None]) & (h[None, :] < end[:, None])).to(dtype)
+
+
+def _adaptive_avg_pool_backward(grad, x, nd):
+    """Separable: along each spatial dim the gradient is spread over the window by its membership
+    matrix, divided by the window's size (windows may overlap, so no plain pooling inverse)."""
+    g = grad
+    for d in range(nd):
+        dim = g.dim() - nd + d
+        win = _windows(x.shape[dim], grad.shape[dim], torch.float32 if grad.dtype in (torch.float16, torch.bfloat16)
+                       else grad.dtype, grad.device)
+        win = win / win.sum(1, keepdim=True)
+        g = torch.matmul(g.movedim(dim, -1).to(win.dtype), win).movedim(-1, dim)
+    return g.to(grad.dtype)
+
+
+def _adaptive_max_pool_backward(grad, x, indices, nd):
+    """Each output's gradient lands on the input element its index names (flat within its plane);
+    windows may overlap, so the landings are summed."""
+    lead = list(x.shape[:-nd])
+    planes = grad.reshape(-1, grad[(0,) * len(lead)].numel() if lead else grad.numel())
+    flat = indices.reshape(planes.shape)
+    size = 1
+    for n in x.shape[-nd:]:
+        size *= n
+    out = torch.zeros(planes.shape[0], size, dtype=grad.dtype, device=grad.device).scatter_add(1, flat, planes)
+    return out.reshape(x.shape)
+
+
 TABLE = {
     aten.avg_pool2d_backward.default: _avg_pool2d_backward,
     aten.avg_pool3d_backward.default: _avg_pool3d_backward,
+    aten._adaptive_avg_pool2d_backward.default: lambda grad, x: _adaptive_avg_pool_backward(grad, x, 2),
+    aten._adaptive_avg_pool3d_backward.default: lambda grad, x: _adaptive_avg_pool_backward(grad, x, 3),
+    aten.adaptive_max_pool2d_backward.default: lambda grad, x, idx: _adaptive_max_pool_backward(grad, x, idx, 2),
+    aten.adaptive_max_pool3d_backward.default: lambda grad, x, idx: _adaptive_max_pool_backward(grad, x, idx, 3),
 }
