@@ -512,3 +512,20 @@ def test_bf16_kernels_with_constants_run_compiled(name, fn):
 def _kernel_sources(fn, args):
     _, sources = run_module(capture(fn, args), args)
     return list(sources.values())
+
+
+def test_unsigned_comparisons_of_booleans():
+    """Ordering bools (and max over a bool dim, as argmax's backward has) is an unsigned compare of
+    i1 in MLIR, where false < true; it was refused and the op ran eagerly."""
+    import uniorch
+
+    def fn(a, b):
+        return a < b, a <= b, a > b, a >= b, torch.max(a, 1)
+
+    cm = uniorch.compile(fn, target="interpret", fallback="error")
+    for seed in range(2):
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.rand(4, 7, generator=g) > 0.5, torch.rand(4, 7, generator=g) > 0.5
+        got, ref = cm(a, b), fn(a, b)
+        for x, y in zip(got[:4] + tuple(got[4]), ref[:4] + tuple(ref[4])):
+            assert torch.equal(x, y)

@@ -404,8 +404,10 @@ def expression(op: ir.Operation, args: list[str], arg_types: list[str], result_t
         return fmt(CMPF[pred], args)
     if name == "arith.cmpi":
         pred = _predicate(op)
-        if src == "i1" and pred >= 6:
-            raise CodegenError(op, "unsigned compare of i1")
+        if src == "i1" and pred >= 6:  # false < true as unsigned: logic, not Triton's i1 order
+            a, b = (f"({v} != 0)" for v in args)
+            na, nb = (f"({v} == 0)" for v in args)
+            return {6: f"({na} & {b})", 7: f"({na} | {b})", 8: f"({a} & {nb})", 9: f"({a} | {nb})"}[pred]
         return fmt(CMPI[pred], args)
     if name in ("arith.extsi", "arith.sitofp") and src == "i1":
         return f"tl.where({args[0]}, -1, 0).to({fill['T']})"
