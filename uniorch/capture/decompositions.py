@@ -67,6 +67,28 @@ answer, found by OpInfo), so every sum goes this way too; max mode is not handle
     return bags, offset2bag, bag_size, bag_size.clone()
 
 
+def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                            scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """The weight's gradient of `_embedding_bag` in modes "sum" and "mean": each index's row gets
+    its bag's gradient (times its per-sample weight, or over its bag's size), summed by index_add.
+
+    Why: torch-mlir cannot lower it and PyTorch has no decomposition. offset2bag is rebuilt from
+    the offsets, since the forward leaves it empty on ATen's sum fast path."""
+    if mode not in (0, 1) or sparse or scale_grad_by_freq:
+        return NotImplemented
+    n, num_bags = indices.shape[0], grad.shape[0]
+    starts = offsets[:num_bags]
+    marks = torch.zeros(n + 1, dtype=indices.dtype).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
+    bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
+    rows = grad.index_select(0, bag)
+    if mode == 1:
+        rows = rows / bag_size.to(grad.dtype).clamp(min=1).index_select(0, bag)[:, None]
+    elif per_sample_weights is not None:
+        rows = rows * per_sample_weights.to(grad.dtype)[:, None]
+    rows = rows * (indices != padding_idx).to(grad.dtype)[:, None]
+    return grad.new_zeros(num_weights, grad.shape[1]).index_add(0, indices, rows)
+
+
 def _gelu(x, approximate="none"):
     """`gelu(approximate="tanh")` as ATen's own formula, with sqrt(2/pi) in full precision.
 
@@ -308,6 +330,7 @@ def decomposition_table(data_dependent: bool = True) -> dict:
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
+    table[aten._embedding_bag_backward.default] = _embedding_bag_backward
     table[aten.gelu.default] = _gelu
     from .nan_semantics import TABLE as nan_preserving
 
