@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils._pytree as pytree
 
-from .backends import BACKENDS, cold_compile, short_error
+from . import training
+from .backends import BACKENDS, Backend, cold_compile, short_error
 from .timing import median_ms
 from .workloads import Workload
 
@@ -76,11 +77,19 @@ def run_workload(w: Workload, dtype: str, opt: Options) -> dict:
                bytes_moved=None, bytes_minimum=None, fallbacks=None, kernel_stats=None,
                rel_err={}, rel_err_l2={}, checks={}, errors={})
     torch.manual_seed(0)
+    train = w.kind == "train"
+    if dtype not in w.dtypes:
+        row["errors"]["setup"] = f"{w.name} runs in {', '.join(w.dtypes)} only"
+        return row
     try:
         fn, args = w.make(opt.device, DTYPES[dtype], opt.sizes)
-        with torch.no_grad():
-            ref = fn(*args)
-            row["flops"] = count_flops(fn, args)
+        if train:  # the parameters after one step from the same weights
+            ref = training.TrainStep("eager", fn, opt.device)(*args)
+            row["flops"] = training.step_flops(fn, args)
+        else:
+            with torch.no_grad():
+                ref = fn(*args)
+                row["flops"] = count_flops(fn, args)
     except Exception as e:  # noqa: BLE001
         row["errors"]["setup"] = short_error(e)
         return row
@@ -89,7 +98,7 @@ def run_workload(w: Workload, dtype: str, opt: Options) -> dict:
             row["errors"][name] = f"unavailable here: {opt.broken[name]}"
             continue
         try:
-            with torch.no_grad():
+            with torch.no_grad():   # a training step enables grad itself
                 _run_backend(name, fn, args, ref, dtype, opt, row)
         except Exception as e:  # noqa: BLE001 - recorded, the next backend runs
             row["errors"][name] = short_error(e)
@@ -105,10 +114,12 @@ def run_workload(w: Workload, dtype: str, opt: Options) -> dict:
 
 def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) -> None:
     backend = BACKENDS[name]
+    if row["kind"] == "train":
+        backend = Backend(name, lambda model, device: training.TrainStep(name, model, device), backend.uniorch)
     compiled, seconds, out = cold_compile(backend, fn, args, opt.device, opt.cache_root)
     if name != "eager":
         row[f"{name}_compile_s"] = seconds
-        err = rel_error(out, ref)
+        err = training.rel_error(out, ref) if row["kind"] == "train" else rel_error(out, ref)
         row["rel_err"][name] = err
         row["rel_err_l2"][name] = rel_error_l2(out, ref)
         row["checks"][name] = bool(err <= TOLERANCE[dtype])   # False for NaN too
@@ -119,11 +130,16 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
 
 def _uniorch_report(cm, args, device: str, row: dict) -> None:
     rep = cm.explain(*args)   # same input spec: reuses the compiled entry
-    row.update(kernels=len(rep.kernels), bytes_moved=rep.bytes_moved, bytes_minimum=rep.bytes_minimum,
-               fallbacks=len(rep.fallbacks))
-    stats = [dict(name=k.name, kind=k.kind, bytes=k.bytes_read + k.bytes_written, ms=None) for k in rep.kernels]
+    reports = [rep] + ([rep.backward] if getattr(rep, "backward", None) else [])   # a training step: both halves
+    kernels = [k for r in reports for k in r.kernels]
+    row.update(kernels=len(kernels), bytes_moved=sum(r.bytes_moved for r in reports),
+               bytes_minimum=sum(r.bytes_minimum for r in reports), fallbacks=sum(len(r.fallbacks) for r in reports))
+    if len(reports) > 1:
+        row.update(backward_kernels=len(rep.backward.kernels), saved_bytes=rep.saved_bytes,
+                   eager_saved_bytes=rep.eager_saved_bytes)
+    stats = [dict(name=k.name, kind=k.kind, bytes=k.bytes_read + k.bytes_written, ms=None) for k in kernels]
     if device == "cuda":
-        _kernel_times(cm, args, rep.kernels, stats)
+        _kernel_times(cm, args, kernels, stats)
     row["kernel_stats"] = stats
 
 

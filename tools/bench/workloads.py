@@ -18,10 +18,11 @@ from . import models as M
 @dataclass(frozen=True)
 class Workload:
     name: str
-    kind: str                       # "block" (a model layer) or "micro" (one fused pattern)
+    kind: str                       # "block" (a model layer), "micro" (one fused pattern) or "train"
     gpu: dict[str, int]
     cpu: dict[str, int]
     build: Callable[[dict, Callable], tuple[Any, tuple]]   # (sizes, randn) -> (model or fn, args)
+    dtypes: tuple[str, ...] = ("fp32", "bf16")   # training steps: fp32 weights and optimizer state only
 
     def make(self, device: str, dtype: torch.dtype, sizes: str | None = None):
         """Model/function and inputs on `device` in `dtype`; sizes default to the device's."""
@@ -32,7 +33,8 @@ class Workload:
 
         fn, args = self.build(p, randn)
         if isinstance(fn, nn.Module):
-            fn = fn.to(device=device, dtype=dtype).eval()
+            fn = fn.to(device=device, dtype=dtype)
+            fn = fn.train() if self.kind == "train" else fn.eval()
         return fn, args
 
 
@@ -109,4 +111,13 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              dict(b=1, heads=2, t=8, d=16), _attention),
     Workload("matmul_bias_gelu", "micro", dict(m=8192, k=4096, n=4096), dict(m=16, k=32, n=32), _mm_gelu),
     Workload("add_layernorm", "micro", dict(m=16384, n=4096), dict(m=8, n=64), _add_ln),
+    # one training step each (tools/bench/training.py): forward, backward, AdamW
+    Workload("gpt2_block_train", "train", dict(b=8, t=1024, dim=768, heads=12),
+             dict(b=1, t=8, dim=32, heads=2), _gpt2, ("fp32",)),
+    Workload("llama_block_train", "train", dict(b=1, t=1024, dim=4096, heads=32, hidden=11008),
+             dict(b=1, t=8, dim=32, heads=2, hidden=64), _llama, ("fp32",)),
+    Workload("resnet_stack_train", "train", dict(b=32, ch=64, hw=56, blocks=3),
+             dict(b=1, ch=4, hw=6, blocks=1), _resnet, ("fp32",)),
+    Workload("mlp_train", "train", dict(b=8192, dim=1024, hidden=4096),
+             dict(b=8, dim=16, hidden=32), _mlp, ("fp32",)),
 ]}

@@ -10,6 +10,8 @@ groups codegen can lay out.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -437,6 +439,9 @@ class Layout:
         if any(g is None for g in got):
             self._hint(inf, got)
         domain = self.domain
+        err = self._unanchored(inf, got)
+        if err:
+            return err
         if any(g is None for g in got):
             used = {g.pure_dim() for g in got if g is not None} - {None}
             for k in range(n):
@@ -462,6 +467,27 @@ class Layout:
             return err
         self._pending_domain = domain
         return loops
+
+    def _unanchored(self, inf: OpInfo, got: list) -> str | None:
+        """An op that shares no loop with the laid-out ops (it meets them only through 0-d or
+        broadcast values: every parameter's update in an optimizer step reads the same step count)
+        would be placed on domain dims by size alone, or grow the domain by its own: the kernel
+        then runs the product of unrelated iteration spaces, each op recomputed across the
+        others' dims. It joins only when its loops fill the domain exactly (same work), or when it
+        reads no tensor from memory and fits the domain's dims (index math such as a reflect
+        pad's indices: recomputing it is cheaper than a launch)."""
+        own = sorted(s for s in inf.sizes if s != 1)
+        have = sorted(s for s in self.domain.sizes if s != 1)
+        if not own or not have or any(g is not None and not g.is_const() for g in got):
+            return None
+        if own == have:
+            return None
+        reads = any(inf.used[i] and self.producer_of(v) is None and any(d != 1 for d in inf.shape(i))
+                    for i, v in enumerate(inf.operands))
+        fits = not (Counter(own) - Counter(have))  # each of its loops finds a dim of its size
+        if not reads and fits:
+            return None
+        return f"shares no loop with the kernel's ops (its loops {own}, the domain {have})"
 
     def _hint(self, inf: OpInfo, got: list) -> None:
         for i, v in enumerate(inf.operands):
