@@ -1,0 +1,164 @@
+"""Ascend's linalg (the adapter's output, generic form) → LLVM dialect, with upstream MLIR passes
+through torch-mlir's bindings.
+
+The pass list is triton-ascend's own CPU path (`linalg_to_llir` in its compiler.py: bufferize,
+linalg to loops, everything to LLVM), with linalg lowered to scf loops rather than affine ones (the
+adapter's tile sizes are computed inside scf loops, which affine loops cannot take as bounds), and
+three additions it needs to run in this process:
+  * buffer deallocation: the adapter's tiles are `memref.alloc`s, freed nowhere; run once per
+    program, they would leak. Small tiles go on the stack.
+  * `memref.copy` of strided views becomes `linalg.copy` (loops): lowered as is it calls
+    `memrefCopy` from MLIR's C runner library, which torch-mlir's wheel does not ship.
+  * a grid function, `<entry>__grid(args, gx, gy, gz, lo, hi)`, that runs programs lo..hi-1 of
+    the grid in one native call (the adapter's kernel takes the grid size and its program id as
+    six trailing i32), so a launch costs one call per thread, not one per program.
+"""
+from __future__ import annotations
+
+import re
+
+from ..sdk import BackendError
+
+# Ascend's kernel ABI as the adapter writes it: two leading memref<?xi8> (sync-block lock and
+# workspace, named by the SyncBlockLockArgIdx / WorkspaceArgIdx attributes), the TTIR arguments
+# (pointers as memref<?xT>), then num_programs x/y/z and program_id x/y/z as i32.
+LEADING, TRAILING = 2, 6
+
+# The adapter's named-ops form (what bishengir-compile takes too) leaves elementwise arith/math on
+# tensors: convert-elementwise-to-linalg makes them linalg.generic before bufferizing.
+BUFFERIZE = ("builtin.module(func.func(convert-elementwise-to-linalg),eliminate-empty-tensors,"
+             "empty-tensor-to-alloc-tensor,one-shot-bufferize{allow-return-allocs-from-loops=true})")
+# promote-buffers-to-stack: tiles up to 64 KiB live on the stack (threads' stacks are 8 MiB);
+# larger ones are malloc'd and freed by the deallocation pipeline.
+TO_LLVM = ("builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}),"
+           "buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
+           "convert-scf-to-cf,convert-cf-to-llvm,convert-arith-to-llvm,"
+           "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
+           "convert-index-to-llvm,memref-expand,expand-strided-metadata,finalize-memref-to-llvm,"
+           "convert-func-to-llvm,lower-affine,convert-arith-to-llvm,reconcile-unrealized-casts)")
+
+
+def grid_name(entry: str) -> str:
+    return f"{entry}__grid"
+
+
+def kernel_abi(linalg: str, entry: str) -> list[str]:
+    """The kernel's argument types between Ascend's leading buffers and the grid arguments, as
+    MLIR type text ("memref<?xf32>", "i64", ...), from the adapter's output."""
+    from torch_mlir import ir
+
+    with ir.Context():
+        module = ir.Module.parse(strip_annotations(linalg))
+        func = _entry_func(module, entry)
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        types = [str(t) for t in ftype.inputs]
+    if len(types) < LEADING + TRAILING or types[:LEADING] != ["memref<?xi8>"] * LEADING \
+            or types[-TRAILING:] != ["i32"] * TRAILING:
+        raise BackendError(f"kernel {entry}: the adapter's signature is not Ascend's kernel ABI "
+                           f"(2 memref<?xi8>, arguments, 6 i32): ({', '.join(types)})")
+    return types[LEADING:-TRAILING]
+
+
+def _entry_func(module, entry: str):
+    from torch_mlir import ir
+
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == entry:
+            return op
+    raise BackendError(f"kernel {entry}: no func.func @{entry} in the adapter's output")
+
+
+# `annotation.mark` ops are hints for bishengir's scheduling (e.g. MayImplicitTransposeWithLastAxis):
+# no results, no semantics, and a dialect upstream MLIR does not have.
+_ANNOTATIONS = re.compile(r'^\s*"annotation\.mark"\(.*$\n?', re.M)
+
+
+def strip_annotations(linalg: str) -> str:
+    return _ANNOTATIONS.sub("", linalg)
+
+
+def _uses_ascend_buffers(linalg: str) -> bool:
+    """Whether the kernel reads the sync-block lock or the workspace (only cross-core kernels do):
+    the cpu backend passes neither. In the generic form, the entry's arguments are %arg0, %arg1."""
+    return len(re.findall(r"%arg[01]\b", linalg)) > 2
+
+
+def _grid_wrapper(entry: str, types: list[str]) -> str:
+    n = len(types)
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    args = ", ".join(f"%a{i}" for i in range(n))
+    # the declaration lets the wrapper parse (and verify) on its own; only the wrapper is moved
+    return f"""
+func.func private @{entry}({', '.join(types)}, i32, i32, i32, i32, i32, i32)
+func.func @{grid_name(entry)}({params}, %gx: i32, %gy: i32, %gz: i32, %lo: index, %hi: index) {{
+  %c1 = arith.constant 1 : index
+  %nx = arith.index_cast %gx : i32 to index
+  %ny = arith.index_cast %gy : i32 to index
+  scf.for %i = %lo to %hi step %c1 {{
+    %x = arith.remui %i, %nx : index
+    %r = arith.divui %i, %nx : index
+    %y = arith.remui %r, %ny : index
+    %z = arith.divui %r, %ny : index
+    %px = arith.index_cast %x : index to i32
+    %py = arith.index_cast %y : index to i32
+    %pz = arith.index_cast %z : index to i32
+    func.call @{entry}({args}, %gx, %gy, %gz, %px, %py, %pz) : ({', '.join(types)}, i32, i32, i32, i32, i32, i32) -> ()
+  }}
+  return
+}}
+"""
+
+
+def _copies_to_linalg(module) -> None:
+    from torch_mlir import ir
+    from torch_mlir.dialects import linalg
+
+    copies = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == "memref.copy":
+                        copies.append(inner)
+                    walk(inner)
+
+    walk(module.operation)
+    for op in copies:
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(op.operands[0], outs=[op.operands[1]])
+        op.erase()
+
+
+def to_llvm(linalg: str, entry: str) -> str:
+    """The LLVM dialect module of one kernel and its grid function, as text, from the adapter's
+    output in generic form."""
+    from torch_mlir import ir
+    from torch_mlir.passmanager import PassManager
+
+    linalg = strip_annotations(linalg)
+    if _uses_ascend_buffers(linalg):
+        raise BackendError(f"kernel {entry}: the adapter's kernel uses Ascend's sync-block lock or workspace "
+                           "buffer, which the cpu backend does not provide")
+    with ir.Context(), ir.Location.unknown():
+        try:
+            module = ir.Module.parse(linalg)
+        except Exception as err:  # noqa: BLE001 - MLIR raises its own error types
+            raise BackendError(f"kernel {entry}: torch-mlir cannot parse the adapter's linalg: {err}") from None
+        func = _entry_func(module, entry)
+        types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
+        wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
+        module.body.append(list(wrapper.body.operations)[-1].operation)
+        for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
+            try:
+                PassManager.parse(pipeline).run(module.operation)
+            except Exception as err:  # noqa: BLE001
+                raise BackendError(f"kernel {entry}: lowering the adapter's linalg failed at '{stage}': {err}") from None
+            if stage == "bufferize":
+                _copies_to_linalg(module)
+        return str(module)
+
+
+__all__ = ["grid_name", "kernel_abi", "to_llvm"]
