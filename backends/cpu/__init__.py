@@ -24,6 +24,19 @@ from ..sdk import Backend, BackendError, CompiledKernel, KernelOptions, Launcher
 from . import lowering
 
 ABI_KEY, ENTRY_KEY = "uniorch_cpu_abi", "uniorch_entry"
+
+
+def _sources_hash() -> str:
+    """The stages' own code, in the driver's cache key: a change to the lowering recompiles."""
+    import hashlib
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for path in (os.path.join(here, "lowering.py"), os.path.join(os.path.dirname(here), "triton_adapter.py")):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
 _fallbacks: dict[str, str] = {}
 
 
@@ -42,6 +55,7 @@ class CpuBackend(Backend):
     warp_size = 32  # TTIR from Triton's sm_90 front end, as for every backend without its own
     device_type = "cpu"
     options_class = KernelOptions
+    stages_version = _sources_hash()
 
     @classmethod
     def is_available(cls) -> bool:

@@ -4,11 +4,13 @@ through torch-mlir's bindings.
 The pass list is triton-ascend's own CPU path (`linalg_to_llir` in its compiler.py: bufferize,
 linalg to loops, everything to LLVM), with linalg lowered to scf loops rather than affine ones (the
 adapter's tile sizes are computed inside scf loops, which affine loops cannot take as bounds), and
-three additions it needs to run in this process:
+four additions it needs to run in this process:
   * buffer deallocation: the adapter's tiles are `memref.alloc`s, freed nowhere; run once per
     program, they would leak. Small tiles go on the stack.
   * `memref.copy` of strided views becomes `linalg.copy` (loops): lowered as is it calls
     `memrefCopy` from MLIR's C runner library, which torch-mlir's wheel does not ship.
+  * a max/min-like reduction the adapter leaves without an initial value starts from its first
+    element (`_seed_reductions`).
   * a grid function, `<entry>__grid(args, gx, gy, gz, lo, hi)`, that runs programs lo..hi-1 of
     the grid in one native call (the adapter's kernel takes the grid size and its program id as
     six trailing i32), so a launch costs one call per thread, not one per program.
@@ -110,6 +112,62 @@ func.func @{grid_name(entry)}({params}, %gx: i32, %gy: i32, %gz: i32, %lo: index
 """
 
 
+def _walk(module, name: str) -> list:
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == name:
+                        found.append(inner)
+                    visit(inner)
+
+    visit(module.operation)
+    return found
+
+
+def _seed_reductions(module, entry: str) -> None:
+    """The adapter writes a max/min-like `linalg.reduce` with a `tensor.empty` as its init (Ascend's
+    compiler takes that as "no initial value"); upstream MLIR reads the init, so the result would
+    depend on uninitialized memory. Each such reduction starts from its first element instead:
+    init = the inputs' slice at index 0 of the reduced dim, inputs = the rest. Exact for any
+    combiner, as "no initial value" means."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import tensor
+
+    for op in _walk(module, "linalg.reduce"):
+        n_in = len(op.operands) // 2
+        inputs, inits = list(op.operands)[:n_in], list(op.operands)[n_in:]
+        if not all(_defined_by(v, "tensor.empty") for v in inits):
+            continue
+        dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        shape = ir.RankedTensorType(inputs[0].type).shape
+        if len(dims) != 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape) or shape[dims[0]] < 2:
+            raise BackendError(f"kernel {entry}: a reduction without an initial value over dims {dims} of "
+                               f"{shape}, which the cpu lowering does not seed")
+        d = dims[0]
+        with ir.InsertionPoint(op), op.location:
+            for i, (x, init) in enumerate(zip(inputs, inits)):
+                elt = ir.RankedTensorType(x.type).element_type
+                head_sizes = [1 if k == d else n for k, n in enumerate(shape)]
+                tail_sizes = [n - 1 if k == d else n for k, n in enumerate(shape)]
+                offsets = [1 if k == d else 0 for k in range(len(shape))]
+                head = tensor.ExtractSliceOp(init.type, x, [], [], [], [0] * len(shape), head_sizes, [1] * len(shape))
+                tail = tensor.ExtractSliceOp(ir.RankedTensorType.get(tail_sizes, elt), x, [], [], [], offsets,
+                                             tail_sizes, [1] * len(shape))
+                op.operands[i] = tail.result
+                op.operands[n_in + i] = head.result
+
+
+def _defined_by(value, name: str) -> bool:
+    from torch_mlir import ir
+
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and owner.name == name
+
+
 def _copies_to_linalg(module) -> None:
     from torch_mlir import ir
     from torch_mlir.dialects import linalg
@@ -151,6 +209,7 @@ def to_llvm(linalg: str, entry: str) -> str:
         types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
         wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
         module.body.append(list(wrapper.body.operations)[-1].operation)
+        _seed_reductions(module, entry)
         for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
             try:
                 PassManager.parse(pipeline).run(module.operation)
