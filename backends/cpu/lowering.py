@@ -206,6 +206,12 @@ def to_llvm(linalg: str, entry: str) -> str:
         except Exception as err:  # noqa: BLE001 - MLIR raises its own error types
             raise BackendError(f"kernel {entry}: torch-mlir cannot parse the adapter's linalg: {err}") from None
         func = _entry_func(module, entry)
+        external = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
+                    if not op.regions[0].blocks]
+        if external:
+            # e.g. tl.cumsum becomes a call to `triton_cumsum_0`, which Ascend's compiler provides
+            raise BackendError(f"kernel {entry}: the adapter's linalg calls {', '.join(external)}, a function of "
+                               "Ascend's compiler runtime with no CPU implementation")
         types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
         wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
         module.body.append(list(wrapper.body.operations)[-1].operation)
