@@ -90,6 +90,14 @@ def test_many_programs_and_threads_match_eager():
     _close(_native(fn, x, y), fn(x, y), 1e-4)
 
 
+def test_scatter_add_with_repeated_indices_over_many_programs():
+    # the adapter lowers atomics to plain read-modify-writes: a grid split over threads lost updates
+    g = torch.Generator().manual_seed(3)
+    idx, src = torch.randint(0, 5, (400000,), generator=g), torch.randn(400000, generator=g)
+    fn = lambda d, i, s: d.scatter_add(0, i, s)  # noqa: E731
+    _close(_native(fn, torch.zeros(5), idx, src), fn(torch.zeros(5), idx, src), 1e-4)
+
+
 def test_kernel_it_cannot_take_runs_on_the_interpreter_and_says_why():
     from uniorch.backends.cpu import fallbacks
 

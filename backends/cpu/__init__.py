@@ -17,13 +17,14 @@ Triton's interpreter instead, with a `CpuFallbackWarning` naming the kernel and 
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 from .. import triton_adapter
 from ..sdk import Backend, BackendError, CompiledKernel, KernelOptions, Launcher
 from . import lowering
 
-ABI_KEY, ENTRY_KEY = "uniorch_cpu_abi", "uniorch_entry"
+ABI_KEY, ENTRY_KEY, SERIAL_KEY = "uniorch_cpu_abi", "uniorch_entry", "uniorch_cpu_serial"
 
 
 def _sources_hash() -> str:
@@ -79,6 +80,9 @@ class CpuBackend(Backend):
             ttir = str(src)
             entry = entry_name(ttir)
             metadata[ENTRY_KEY] = entry
+            # the adapter lowers Triton's atomics to plain read-modify-writes (measured: a
+            # scatter_add split over threads lost updates), exact only if programs run one by one
+            metadata[SERIAL_KEY] = bool(re.search(r"\btt\.atomic_", ttir))
             linalg = triton_adapter.run(ttir, entry, options, named_ops=True, generic=True)
             metadata[ABI_KEY] = lowering.kernel_abi(linalg, entry)
             return linalg
@@ -103,7 +107,7 @@ class CpuBackend(Backend):
         if "llmlir" not in compiled.asm:
             raise BackendError(f"kernel {compiled.name} was compiled without its 'llmlir' stage")
         return CpuLauncher(compiled.source, compiled.asm["llmlir"], compiled.metadata[ENTRY_KEY],
-                           compiled.metadata[ABI_KEY])
+                           compiled.metadata[ABI_KEY], serial=bool(compiled.metadata.get(SERIAL_KEY, True)))
 
     def _interpreted(self, kernel, why: str) -> Launcher:
         from ..interpret import InterpretBackend

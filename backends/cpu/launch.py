@@ -82,8 +82,9 @@ _NULL_I8 = [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(0), ctypes.c_
 class CpuLauncher:
     """Calls one kernel's grid function with a uniorch kernel's arguments (`Launcher`)."""
 
-    def __init__(self, kernel, llvm_text: str, entry: str, abi: list[str]):
-        self.kernel, self.entry, self.abi = kernel, entry, list(abi)
+    def __init__(self, kernel, llvm_text: str, entry: str, abi: list[str], serial: bool = False):
+        """`serial`: run the programs one after another on one thread (kernels with atomics)."""
+        self.kernel, self.entry, self.abi, self.serial = kernel, entry, list(abi), serial
         self.engine, self.fn = engine(llvm_text, entry)
 
     def _values(self, inputs, outputs, sizes) -> list:
@@ -113,7 +114,7 @@ class CpuLauncher:
         values = self._values(inputs, outputs, sizes)
         values += [ctypes.c_int32(gx), ctypes.c_int32(gy), ctypes.c_int32(gz)]
         moved = sum(t.numel() * t.element_size() for t in list(inputs) + list(outputs) if isinstance(t, torch.Tensor))
-        n = min(threads(), total) if moved >= PARALLEL_BYTES else 1
+        n = min(threads(), total) if moved >= PARALLEL_BYTES and not self.serial else 1
         bounds = [(total * i // n, total * (i + 1) // n) for i in range(n)]
         calls = []
         for lo, hi in bounds:

@@ -76,8 +76,16 @@ def _entry_func(module, entry: str):
 _ANNOTATIONS = re.compile(r'^\s*"annotation\.mark"\(.*$\n?', re.M)
 
 
+# ops the adapter's (older) MLIR names differently from torch-mlir's
+_RENAMED = {'"bufferization.to_memref"(': '"bufferization.to_buffer"('}
+
+
 def strip_annotations(linalg: str) -> str:
-    return _ANNOTATIONS.sub("", linalg)
+    """The adapter's generic-form output as torch-mlir's MLIR reads it: hints dropped, ops renamed."""
+    linalg = _ANNOTATIONS.sub("", linalg)
+    for old, new in _RENAMED.items():
+        linalg = linalg.replace(old, new)
+    return linalg
 
 
 def _uses_ascend_buffers(linalg: str) -> bool:
