@@ -22,8 +22,6 @@ import torch
 from ..sdk import BackendError, tensor_args
 from .lowering import grid_name
 
-_SCALARS = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "i16": ctypes.c_int16, "i8": ctypes.c_int8,
-            "i1": ctypes.c_bool, "f32": ctypes.c_float, "f64": ctypes.c_double, "index": ctypes.c_int64}
 # Threads pay off once a launch moves this many bytes (measured: below it, handing programs to a
 # pool costs more than the programs themselves).
 PARALLEL_BYTES = 1 << 18
@@ -70,39 +68,78 @@ def engine(llvm_text: str, entry: str):
         return ee, fn
 
 
-def _memref(t: torch.Tensor) -> list:
-    ptr = ctypes.c_void_p(t.data_ptr())
-    return [ptr, ctypes.c_void_p(t.data_ptr()), ctypes.c_int64(0),
-            ctypes.c_int64(max(1, t.untyped_storage().nbytes() // max(1, t.element_size()))), ctypes.c_int64(1)]
-
-
-_NULL_I8 = [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_int64(1)]
+_FLOATS = {"f32": ctypes.c_float, "f64": ctypes.c_double}
+_INTS = {"i64", "i32", "i16", "i8", "i1", "index"}
 
 
 class CpuLauncher:
-    """Calls one kernel's grid function with a uniorch kernel's arguments (`Launcher`)."""
+    """Calls one kernel's grid function with a uniorch kernel's arguments (`Launcher`).
+
+    The packed call reads each argument through a pointer, so the arguments live in slots made
+    once per launcher: one 8-byte cell per integer or pointer (an i32 argument reads the low half,
+    which holds its two's complement on little-endian machines), a ctypes float per float. A
+    launch only writes the slots and calls; per thread, the same slots with its own program range."""
 
     def __init__(self, kernel, llvm_text: str, entry: str, abi: list[str], serial: bool = False):
         """`serial`: run the programs one after another on one thread (kernels with atomics)."""
         self.kernel, self.entry, self.abi, self.serial = kernel, entry, list(abi), serial
         self.engine, self.fn = engine(llvm_text, entry)
+        for ty in self.abi:
+            if not (ty.startswith("memref<") or ty in _INTS or ty in _FLOATS):
+                raise BackendError(f"kernel {entry}: argument type {ty} is not supported on cpu")
+        # slot layout: 2 x 5 for Ascend's two unused buffers (null memrefs, stride 1), then per
+        # argument 5 (memref: pointer twice, offset 0, size, stride 1) or 1, then gx, gy, gz
+        self.n_cells = 10 + sum(5 if ty.startswith("memref<") else 1 for ty in self.abi) + 3
+        self.cells = (ctypes.c_int64 * self.n_cells)()
+        self.cells[4] = self.cells[9] = 1
+        self.floats = {}
+        self._packed: dict[int, list] = {}
+        self.lock = threading.Lock()
 
-    def _values(self, inputs, outputs, sizes) -> list:
-        raw = tensor_args(self.kernel, inputs, outputs, sizes)
+    def _pointers(self, n: int) -> list:
+        """n packed argument arrays: the shared slots, then each thread's own lo/hi cells."""
+        if n not in self._packed:
+            base = ctypes.addressof(self.cells)
+            addresses = [base + 8 * i for i in range(self.n_cells)]
+            for i, slot in self.floats.items():
+                addresses[i] = ctypes.addressof(slot)
+            arrays = []
+            for _ in range(n):
+                bounds = (ctypes.c_int64 * 2)()
+                packed = (ctypes.c_void_p * (self.n_cells + 2))(*addresses, ctypes.addressof(bounds),
+                                                                 ctypes.addressof(bounds) + 8)
+                arrays.append((packed, bounds))
+            self._packed[n] = arrays
+        return self._packed[n]
+
+    def _fill(self, raw: list) -> int:
+        """Writes the arguments into the slots; returns the bytes the tensors hold (for threading)."""
         if len(raw) != len(self.abi):
             raise BackendError(f"kernel {self.entry}: {len(raw)} arguments for the {len(self.abi)} "
                                f"its Ascend linalg takes ({', '.join(self.abi)})")
-        values = list(_NULL_I8) + list(_NULL_I8)
+        cells, i, moved = self.cells, 10, 0
         for v, ty in zip(raw, self.abi):
-            if ty.startswith("memref<"):
+            if ty[0] == "m":  # memref<...>
                 if not isinstance(v, torch.Tensor) or v.device.type != "cpu":
                     raise BackendError(f"kernel {self.entry}: a CPU tensor is needed where it takes {ty}, got {v!r}")
-                values += _memref(v)
-            elif ty in _SCALARS:
-                values.append(_SCALARS[ty](v.item() if isinstance(v, torch.Tensor) else v))
+                ptr, numel = v.data_ptr(), v.numel()
+                cells[i] = cells[i + 1] = ptr
+                cells[i + 3], cells[i + 4] = numel, 1
+                moved += numel * v.element_size()
+                i += 5
             else:
-                raise BackendError(f"kernel {self.entry}: argument type {ty} is not supported on cpu")
-        return values
+                if isinstance(v, torch.Tensor):
+                    v = v.item()
+                if ty in _FLOATS:
+                    slot = self.floats.get(i)
+                    if slot is None:
+                        slot = self.floats[i] = _FLOATS[ty]()
+                        self._packed.clear()
+                    slot.value = v
+                else:
+                    cells[i] = int(v)
+                i += 1
+        return moved
 
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         ks = self.kernel
@@ -111,23 +148,21 @@ class CpuLauncher:
         total = gx * gy * gz
         if total <= 0:
             return
-        values = self._values(inputs, outputs, sizes)
-        values += [ctypes.c_int32(gx), ctypes.c_int32(gy), ctypes.c_int32(gz)]
-        moved = sum(t.numel() * t.element_size() for t in list(inputs) + list(outputs) if isinstance(t, torch.Tensor))
-        n = min(threads(), total) if moved >= PARALLEL_BYTES and not self.serial else 1
-        bounds = [(total * i // n, total * (i + 1) // n) for i in range(n)]
-        calls = []
-        for lo, hi in bounds:
-            cells = values + [ctypes.c_int64(lo), ctypes.c_int64(hi)]
-            packed = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(c) for c in cells])
-            calls.append((packed, cells))
-        if n == 1:
+        with self.lock:
+            moved = self._fill(tensor_args(ks, inputs, outputs, sizes))
+            cells = self.cells
+            cells[self.n_cells - 3], cells[self.n_cells - 2], cells[self.n_cells - 1] = gx, gy, gz
+            n = min(threads(), total) if moved >= PARALLEL_BYTES and not self.serial else 1
+            calls = self._pointers(n)
+            for k, (_, bounds) in enumerate(calls):
+                bounds[0], bounds[1] = total * k // n, total * (k + 1) // n
+            if n == 1:
+                self.fn(calls[0][0])
+                return
+            futures = [_executor().submit(self.fn, packed) for packed, _ in calls[1:]]
             self.fn(calls[0][0])
-            return
-        futures = [_executor().submit(self.fn, packed) for packed, _ in calls[1:]]
-        self.fn(calls[0][0])
-        for f in futures:
-            f.result()
+            for f in futures:
+                f.result()
 
 
 __all__ = ["CpuLauncher", "engine", "threads"]
