@@ -102,10 +102,14 @@ def test_kernel_it_cannot_take_runs_on_the_interpreter_and_says_why():
     from uniorch.backends.cpu import fallbacks
 
     x = torch.randn(4, 8)
+    cm = uniorch.compile(lambda t: torch.cumsum(t, 1), target="cpu")
     with pytest.warns(CpuFallbackWarning, match=r"kernel k\d+_scan runs on Triton's interpreter: .*triton_cumsum"):
-        got = uniorch.compile(lambda t: torch.cumsum(t, 1), target="cpu")(x)
-    _close(got, torch.cumsum(x, 1))
+        rep = cm.explain(x)
+    _close(cm(x), torch.cumsum(x, 1))
     assert any("triton_cumsum" in why for why in fallbacks().values())
+    (scan,) = [k for k in rep.kernels if k.kind == "scan"]
+    assert scan.note.startswith("runs on Triton's interpreter:") and "triton_cumsum" in scan.note
+    assert f"{scan.name}: runs on Triton's interpreter" in str(rep)
 
 
 @pytest.mark.parametrize("name", ["mlp", "transformer_block", "cnn_pools", "attention_sdpa", "hf_llama"])

@@ -13,7 +13,8 @@ kernels numerically.
 
 A kernel this path cannot take (the adapter rejects it, a pass fails, the JIT fails) runs on
 Triton's interpreter instead, with a `CpuFallbackWarning` naming the kernel and the reason;
-`fallbacks()` lists them. The result stays right; only that kernel is slow.
+`fallbacks()` lists them, and `explain()` under "kernels the target runs another way". The result
+stays right; only that kernel is slow.
 """
 from __future__ import annotations
 
@@ -115,7 +116,9 @@ class CpuBackend(Backend):
         _fallbacks[kernel.name] = why
         warnings.warn(f"uniorch cpu: kernel {kernel.name} runs on Triton's interpreter: {why}", CpuFallbackWarning,
                       stacklevel=3)
-        return InterpretBackend("cpu").load(kernel)
+        launcher = InterpretBackend("cpu").load(kernel)
+        launcher.note = f"runs on Triton's interpreter: {why}"  # explain() lists it
+        return launcher
 
 
 __all__ = ["CpuBackend", "CpuFallbackWarning", "fallbacks"]
