@@ -23,6 +23,9 @@ _HINT = "run scripts/setup.sh (it extracts the tool from the triton-ascend 3.2.0
 
 
 def path() -> Optional[str]:
+    chosen = os.environ.get("UNIORCH_TRITON_ADAPTER", "")  # declared in uniorch.config.KNOBS
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
     for folder in (os.path.join(sys.prefix, "bin"), os.path.dirname(sys.executable)):
         candidate = os.path.join(folder, TOOL)
         if os.access(candidate, os.X_OK):
@@ -32,7 +35,12 @@ def path() -> Optional[str]:
 
 def missing_reason() -> str:
     """"" when the adapter is here, else what is missing and how to get it."""
-    return "" if path() else f"{TOOL} not found (not in {os.path.join(sys.prefix, 'bin')} nor on PATH): {_HINT}"
+    if path():
+        return ""
+    chosen = os.environ.get("UNIORCH_TRITON_ADAPTER", "")
+    if chosen:
+        return f"{TOOL} not found: UNIORCH_TRITON_ADAPTER={chosen} is not an executable file"
+    return f"{TOOL} not found (not in {os.path.join(sys.prefix, 'bin')} nor on PATH): {_HINT}"
 
 
 def linalg_flags(options, named_ops: bool) -> list[str]:
