@@ -4,13 +4,15 @@ through torch-mlir's bindings.
 The pass list is triton-ascend's own CPU path (`linalg_to_llir` in its compiler.py: bufferize,
 linalg to loops, everything to LLVM), with linalg lowered to scf loops rather than affine ones (the
 adapter's tile sizes are computed inside scf loops, which affine loops cannot take as bounds), and
-four additions it needs to run in this process:
+five additions it needs to run in this process:
   * buffer deallocation: the adapter's tiles are `memref.alloc`s, freed nowhere; run once per
     program, they would leak. Small tiles go on the stack.
   * `memref.copy` of strided views becomes `linalg.copy` (loops): lowered as is it calls
     `memrefCopy` from MLIR's C runner library, which torch-mlir's wheel does not ship.
   * a max/min-like reduction the adapter leaves without an initial value starts from its first
     element (`_seed_reductions`).
+  * Ascend's runtime scans the adapter calls for `tl.cumsum`/`tl.cumprod` (`triton_cumsum_N`)
+    get a body, a sequential scan (`_define_scans`), inlined before bufferizing.
   * a grid function, `<entry>__grid(args, gx, gy, gz, lo, hi)`, that runs programs lo..hi-1 of
     the grid in one native call (the adapter's kernel takes the grid size and its program id as
     six trailing i32), so a launch costs one call per thread, not one per program.
@@ -28,7 +30,7 @@ LEADING, TRAILING = 2, 6
 
 # The adapter's named-ops form (what bishengir-compile takes too) leaves elementwise arith/math on
 # tensors: convert-elementwise-to-linalg makes them linalg.generic before bufferizing.
-BUFFERIZE = ("builtin.module(func.func(convert-elementwise-to-linalg),eliminate-empty-tensors,"
+BUFFERIZE = ("builtin.module(inline,symbol-dce,func.func(convert-elementwise-to-linalg),eliminate-empty-tensors,"
              "empty-tensor-to-alloc-tensor,one-shot-bufferize{allow-return-allocs-from-loops=true})")
 # promote-buffers-to-stack: tiles up to 64 KiB live on the stack (threads' stacks are 8 MiB);
 # larger ones are malloc'd and freed by the deallocation pipeline.
@@ -169,6 +171,80 @@ def _seed_reductions(module, entry: str) -> None:
                 op.operands[n_in + i] = head.result
 
 
+# Ascend's compiler runtime functions the adapter calls for `tl.cumsum` / `tl.cumprod`
+# (`@triton_cumsum_N(tensor, axis: i32, reverse: i1) -> tensor`), with their combining op by
+# element kind. Defined here as a sequential scan, for the form uniorch's scan kernels call them
+# in: the last axis, forward; any other call keeps the declaration (the kernel falls back).
+_SCANS = {"cumsum": ("arith.addi", "arith.addf"), "cumprod": ("arith.muli", "arith.mulf")}
+
+
+def _define_scans(module, entry: str) -> None:
+    from torch_mlir import ir
+
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in _walk(module, "func.func")}
+    calls: dict[str, list] = {}
+    for call in _walk(module, "func.call"):
+        calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
+    for name, decl in funcs.items():
+        m = re.fullmatch(r"triton_(cumsum|cumprod)_\d+", name)
+        if not m or decl.regions[0].blocks:
+            continue
+        ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
+        tensor_t = ir.RankedTensorType(ftype.inputs[0])
+        rank, shape = tensor_t.rank, list(tensor_t.shape)
+        if rank < 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape):
+            continue
+        if not all(_constant_int(c.operands[1]) == rank - 1 and _constant_int(c.operands[2]) == 0
+                   for c in calls.get(name, [])):
+            continue
+        elt = str(tensor_t.element_type)
+        op = _SCANS[m.group(1)][1 if elt.startswith(("f", "bf")) else 0]
+        body = ir.Module.parse(_scan_body(name, str(tensor_t), shape, elt, op))
+        module.body.append(list(body.body.operations)[0].operation)
+        decl.erase()
+
+
+def _constant_int(value):
+    from torch_mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    try:
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    except (ValueError, TypeError):
+        return None
+
+
+def _scan_body(name: str, ttype: str, shape: list, elt: str, op: str) -> str:
+    """x[..., j] = x[..., j-1] op x[..., j] for j = 1..n-1, row by row, in order (eager's order)."""
+    rank = len(shape)
+    lines = [f"func.func private @{name}(%x: {ttype}, %axis: i32, %rev: i1) -> {ttype} {{",
+             "  %c0 = arith.constant 0 : index", "  %c1 = arith.constant 1 : index"]
+    lines += [f"  %n{d} = arith.constant {n} : index" for d, n in enumerate(shape)]
+    ivs, acc = [], "%x"
+    for d in range(rank - 1):  # every leading index
+        lines.append(f"  %r{d} = scf.for %i{d} = %c0 to %n{d} step %c1 iter_args(%a{d} = {acc}) -> ({ttype}) {{")
+        ivs.append(f"%i{d}")
+        acc = f"%a{d}"
+    last = rank - 1
+    idx = ", ".join(ivs + ["%j"])
+    prev = ", ".join(ivs + ["%jm"])
+    lines += [f"  %s = scf.for %j = %c1 to %n{last} step %c1 iter_args(%t = {acc}) -> ({ttype}) {{",
+              "    %jm = arith.subi %j, %c1 : index",
+              f"    %p = tensor.extract %t[{prev}] : {ttype}",
+              f"    %v = tensor.extract %t[{idx}] : {ttype}",
+              f"    %w = {op} %p, %v : {elt}",
+              f"    %u = tensor.insert %w into %t[{idx}] : {ttype}",
+              f"    scf.yield %u : {ttype}", "  }"]
+    result = "%s"
+    for d in reversed(range(rank - 1)):
+        lines += [f"  scf.yield {result} : {ttype}", "  }"]
+        result = f"%r{d}"
+    lines += [f"  return {result} : {ttype}", "}"]
+    return "\n".join(lines)
+
+
 def _defined_by(value, name: str) -> bool:
     from torch_mlir import ir
 
@@ -214,15 +290,22 @@ def to_llvm(linalg: str, entry: str) -> str:
         except Exception as err:  # noqa: BLE001 - MLIR raises its own error types
             raise BackendError(f"kernel {entry}: torch-mlir cannot parse the adapter's linalg: {err}") from None
         func = _entry_func(module, entry)
+        helpers = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
+                   if op.regions[0].blocks and ir.StringAttr(op.attributes["sym_name"]).value != entry]
+        _define_scans(module, entry)
         external = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
                     if not op.regions[0].blocks]
+        if helpers:
+            # the adapter's own scan helpers (reversed or leading-axis tl.cumsum) pass tensors across
+            # a call; bufferizing function boundaries breaks the kernel's memref arguments
+            raise BackendError(f"kernel {entry}: the adapter's linalg calls its helper function(s) "
+                               f"{', '.join(helpers)} with tensors, which the cpu lowering does not bufferize")
         if external:
-            # e.g. tl.cumsum becomes a call to `triton_cumsum_0`, which Ascend's compiler provides
+            # e.g. a reversed tl.cumsum: a call to `triton_cumsum_0` that _define_scans leaves declared
             raise BackendError(f"kernel {entry}: the adapter's linalg calls {', '.join(external)}, a function of "
-                               "Ascend's compiler runtime with no CPU implementation")
+                               "Ascend's compiler runtime the cpu backend defines only as a forward scan along "
+                               "the last axis")
         types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
-        wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
-        module.body.append(list(wrapper.body.operations)[-1].operation)
         _seed_reductions(module, entry)
         for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
             try:
@@ -231,6 +314,10 @@ def to_llvm(linalg: str, entry: str) -> str:
                 raise BackendError(f"kernel {entry}: lowering the adapter's linalg failed at '{stage}': {err}") from None
             if stage == "bufferize":
                 _copies_to_linalg(module)
+                # added after the inliner ran: inlined into the grid loop, the kernel's stack tiles
+                # would be allocated anew per program (MLIR's inliner adds no stack save/restore)
+                wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
+                module.body.append(list(wrapper.body.operations)[-1].operation)
         return str(module)
 
 
