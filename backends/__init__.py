@@ -3,7 +3,8 @@
     from uniorch.backends import Backend, get_backend, list_backends
 
 Built-in: `interpret` (Triton's interpreter on the CPU), `cuda` (PTX/cubin), `rocm` (AMDGCN/HSACO),
-`cann` (Ascend hand-off stub). More come from plugins: entry points in the `uniorch.backends` group.
+`cann` (Ascend's adapter, then a hand-off to the CANN toolkit), `cpu` (the adapter's linalg lowered
+with MLIR and run natively). More come from plugins: entry points in the `uniorch.backends` group.
 """
 from __future__ import annotations
 

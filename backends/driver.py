@@ -57,6 +57,7 @@ def _key(ks, backend: Backend, options, linalg: str = "") -> str:
 
     text = "\n".join([ks.source, linalg, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
                       backend.arch, options.hash(), triton.__version__, type(backend).__qualname__,
+                      getattr(backend, "stages_version", ""),
                       repr(sorted(TRITON_PINNED.items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -20,6 +20,7 @@ BUILTINS = {
     "cuda": "uniorch.backends.cuda:CudaBackend",
     "rocm": "uniorch.backends.rocm:RocmBackend",
     "cann": "uniorch.backends.cann:CannBackend",
+    "cpu": "uniorch.backends.cpu:CpuBackend",
 }
 
 

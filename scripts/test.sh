@@ -5,8 +5,9 @@
 # them in this process.
 #
 # Then, with no arguments given, the files that touch Triton's API (codegen, interpreter, cross
-# compiles, bundles, benchmark smoke, the GPU-run rehearsal) run again in a second venv with the
-# oldest Triton uniorch supports (UNIORCH_COMPAT_TRITON, default 3.6.0: the GPU machine's; 0 skips).
+# compiles, bundles, benchmark smoke, the GPU-run rehearsal, Ascend's adapter on Triton's TTIR) run
+# again in a second venv with the oldest Triton uniorch supports (UNIORCH_COMPAT_TRITON, default
+# 3.6.0: the GPU machine's; 0 skips).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -34,7 +35,8 @@ set +e
   tests/test_codegen_contraction.py tests/test_codegen_generic.py tests/test_codegen_scan.py \
   tests/test_codegen_scatter.py tests/test_codegen_sort.py tests/test_backends_cross.py \
   tests/test_cross_compile_zoo.py tests/test_aot.py tests/test_aot_zoo.py tests/test_bench_smoke.py \
-  tests/test_conformance.py tests/test_compile_models.py tests/test_gpu_rehearsal.py
+  tests/test_conformance.py tests/test_compile_models.py tests/test_gpu_rehearsal.py \
+  tests/test_cann_backend.py tests/test_cpu_backend.py
 second=$?
 set -e
 echo "[test] main suite exit $main; triton $compat suite exit $second" >&2

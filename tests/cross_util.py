@@ -88,6 +88,9 @@ def cross_compile(name: str, linalg_text: str, target_text: str, check_ptx: bool
             files = backend.handoff_files(ck)
             if not any(f.endswith(".linalg.mlir") for f in files) or not any(f.endswith(".ttir.mlir") for f in files):
                 rep.failures.append((kname, f"hand-off lacks its TTIR or linalg file: {sorted(files)}"))
+            adapted = [text for f, text in files.items() if f.endswith(".ttadapter.mlir")]
+            if not adapted or "func.func @" not in adapted[0] or "mix_mode" not in adapted[0]:
+                rep.failures.append((kname, "hand-off lacks Ascend's adapter output (.ttadapter.mlir)"))
             continue
         binary = ck.asm.get(backend.binary_stage)
         if not isinstance(binary, bytes) or elf_machine(binary) not in (EM_CUDA, EM_AMDGPU):

@@ -1,4 +1,4 @@
-"""The benchmark harness (tools/bench) in its CPU smoke mode: tiny shapes on the interpreter.
+"""The benchmark harness (tools/bench) in its CPU smoke mode: tiny shapes on the cpu target.
 
 It checks the harness, not performance: the JSON has every documented field, uniorch's outputs
 match eager, and a failing backend is recorded instead of stopping the run. torch.compile joins

@@ -28,7 +28,7 @@ def test_rehearsal_runs_every_stage_offline(tmp_path):
     assert "unpacking torch_mlir-" in log and "installing uniorch" in log, log[-3000:]
     machine = session["machine"]
     assert "MISSING" not in json.dumps(machine), machine
-    assert machine["auto_target"].startswith("interpret"), machine
+    assert machine["auto_target"].startswith(("cpu", "interpret")), machine  # no GPU in a rehearsal
     # the zoo ran compiled, both dtypes, with nothing left to eager, and so did the bundle
     jit = session["jit"]
     assert {r["dtype"] for r in jit} == {"fp32", "bf16"}, jit

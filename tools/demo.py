@@ -2,11 +2,11 @@
 
     python -m uniorch.tools.demo [model.py:factory]
 
-1. capture → linalg → fused Triton kernels, run on the best target present (the interpreter on a
-   machine without a GPU backend) and checked against eager PyTorch on fresh inputs;
+1. capture → linalg → fused Triton kernels, run on the best target present (`cpu` on a machine
+   without a GPU backend) and checked against eager PyTorch on fresh inputs;
 2. the model cross-compiled ahead of time (`uniorch.compile_aot`) for NVIDIA (sm_90: TTIR → TTGIR →
-   LLIR → PTX, checked by ptxas → cubin), AMD (gfx942: … → AMDGCN → HSACO) and Ascend (the CANN
-   hand-off stub), no device needed.
+   LLIR → PTX, checked by ptxas → cubin), AMD (gfx942: … → AMDGCN → HSACO) and Ascend (its adapter's
+   linalg, then the CANN hand-off), no device needed.
 """
 from __future__ import annotations
 

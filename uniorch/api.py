@@ -361,6 +361,9 @@ class KernelReport:
     source: str = field(repr=False, default="")
     # element types the kernel reads, writes or computes ("f32", "i64", "f64", ...), from its MLIR function
     compute_types: tuple[str, ...] = ()
+    # how the target runs it where that differs from its own path (the launcher's `note`, e.g. the
+    # cpu backend's "runs on Triton's interpreter: <why>"); "" otherwise
+    note: str = ""
 
 
 @dataclass
@@ -405,6 +408,9 @@ class Report:
         for k in self.kernels:
             names = ", ".join(dict.fromkeys(o.removeprefix("aten.").split(".")[0] for o, _ in k.ops))
             lines.append(f"{k.name:<28} {k.kind:<12} {len(k.ops):>4} {_mb(k.bytes_read):>10} {_mb(k.bytes_written):>10}  {names}")
+        notes = [k for k in self.kernels if k.note]
+        if notes:
+            lines += ["", "kernels the target runs another way:"] + [f"  {k.name}: {k.note}" for k in notes]
         if self.checks:
             lines += ["", "run-time checks (a failed linalg check raises eager's error; a failed require runs the "
                           "call eagerly):"] + [f"  {c}" for c in self.checks]
@@ -495,9 +501,11 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
         for k in region.kernels:
             ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
             name = k.name if len(program.regions) == 1 else f"r{r}.{k.name}"  # names repeat per region
-            func = region.plan.kernels[k.name].func_op if k.name in region.plan.kernels else None
+            planned = region.plan.kernels.get(k.name)
+            func = planned.func_op if planned is not None else None
+            note = str(getattr(planned.fn, "note", "") or "") if planned is not None else ""
             kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source,
-                                        _compute_types(func)))
+                                        _compute_types(func), note))
     failed = program.fallbacks + program.launch_failures
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}

@@ -1,7 +1,8 @@
 """Target strings `vendor[:arch]` (docs/design.md): which backend, for which architecture.
 
 The vendors are the registered backends (`uniorch.backends.registry`), so a plugin's target
-parses like a built-in one. `auto` is the first backend whose device is present, else `interpret`.
+parses like a built-in one. `auto` is the first backend whose device is present, else `cpu` (native
+code through Ascend's adapter and MLIR), else `interpret`.
 """
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from dataclasses import dataclass
 
 from .errors import UniorchError
 
-# `auto` prefers real devices in this order; plugins with a present device come after these.
+# `auto` prefers real devices in this order; plugins with a present device come after these, and
+# the host CPU (AUTO_LAST) after every accelerator.
 AUTO_ORDER = ("cuda", "rocm", "cann")
+AUTO_LAST = ("cpu",)
 
 
 class TargetError(UniorchError):
@@ -55,7 +58,8 @@ def known_targets() -> list[str]:
 
 def auto_target() -> Target:
     table = _backends()
-    order = [v for v in AUTO_ORDER if v in table] + [v for v in table if v not in AUTO_ORDER and v != "interpret"]
+    order = [v for v in AUTO_ORDER if v in table] + \
+        [v for v in table if v not in AUTO_ORDER + AUTO_LAST and v != "interpret"] + [v for v in AUTO_LAST if v in table]
     for vendor in order:
         cls = table[vendor]
         if not getattr(cls, "auto_select", True):

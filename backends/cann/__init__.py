@@ -1,9 +1,11 @@
-"""The Ascend (CANN) backend: an honest stub that writes the hand-off an Ascend toolchain takes in.
+"""The Ascend (CANN) backend: Ascend's own TTIR → linalg adapter, then the hand-off to the toolkit.
 
-Its one stage after TTIR, "handoff", is a JSON manifest naming the kernel's entry, its SoC and
-the exact `triton-adapter-opt` / `bishengir-compile` command lines triton-ascend would run next
-(`handoff.py`). `write_bundle` lays a set of compiled kernels out as files (TTIR, linalg when
-known, manifest, build.sh) for ahead-of-time bundles and `uniorch-opt --dump-dir`.
+Its stages after TTIR: "ttadapter", Ascend's `triton-adapter-opt` run on the kernel (the same
+passes and flags as triton-ascend, `backends/triton_adapter.py`), and "handoff", a JSON manifest
+naming the kernel's entry, its SoC, the adapter command that ran and the one command left, the
+CANN toolkit's `bishengir-compile` (`handoff.py`). `write_bundle` lays a set of compiled kernels
+out as files (TTIR, ttadapter linalg, uniorch's linalg when known, manifest, build.sh) for
+ahead-of-time bundles and `uniorch-opt --dump-dir`.
 
 It never runs kernels: `load`/`load_compiled` raise `BackendError` naming what is missing (the CANN
 toolkit, torch_npu, an NPU) and, when all of that is present, that launching is not built yet.
@@ -15,6 +17,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from .. import triton_adapter
 from ..sdk import Backend, BackendError, KernelOptions, Launcher
 from . import handoff
 from .handoff import write_bundle
@@ -47,6 +50,8 @@ def _toolkit() -> str:
 def _missing() -> list[str]:
     """What running kernels on an Ascend NPU needs and this machine lacks, in words."""
     missing = []
+    if triton_adapter.missing_reason():
+        missing.append(triton_adapter.missing_reason())
     if not _toolkit():
         missing.append("the CANN toolkit (ASCEND_TOOLKIT_HOME unset and bishengir-compile not on PATH)")
     elif not shutil.which("bishengir-compile"):
@@ -86,11 +91,18 @@ class CannBackend(Backend):
     def add_stages(self, stages, options) -> None:
         arch = self.arch
 
+        def make_ttadapter(src, metadata):
+            ttir = str(src)
+            entry = handoff.entry_name(ttir)
+            metadata[handoff.ENTRY_KEY] = entry
+            return triton_adapter.run(ttir, entry, options, named_ops=True)
+
         def make_handoff(src, metadata):
             import json
 
             return json.dumps(handoff.manifest(str(src), metadata, arch, options), indent=1)
 
+        stages["ttadapter"] = make_ttadapter
         stages["handoff"] = make_handoff
 
     def handoff_files(self, compiled, linalg: str = "") -> dict:

@@ -1,11 +1,13 @@
 """The Ascend hand-off: per kernel, the files and exact command lines an Ascend toolchain takes in.
 
-uniorch does not drive the Ascend compilers itself (no CANN here to test against); it stops at
-TTIR and writes down what Huawei's own Triton backend, triton-ascend, would run next, so an
-engineer with CANN installed can build the kernels by hand or from `build.sh`:
+Huawei's own Triton backend, triton-ascend, builds a kernel in two tools:
 
   1. `triton-adapter-opt`: TTIR → linalg ("ttadapter" in triton-ascend's stage names)
   2. `bishengir-compile`:  linalg → NPU kernel object (AscendNPU IR / BiSheng IR)
+
+The first is public and runs here (`backends/triton_adapter.py`, the backend's "ttadapter"
+stage): its output is kept with every kernel. The second ships only with the CANN toolkit, so
+uniorch writes down its exact command line, and an engineer with CANN installed runs `build.sh`.
 
 The flags are the ones triton-ascend passes (third_party/ascend/backend/compiler.py of
 the triton-ascend repository: `ttir_to_linalg` lists the triton-adapter-opt command line,
@@ -86,22 +88,38 @@ def bishengir_argv(stem: str, soc: str, options) -> list[str]:
     ]
 
 
-def manifest(ttir: str, metadata: dict, arch: str, options, stem: Optional[str] = None) -> dict:
-    """The hand-off of one kernel, from its TTIR and the driver's metadata (what a stage sees)."""
-    entry = entry_name(ttir)
+ENTRY_KEY = "uniorch_entry"  # the kernel's entry, recorded by the ttadapter stage from the TTIR
+
+
+def mix_mode(ttadapter: str) -> Optional[str]:
+    """Which cores the adapter put the kernel on ("aiv" vector, "aic" cube, "mix"), as
+    triton-ascend's _parse_linalg_metadata reads it before bishengir-compile."""
+    m = re.search(r'mix_mode\s*=\s*"(\w+)"', ttadapter)
+    return m.group(1) if m else None
+
+
+def manifest(ttadapter: str, metadata: dict, arch: str, options, stem: Optional[str] = None) -> dict:
+    """The hand-off of one kernel, from the adapter's linalg and the driver's metadata (what a
+    stage sees). triton-adapter-opt already ran (its command is listed under `done`); only
+    bishengir-compile remains for the Ascend machine."""
+    entry = metadata.get(ENTRY_KEY) or _func_name(ttadapter)
     stem = stem or entry
     soc = soc_name(arch, options.soc)
     linalg = metadata.get(LINALG_KEY) or ""
-    commands = [adapter_argv(stem, options), bishengir_argv(stem, soc, options)]
+    done, commands = [adapter_argv(stem, options)], [bishengir_argv(stem, soc, options)]
     return {
         "format": FORMAT,
         "entry": entry,
         "target": f"cann:{arch}",
         "soc": soc,
         "flags_from": FLAGS_FROM,
-        "inputs": {"ttir": f"{stem}.ttir.mlir", "linalg": f"{stem}.linalg.mlir" if linalg else None},
-        "outputs": {"ttadapter": f"{stem}.ttadapter.mlir",
-                    "binary": f"{stem}.o (older bishengir-compile: {stem}_reloc.o)"},
+        "inputs": {"ttir": f"{stem}.ttir.mlir", "ttadapter": f"{stem}.ttadapter.mlir",
+                   "linalg": f"{stem}.linalg.mlir" if linalg else None},
+        "outputs": {"binary": f"{stem}.o (older bishengir-compile: {stem}_reloc.o)"},
+        "mix_mode": mix_mode(ttadapter),
+        "done": [{"tool": argv[0], "argv": argv, "shell": shlex.join(argv), "by": "uniorch (ttadapter stage)"}
+                 for argv in done],
+        "remaining": [argv[0] for argv in commands],
         "commands": [{"tool": argv[0], "argv": argv, "shell": shlex.join(argv)} for argv in commands],
         "notes": [
             # triton-ascend's _parse_linalg_metadata does this between the two tools
@@ -114,6 +132,13 @@ def manifest(ttir: str, metadata: dict, arch: str, options, stem: Optional[str] 
     }
 
 
+def _func_name(text: str) -> str:
+    m = re.search(r"func\.func\s+(?:public\s+)?@([\w$.]+)", text) or re.search(r'sym_name = "([\w$.]+)"', text)
+    if not m:
+        raise ValueError("no function in the adapter's output")
+    return m.group(1)
+
+
 def launch_contract(ks) -> dict:
     """How to call the kernel (docs/kernels.md §4): pointer + strides per tensor, then constexprs."""
     return {"grid": list(ks.grid), "arguments": ks.arg_names(), "signature": ks.signature(),
@@ -122,14 +147,16 @@ def launch_contract(ks) -> dict:
 
 
 def kernel_files(ck, linalg: str = "") -> dict[str, str]:
-    """One compiled kernel's hand-off files, by name: `<fn>.ttir.mlir`, `<fn>.linalg.mlir` (when
+    """One compiled kernel's hand-off files, by name: `<fn>.ttir.mlir`, `<fn>.ttadapter.mlir` (the
+    adapter's output, bishengir-compile's input), `<fn>.linalg.mlir` (when
     its linalg text is known: `linalg`, else the driver's metadata), `<fn>.triton.py`, and
     `<fn>.manifest.json` (the "handoff" stage's manifest plus the launch contract)."""
     if "handoff" not in ck.asm:
         raise ValueError(f"kernel {ck.name} was compiled without its 'handoff' stage")
     info = json.loads(ck.asm["handoff"])
     stem = ck.source.fn_name
-    files = {f"{stem}.ttir.mlir": ck.asm["ttir"], f"{stem}.triton.py": ck.asm.get("triton", ck.source.source)}
+    files = {f"{stem}.ttir.mlir": ck.asm["ttir"], f"{stem}.ttadapter.mlir": ck.asm["ttadapter"],
+             f"{stem}.triton.py": ck.asm.get("triton", ck.source.source)}
     text = linalg or ck.metadata.get(LINALG_KEY) or ""
     if text:
         info["inputs"]["linalg"] = f"{stem}.linalg.mlir"
@@ -142,8 +169,9 @@ def kernel_files(ck, linalg: str = "") -> dict[str, str]:
 def build_script(kernels: Iterable) -> str:
     """`build.sh`: every kernel's commands in order, run where the bundle lies."""
     lines = ["#!/usr/bin/env bash",
-             "# Builds every kernel of this bundle with the CANN toolchain (triton-adapter-opt and",
-             "# bishengir-compile on PATH: source the toolkit's set_env.sh first).",
+             "# Builds every kernel of this bundle with the CANN toolkit's bishengir-compile (on PATH:",
+             "# source the toolkit's set_env.sh first). triton-adapter-opt already ran: its output is",
+             "# each kernel's .ttadapter.mlir.",
              "set -euo pipefail", 'cd "$(dirname "$0")"']
     for ck in kernels:
         lines += [f"# {ck.name}"] + [c["shell"] for c in json.loads(ck.asm["handoff"])["commands"]]
@@ -169,4 +197,4 @@ def write_bundle(kernels: Iterable, directory: str, linalg: Optional[dict] = Non
     return written
 
 
-__all__ = ["FORMAT", "LINALG_KEY", "build_script", "entry_name", "kernel_files", "manifest", "soc_name", "write_bundle"]
+__all__ = ["ENTRY_KEY", "FORMAT", "LINALG_KEY", "mix_mode", "build_script", "entry_name", "kernel_files", "manifest", "soc_name", "write_bundle"]

@@ -71,5 +71,10 @@ for var, value in os.environ.items():
 # lit runs tests in parallel.
 config.environment["OMP_NUM_THREADS"] = "1"
 
+# Ascend's adapter (scripts/setup.sh puts it in the venv): tests of the cann and cpu backends'
+# "ttadapter" stage say `REQUIRES: triton-adapter-opt`.
+if any(os.access(os.path.join(d, "triton-adapter-opt"), os.X_OK) for d in (bindir, *os.environ.get("PATH", "").split(os.pathsep))):
+    config.available_features.add("triton-adapter-opt")
+
 lit_config.note(f"uniorch-opt: {uniorch_opt}")
 lit_config.note(f"FileCheck: {filecheck}")

@@ -64,8 +64,13 @@ def _inductor(mode: str | None):
 
 def _uniorch(fn, device):
     import uniorch
-    # CPU tensors can only run on the interpreter; on a GPU "auto" picks the device's backend
-    return uniorch.compile(fn, target="interpret" if device == "cpu" else "auto")
+    from uniorch.backends.cpu import CpuBackend
+
+    # CPU tensors run on the cpu backend (native code), or on the interpreter where Ascend's adapter
+    # is missing; on a GPU "auto" picks the device's backend
+    if device == "cpu":
+        return uniorch.compile(fn, target="cpu" if CpuBackend.is_available() else "interpret")
+    return uniorch.compile(fn, target="auto")
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in [

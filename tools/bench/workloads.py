@@ -1,8 +1,9 @@
 """The workloads: a name, realistic GPU sizes, tiny CPU sizes, and how to build model and inputs.
 
 GPU sizes follow the public models (GPT-2 small, LLaMA-7B width, BERT-base, ResNet-34 stage 1) at
-batch sizes that keep an H100 busy; CPU sizes exist only so the harness is exercised in CI on the
-interpreter, whose per-element cost makes anything bigger take minutes.
+batch sizes that keep an H100 busy; CPU sizes exist so the harness is exercised in CI (on the
+`cpu` target, or the interpreter where Ascend's adapter is missing: its per-element cost makes
+anything bigger take minutes).
 """
 from __future__ import annotations
 

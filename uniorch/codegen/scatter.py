@@ -216,7 +216,8 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
     dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "0"
     lines.append(f"    dst = {dst_off}")
     if s.operand == "u":
-        lines.append(f"    val = tl.load(in{u}_ptr + {upd_off}, mask=mask)")
+        # `other` given: Ascend's adapter aborts on a masked gather load without one
+        lines.append(f"    val = tl.load(in{u}_ptr + {upd_off}, mask=mask, other=0)")
     else:
         lines.append(f"    val = {s.operand}")
     if s.total == 0 or math.prod(s.shape) == 0:

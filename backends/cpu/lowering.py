@@ -1,0 +1,324 @@
+"""Ascend's linalg (the adapter's output, generic form) → LLVM dialect, with upstream MLIR passes
+through torch-mlir's bindings.
+
+The pass list is triton-ascend's own CPU path (`linalg_to_llir` in its compiler.py: bufferize,
+linalg to loops, everything to LLVM), with linalg lowered to scf loops rather than affine ones (the
+adapter's tile sizes are computed inside scf loops, which affine loops cannot take as bounds), and
+five additions it needs to run in this process:
+  * buffer deallocation: the adapter's tiles are `memref.alloc`s, freed nowhere; run once per
+    program, they would leak. Small tiles go on the stack.
+  * `memref.copy` of strided views becomes `linalg.copy` (loops): lowered as is it calls
+    `memrefCopy` from MLIR's C runner library, which torch-mlir's wheel does not ship.
+  * a max/min-like reduction the adapter leaves without an initial value starts from its first
+    element (`_seed_reductions`).
+  * Ascend's runtime scans the adapter calls for `tl.cumsum`/`tl.cumprod` (`triton_cumsum_N`)
+    get a body, a sequential scan (`_define_scans`), inlined before bufferizing.
+  * a grid function, `<entry>__grid(args, gx, gy, gz, lo, hi)`, that runs programs lo..hi-1 of
+    the grid in one native call (the adapter's kernel takes the grid size and its program id as
+    six trailing i32), so a launch costs one call per thread, not one per program.
+"""
+from __future__ import annotations
+
+import re
+
+from ..sdk import BackendError
+
+# Ascend's kernel ABI as the adapter writes it: two leading memref<?xi8> (sync-block lock and
+# workspace, named by the SyncBlockLockArgIdx / WorkspaceArgIdx attributes), the TTIR arguments
+# (pointers as memref<?xT>), then num_programs x/y/z and program_id x/y/z as i32.
+LEADING, TRAILING = 2, 6
+
+# The adapter's named-ops form (what bishengir-compile takes too) leaves elementwise arith/math on
+# tensors: convert-elementwise-to-linalg makes them linalg.generic before bufferizing.
+BUFFERIZE = ("builtin.module(inline,symbol-dce,func.func(convert-elementwise-to-linalg),eliminate-empty-tensors,"
+             "empty-tensor-to-alloc-tensor,one-shot-bufferize{allow-return-allocs-from-loops=true})")
+# promote-buffers-to-stack: tiles up to 64 KiB live on the stack (threads' stacks are 8 MiB);
+# larger ones are malloc'd and freed by the deallocation pipeline.
+TO_LLVM = ("builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}),"
+           "buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
+           "convert-scf-to-cf,convert-cf-to-llvm,convert-arith-to-llvm,"
+           "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
+           "convert-index-to-llvm,memref-expand,expand-strided-metadata,finalize-memref-to-llvm,"
+           "convert-func-to-llvm,lower-affine,convert-arith-to-llvm,reconcile-unrealized-casts)")
+
+
+def grid_name(entry: str) -> str:
+    return f"{entry}__grid"
+
+
+def kernel_abi(linalg: str, entry: str) -> list[str]:
+    """The kernel's argument types between Ascend's leading buffers and the grid arguments, as
+    MLIR type text ("memref<?xf32>", "i64", ...), from the adapter's output."""
+    from torch_mlir import ir
+
+    with ir.Context():
+        module = ir.Module.parse(strip_annotations(linalg))
+        func = _entry_func(module, entry)
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        types = [str(t) for t in ftype.inputs]
+    if len(types) < LEADING + TRAILING or types[:LEADING] != ["memref<?xi8>"] * LEADING \
+            or types[-TRAILING:] != ["i32"] * TRAILING:
+        raise BackendError(f"kernel {entry}: the adapter's signature is not Ascend's kernel ABI "
+                           f"(2 memref<?xi8>, arguments, 6 i32): ({', '.join(types)})")
+    return types[LEADING:-TRAILING]
+
+
+def _entry_func(module, entry: str):
+    from torch_mlir import ir
+
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == entry:
+            return op
+    raise BackendError(f"kernel {entry}: no func.func @{entry} in the adapter's output")
+
+
+# `annotation.mark` ops are hints for bishengir's scheduling (e.g. MayImplicitTransposeWithLastAxis):
+# no results, no semantics, and a dialect upstream MLIR does not have.
+_ANNOTATIONS = re.compile(r'^\s*"annotation\.mark"\(.*$\n?', re.M)
+
+
+# ops the adapter's (older) MLIR names differently from torch-mlir's
+_RENAMED = {'"bufferization.to_memref"(': '"bufferization.to_buffer"('}
+
+
+def strip_annotations(linalg: str) -> str:
+    """The adapter's generic-form output as torch-mlir's MLIR reads it: hints dropped, ops renamed."""
+    linalg = _ANNOTATIONS.sub("", linalg)
+    for old, new in _RENAMED.items():
+        linalg = linalg.replace(old, new)
+    return linalg
+
+
+def _uses_ascend_buffers(linalg: str) -> bool:
+    """Whether the kernel reads the sync-block lock or the workspace (only cross-core kernels do):
+    the cpu backend passes neither. In the generic form, the entry's arguments are %arg0, %arg1."""
+    return len(re.findall(r"%arg[01]\b", linalg)) > 2
+
+
+def _grid_wrapper(entry: str, types: list[str]) -> str:
+    n = len(types)
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    args = ", ".join(f"%a{i}" for i in range(n))
+    # the declaration lets the wrapper parse (and verify) on its own; only the wrapper is moved
+    return f"""
+func.func private @{entry}({', '.join(types)}, i32, i32, i32, i32, i32, i32)
+func.func @{grid_name(entry)}({params}, %gx: i32, %gy: i32, %gz: i32, %lo: index, %hi: index) {{
+  %c1 = arith.constant 1 : index
+  %nx = arith.index_cast %gx : i32 to index
+  %ny = arith.index_cast %gy : i32 to index
+  scf.for %i = %lo to %hi step %c1 {{
+    %x = arith.remui %i, %nx : index
+    %r = arith.divui %i, %nx : index
+    %y = arith.remui %r, %ny : index
+    %z = arith.divui %r, %ny : index
+    %px = arith.index_cast %x : index to i32
+    %py = arith.index_cast %y : index to i32
+    %pz = arith.index_cast %z : index to i32
+    func.call @{entry}({args}, %gx, %gy, %gz, %px, %py, %pz) : ({', '.join(types)}, i32, i32, i32, i32, i32, i32) -> ()
+  }}
+  return
+}}
+"""
+
+
+def _walk(module, name: str) -> list:
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == name:
+                        found.append(inner)
+                    visit(inner)
+
+    visit(module.operation)
+    return found
+
+
+def _seed_reductions(module, entry: str) -> None:
+    """The adapter writes a max/min-like `linalg.reduce` with a `tensor.empty` as its init (Ascend's
+    compiler takes that as "no initial value"); upstream MLIR reads the init, so the result would
+    depend on uninitialized memory. Each such reduction starts from its first element instead:
+    init = the inputs' slice at index 0 of the reduced dim, inputs = the rest. Exact for any
+    combiner, as "no initial value" means."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import tensor
+
+    for op in _walk(module, "linalg.reduce"):
+        n_in = len(op.operands) // 2
+        inputs, inits = list(op.operands)[:n_in], list(op.operands)[n_in:]
+        if not all(_defined_by(v, "tensor.empty") for v in inits):
+            continue
+        dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        shape = ir.RankedTensorType(inputs[0].type).shape
+        if len(dims) != 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape) or shape[dims[0]] < 2:
+            raise BackendError(f"kernel {entry}: a reduction without an initial value over dims {dims} of "
+                               f"{shape}, which the cpu lowering does not seed")
+        d = dims[0]
+        with ir.InsertionPoint(op), op.location:
+            for i, (x, init) in enumerate(zip(inputs, inits)):
+                elt = ir.RankedTensorType(x.type).element_type
+                head_sizes = [1 if k == d else n for k, n in enumerate(shape)]
+                tail_sizes = [n - 1 if k == d else n for k, n in enumerate(shape)]
+                offsets = [1 if k == d else 0 for k in range(len(shape))]
+                head = tensor.ExtractSliceOp(init.type, x, [], [], [], [0] * len(shape), head_sizes, [1] * len(shape))
+                tail = tensor.ExtractSliceOp(ir.RankedTensorType.get(tail_sizes, elt), x, [], [], [], offsets,
+                                             tail_sizes, [1] * len(shape))
+                op.operands[i] = tail.result
+                op.operands[n_in + i] = head.result
+
+
+# Ascend's compiler runtime functions the adapter calls for `tl.cumsum` / `tl.cumprod`
+# (`@triton_cumsum_N(tensor, axis: i32, reverse: i1) -> tensor`), with their combining op by
+# element kind. Defined here as a sequential scan, for the form uniorch's scan kernels call them
+# in: the last axis, forward; any other call keeps the declaration (the kernel falls back).
+_SCANS = {"cumsum": ("arith.addi", "arith.addf"), "cumprod": ("arith.muli", "arith.mulf")}
+
+
+def _define_scans(module, entry: str) -> None:
+    from torch_mlir import ir
+
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in _walk(module, "func.func")}
+    calls: dict[str, list] = {}
+    for call in _walk(module, "func.call"):
+        calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
+    for name, decl in funcs.items():
+        m = re.fullmatch(r"triton_(cumsum|cumprod)_\d+", name)
+        if not m or decl.regions[0].blocks:
+            continue
+        ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
+        tensor_t = ir.RankedTensorType(ftype.inputs[0])
+        rank, shape = tensor_t.rank, list(tensor_t.shape)
+        if rank < 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape):
+            continue
+        if not all(_constant_int(c.operands[1]) == rank - 1 and _constant_int(c.operands[2]) == 0
+                   for c in calls.get(name, [])):
+            continue
+        elt = str(tensor_t.element_type)
+        op = _SCANS[m.group(1)][1 if elt.startswith(("f", "bf")) else 0]
+        body = ir.Module.parse(_scan_body(name, str(tensor_t), shape, elt, op))
+        module.body.append(list(body.body.operations)[0].operation)
+        decl.erase()
+
+
+def _constant_int(value):
+    from torch_mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    try:
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    except (ValueError, TypeError):
+        return None
+
+
+def _scan_body(name: str, ttype: str, shape: list, elt: str, op: str) -> str:
+    """x[..., j] = x[..., j-1] op x[..., j] for j = 1..n-1, row by row, in order (eager's order)."""
+    rank = len(shape)
+    lines = [f"func.func private @{name}(%x: {ttype}, %axis: i32, %rev: i1) -> {ttype} {{",
+             "  %c0 = arith.constant 0 : index", "  %c1 = arith.constant 1 : index"]
+    lines += [f"  %n{d} = arith.constant {n} : index" for d, n in enumerate(shape)]
+    ivs, acc = [], "%x"
+    for d in range(rank - 1):  # every leading index
+        lines.append(f"  %r{d} = scf.for %i{d} = %c0 to %n{d} step %c1 iter_args(%a{d} = {acc}) -> ({ttype}) {{")
+        ivs.append(f"%i{d}")
+        acc = f"%a{d}"
+    last = rank - 1
+    idx = ", ".join(ivs + ["%j"])
+    prev = ", ".join(ivs + ["%jm"])
+    lines += [f"  %s = scf.for %j = %c1 to %n{last} step %c1 iter_args(%t = {acc}) -> ({ttype}) {{",
+              "    %jm = arith.subi %j, %c1 : index",
+              f"    %p = tensor.extract %t[{prev}] : {ttype}",
+              f"    %v = tensor.extract %t[{idx}] : {ttype}",
+              f"    %w = {op} %p, %v : {elt}",
+              f"    %u = tensor.insert %w into %t[{idx}] : {ttype}",
+              f"    scf.yield %u : {ttype}", "  }"]
+    result = "%s"
+    for d in reversed(range(rank - 1)):
+        lines += [f"  scf.yield {result} : {ttype}", "  }"]
+        result = f"%r{d}"
+    lines += [f"  return {result} : {ttype}", "}"]
+    return "\n".join(lines)
+
+
+def _defined_by(value, name: str) -> bool:
+    from torch_mlir import ir
+
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and owner.name == name
+
+
+def _copies_to_linalg(module) -> None:
+    from torch_mlir import ir
+    from torch_mlir.dialects import linalg
+
+    copies = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == "memref.copy":
+                        copies.append(inner)
+                    walk(inner)
+
+    walk(module.operation)
+    for op in copies:
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(op.operands[0], outs=[op.operands[1]])
+        op.erase()
+
+
+def to_llvm(linalg: str, entry: str) -> str:
+    """The LLVM dialect module of one kernel and its grid function, as text, from the adapter's
+    output in generic form."""
+    from torch_mlir import ir
+    from torch_mlir.passmanager import PassManager
+
+    linalg = strip_annotations(linalg)
+    if _uses_ascend_buffers(linalg):
+        raise BackendError(f"kernel {entry}: the adapter's kernel uses Ascend's sync-block lock or workspace "
+                           "buffer, which the cpu backend does not provide")
+    with ir.Context(), ir.Location.unknown():
+        try:
+            module = ir.Module.parse(linalg)
+        except Exception as err:  # noqa: BLE001 - MLIR raises its own error types
+            raise BackendError(f"kernel {entry}: torch-mlir cannot parse the adapter's linalg: {err}") from None
+        func = _entry_func(module, entry)
+        helpers = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
+                   if op.regions[0].blocks and ir.StringAttr(op.attributes["sym_name"]).value != entry]
+        _define_scans(module, entry)
+        external = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
+                    if not op.regions[0].blocks]
+        if helpers:
+            # the adapter's own scan helpers (reversed or leading-axis tl.cumsum) pass tensors across
+            # a call; bufferizing function boundaries breaks the kernel's memref arguments
+            raise BackendError(f"kernel {entry}: the adapter's linalg calls its helper function(s) "
+                               f"{', '.join(helpers)} with tensors, which the cpu lowering does not bufferize")
+        if external:
+            # e.g. a reversed tl.cumsum: a call to `triton_cumsum_0` that _define_scans leaves declared
+            raise BackendError(f"kernel {entry}: the adapter's linalg calls {', '.join(external)}, a function of "
+                               "Ascend's compiler runtime the cpu backend defines only as a forward scan along "
+                               "the last axis")
+        types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
+        _seed_reductions(module, entry)
+        for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
+            try:
+                PassManager.parse(pipeline).run(module.operation)
+            except Exception as err:  # noqa: BLE001
+                raise BackendError(f"kernel {entry}: lowering the adapter's linalg failed at '{stage}': {err}") from None
+            if stage == "bufferize":
+                _copies_to_linalg(module)
+                # added after the inliner ran: inlined into the grid loop, the kernel's stack tiles
+                # would be allocated anew per program (MLIR's inliner adds no stack save/restore)
+                wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
+                module.body.append(list(wrapper.body.operations)[-1].operation)
+        return str(module)
+
+
+__all__ = ["grid_name", "kernel_abi", "to_llvm"]
