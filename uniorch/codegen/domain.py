@@ -476,18 +476,19 @@ class Layout:
         others' dims. It joins only when its loops fill the domain exactly (same work), or when it
         reads no tensor from memory and fits the domain's dims (index math such as a reflect
         pad's indices: recomputing it is cheaper than a launch)."""
-        own = sorted(s for s in inf.sizes if s != 1)
-        have = sorted(s for s in self.domain.sizes if s != 1)
+        own = Counter(s for s in inf.sizes if s != 1)  # sizes may be symbolic: counted, never ordered
+        have = Counter(s for s in self.domain.sizes if s != 1)
         if not own or not have or any(g is not None and not g.is_const() for g in got):
             return None
         if own == have:
             return None
         reads = any(inf.used[i] and self.producer_of(v) is None and any(d != 1 for d in inf.shape(i))
                     for i, v in enumerate(inf.operands))
-        fits = not (Counter(own) - Counter(have))  # each of its loops finds a dim of its size
+        fits = not (own - have)  # each of its loops finds a dim of its size
         if not reads and fits:
             return None
-        return f"shares no loop with the kernel's ops (its loops {own}, the domain {have})"
+        return (f"shares no loop with the kernel's ops (its loops {list(own.elements())}, "
+                f"the domain {list(have.elements())})")
 
     def _hint(self, inf: OpInfo, got: list) -> None:
         for i, v in enumerate(inf.operands):
