@@ -265,6 +265,7 @@ class _Fusion:
 
     def new_group(self, kind: str, op: ir.Operation) -> _Group:
         lay = Layout()
+        lay.anchored_only = True
         if kind not in ("copy", "scan", "sort", "scatter"):
             lay.seed(op)
         g = _Group(kind, op, lay, [op])

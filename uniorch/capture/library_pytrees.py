@@ -16,8 +16,12 @@ _done: set = set()
 
 
 def register_for(module) -> None:
-    """Registers the pytree nodes the library `module` comes from needs (transformers' caches)."""
-    if "transformers" not in sys.modules or type(module) in _done:
+    """Registers the pytree nodes the library `module` comes from needs (transformers' caches and
+    output classes)."""
+    if "transformers" not in sys.modules:
+        return
+    _model_outputs()
+    if type(module) in _done:
         return
     _done.add(type(module))
     try:  # transformers 5: every Cache subclass and the model's own *Cache classes
@@ -32,3 +36,27 @@ def register_for(module) -> None:
     except ImportError:
         return
     register_dynamic_cache_export_support()
+
+
+def _model_outputs() -> None:
+    """transformers registers each ModelOutput class as a pytree node when the class is created,
+    except while `torch.compiler.is_compiling()` (it assumes an eager run registered it before);
+    a class first created under a trace (a module imported lazily inside a traced forward, under
+    Dynamo or export) stays unregistered for the whole process, and every later capture of a
+    model returning it failed with "Found <class ...Output> in output, which is not a known type".
+    Registers those, outside any trace."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    generic = sys.modules.get("transformers.utils.generic")
+    register = getattr(generic, "_register_model_output_pytree_node", None)
+    base = getattr(generic, "ModelOutput", None)
+    if register is None or base is None or torch.compiler.is_compiling():
+        return
+    todo = list(base.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls not in pytree.SUPPORTED_NODES:
+            getattr(generic, "_registered_model_output_types", set()).discard(cls)
+            register(cls)

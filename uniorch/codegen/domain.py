@@ -304,12 +304,16 @@ class Layout:
         self.loops: dict[ir.Operation, list[Aff]] = {}
         self.infos: dict[ir.Operation, OpInfo] = {}
         self.views: set = set()  # unit views inside the group: values pass through them
+        # fusion deciding membership refuses unanchored ops (`_unanchored`); codegen laying out a
+        # decided kernel places its ops in another order, where one may be unanchored for a while
+        self.anchored_only = False
 
     def copy(self) -> "Layout":
         lay = Layout(self.domain.copy())
         lay.loops = dict(self.loops)
         lay.infos = self.infos
         lay.views = set(self.views)
+        lay.anchored_only = self.anchored_only
         return lay
 
     def rehash(self) -> None:
@@ -476,6 +480,8 @@ class Layout:
         others' dims. It joins only when its loops fill the domain exactly (same work), or when it
         reads no tensor from memory and fits the domain's dims (index math such as a reflect
         pad's indices: recomputing it is cheaper than a launch)."""
+        if not self.anchored_only:
+            return None
         own = Counter(s for s in inf.sizes if s != 1)  # sizes may be symbolic: counted, never ordered
         have = Counter(s for s in self.domain.sizes if s != 1)
         if not own or not have or any(g is not None and not g.is_const() for g in got):
