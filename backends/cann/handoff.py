@@ -53,22 +53,10 @@ def entry_name(ttir: str) -> str:
 
 def adapter_argv(stem: str, options) -> list[str]:
     """triton-adapter-opt: TTIR → linalg, as triton-ascend's ttir_to_linalg spells it."""
-    on_95 = str(bool(options.compile_on_910_95))
-    simt = str(bool(options.force_simt_template))
-    return [
-        "triton-adapter-opt", f"{stem}.ttir.mlir",
-        f"--discrete-mask-access-conversion=compile-on-910-95={on_95} force-simt-template={simt}",
-        "--triton-to-annotation",
-        f"--triton-to-unstructure=compile-on-910-95={on_95} force-simt-template={simt}",
-        "--triton-to-hivm",
-        "--triton-to-hfusion",
-        "--triton-to-llvm",
-        "--bubble-up-operation",
-        f"--triton-to-linalg=global-kernel=false named-ops=True enable-nd2nz-on-vector="
-        f"{bool(options.enable_nd2nz_on_vector)} enable-select-analysis={bool(options.enable_select_analysis)} "
-        f"compile-on-910-95={on_95}",
-        "-o", f"{stem}.ttadapter.mlir",
-    ]
+    from ..triton_adapter import linalg_flags
+
+    return ["triton-adapter-opt", f"{stem}.ttir.mlir", *linalg_flags(options, named_ops=True),
+            "-o", f"{stem}.ttadapter.mlir"]
 
 
 def bishengir_argv(stem: str, soc: str, options) -> list[str]:

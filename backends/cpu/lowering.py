@@ -256,19 +256,7 @@ def _copies_to_linalg(module) -> None:
     from torch_mlir import ir
     from torch_mlir.dialects import linalg
 
-    copies = []
-
-    def walk(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner = inner.operation
-                    if inner.name == "memref.copy":
-                        copies.append(inner)
-                    walk(inner)
-
-    walk(module.operation)
-    for op in copies:
+    for op in _walk(module, "memref.copy"):
         with ir.InsertionPoint(op), op.location:
             linalg.copy(op.operands[0], outs=[op.operands[1]])
         op.erase()
