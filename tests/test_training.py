@@ -187,6 +187,112 @@ def test_no_grad_region_inside_and_gradient_accumulation():
     assert cm.training.failure is None
 
 
+class FrozenTeacher(nn.Module):
+    """A frozen branch under inference_mode (a teacher, a target network) beside a trained one."""
+
+    def __init__(self):
+        super().__init__()
+        self.teacher, self.student = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            target = self.teacher(x).relu()
+        # inference tensors cannot be saved for backward in eager either: the clone is the user's
+        return self.student(x).sigmoid() * target.clone()
+
+
+def test_inference_mode_region_inside_and_around_a_compiled_training_model():
+    torch.manual_seed(0)
+    model = FrozenTeacher().train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    gen = torch.Generator().manual_seed(12)
+    for _ in range(2):
+        x = torch.randn(5, 8, generator=gen)
+        out, want = cm(x), ref(x)
+        assert _rel(out.detach(), want.detach()) <= 1e-5
+        out.square().sum().backward()
+        want.square().sum().backward()
+    assert model.teacher.weight.grad is None and ref.teacher.weight.grad is None
+    for p, q in zip(model.student.parameters(), ref.student.parameters()):
+        assert _rel(p.grad, q.grad) <= 1e-4
+    assert cm.training.failure is None and len(cm.training.forward) == 1
+    x = torch.randn(5, 8, generator=gen)
+    with torch.inference_mode():  # the whole call in inference mode: no graph for autograd
+        out = cm(x)
+        assert out.is_inference() and not out.requires_grad
+        assert _rel(out, ref(x)) <= 1e-5
+    assert cm(x).requires_grad  # and training resumes after it
+
+
+def test_bf16_autocast_training_with_fp32_master_weights_matches_eager():
+    torch.manual_seed(0)
+    model = MLP().train()
+    ref, full = copy.deepcopy(model), copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    # SGD: Adam's normalised step turns a near-zero gradient's bf16 noise into a full lr-sized step
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, ref)]
+    gen = torch.Generator().manual_seed(13)
+    for step in range(3):
+        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+        for run, opt in zip((cm, ref), opts):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = run(x)
+            assert out.dtype == torch.bfloat16
+            torch.nn.functional.mse_loss(out.float(), y).backward()
+        if step == 0:
+            torch.nn.functional.mse_loss(full(x), y).backward()  # the same step in fp32
+            for (name, p), q, f in zip(model.named_parameters(), ref.parameters(), full.parameters()):
+                assert p.grad.dtype == torch.float32, name  # master weights and their grads stay fp32
+                assert _rel(p.grad, q.grad) <= 1e-2, name
+                # bf16 rounds at other points inside fused kernels: as close to fp32 as eager's bf16 is
+                assert _rel(p.grad, f.grad) <= 2 * max(_rel(q.grad, f.grad), 1e-3), name
+        for opt in opts:
+            opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.dtype == torch.float32 and _rel(p, q) <= 1e-2, name
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rep = cm.explain(torch.randn(8, 16))
+    assert any("bf16" in k.compute_types for k in rep.kernels), str(rep)
+    assert not rep.fallbacks and rep.backward is not None and not rep.backward.fallbacks, str(rep)
+
+
+class Broken(nn.Module):
+    """Two halves Dynamo cannot trace as one graph (a print between them, as logging in user code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        torch._dynamo.graph_break()
+        return self.b(h).relu()
+
+
+def test_explain_reports_every_graph_of_a_training_call_split_by_a_graph_break():
+    torch.manual_seed(0)
+    model = Broken().train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(6, 8)
+    cm(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert _rel(p.grad, q.grad) <= 1e-4
+    tc = cm.training
+    assert len(tc.forward) == 2 and len(tc.backward) == 2
+    rep = cm.explain(x)
+    halves = [tc.report(h) for h in tc.forward]
+    assert len(rep.kernels) == sum(len(h.kernels) for h in halves) and rep.captured_ops == sum(h.captured_ops for h in halves)
+    ops = {o.split(".")[1] for k in rep.kernels for o, _ in k.ops}
+    assert {"tanh", "relu"} <= ops, ops  # both halves' ops, not only the last graph's
+    assert len(rep.graph_breaks) == 1 and "graph_break" in rep.graph_breaks[0], rep.graph_breaks
+    assert "graph breaks" in str(rep)
+    assert rep.backward is not None and len(rep.backward.kernels) == sum(len(tc.report(h).kernels) for h in tc.backward)
+
+
 def test_many_models_of_one_class_each_compile_their_training_graphs():
     """Dynamo keeps 8 compiled frames per code object and runs the rest eagerly, silently; every
     nn.Sequential shares one forward. Ten of them each get forward and backward kernels."""

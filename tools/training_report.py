@@ -1,7 +1,7 @@
 """Training through uniorch over the model zoo: three steps against eager, per model.
 
     python -m uniorch.tools.training_report [--target interpret] [--models a,b] [--steps 3]
-        [--optimizer sgd|adamw] [--out docs/perf/training.md]
+        [--optimizer sgd|adamw] [--precision fp32|bf16] [--out docs/perf/training.md]
 
 Every zoo model with parameters is put in training mode and trained for `--steps` steps on fresh
 random inputs (loss: the mean square of its floating outputs), once eagerly and once with
@@ -12,6 +12,11 @@ bytes the forward saves for the backward beside eager autograd's, and the first 
 and compile of both graphs). A model the training path cannot take says why. Dropout modules get
 p = 0: the compiled graph draws its masks from the generator in another order than eager, so the
 runs could not be compared (tests/test_training.py checks dropout on its own).
+
+`--precision bf16` is mixed precision as PyTorch users write it: fp32 parameters (the master
+weights the optimizer updates) and the forward under `torch.autocast(dtype=torch.bfloat16)`, in
+both runs; the bar is then 1e-2 instead of 1e-4. Rows also give the last step's gradients' largest
+relative error, since a few SGD steps move parameters far less than their size.
 """
 from __future__ import annotations
 
@@ -48,7 +53,41 @@ def _optimizer(kind: str, params):
     return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
 
 
-def run_model(name: str, target: str, steps: int, optimizer: str) -> dict:
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach() - b.detach()).abs().max() / b.detach().abs().max().clamp_min(ABS_FLOOR))
+
+
+def _flat_grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.detach().flatten().double() for p in model.parameters() if p.grad is not None])
+
+
+def _gradient_errors(model, ref, full, args, kwargs) -> dict:
+    """The first step's gradients (all runs still at the same weights) against eager's.
+
+    grad_rel_err is the worst parameter's max-norm error, as for the weights. In bf16 a parameter
+    whose true gradient is ~0 (a bias before a normalisation) holds only rounding noise in every run,
+    so the gradients are also judged as one vector (grad_l2_err), and both bf16 runs against the
+    same step in fp32: compiled bf16 should be about as far from it as eager bf16 is.
+    """
+    out = {"grad_rel_err": max((_rel(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())
+                                if q.grad is not None), default=0.0)}
+    g, g_ref = _flat_grads(model), _flat_grads(ref)
+    if g.numel() != g_ref.numel():
+        return out
+    out["grad_l2_err"] = float((g - g_ref).norm() / g_ref.norm().clamp_min(1e-30))
+    if full is not None:
+        _loss(full(*args, **kwargs)).backward()
+        g_full = _flat_grads(full)
+        if g_full.numel() == g.numel():
+            out["grad_l2_vs_fp32"] = float((g - g_full).norm() / g_full.norm().clamp_min(1e-30))
+            out["eager_grad_l2_vs_fp32"] = float((g_ref - g_full).norm() / g_full.norm().clamp_min(1e-30))
+    return out
+
+
+def run_model(name: str, target: str, steps: int, optimizer: str, precision: str = "fp32") -> dict:
     model, args, kwargs = zoo.load(name)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -63,37 +102,43 @@ def run_model(name: str, target: str, steps: int, optimizer: str) -> dict:
             if "dropout" in attr and isinstance(value, float):
                 setattr(m, attr, 0.0)
     ref = copy.deepcopy(model)
+    full = copy.deepcopy(model) if precision != "fp32" else None  # the first step once more in fp32
     opt_ref = _optimizer(optimizer, ref.parameters())
     opt = uniorch.compile(_optimizer(optimizer, model.parameters()), target)
     cm = uniorch.compile(model, target)
     first = None
     row: dict = {"model": name}
+    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")  # noqa: E731
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(steps):
             a, k = zoo.fresh_inputs(args, kwargs, seed=100 + step)
             torch.manual_seed(step)  # dropout draws the same masks in both runs
             opt_ref.zero_grad()
-            _loss(ref(*a, **k)).backward()
+            with autocast():
+                loss_ref = _loss(ref(*a, **k))
+            loss_ref.backward()
             opt_ref.step()
             torch.manual_seed(step)
             opt.zero_grad()
             t = time.perf_counter()
-            loss = _loss(cm(*a, **k))
+            with autocast():
+                loss = _loss(cm(*a, **k))
             loss.backward()
+            if step == 0:
+                row.update(_gradient_errors(model, ref, full, a, k))
             if first is None:
                 first = time.perf_counter() - t
             opt.step()
-    row["max_rel_err"] = max(
-        float((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(ABS_FLOOR))
-        for p, q in zip(model.parameters(), ref.parameters()))
+    row["max_rel_err"] = max(_rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
     row["first_call_s"] = round(first, 2)
     tc = cm.training
     if tc.failure or not tc.forward:
         row["eager"] = tc.failure or "no graph compiled"
         return row
     a, k = zoo.fresh_inputs(args, kwargs, seed=7)
-    rep = cm.explain(*a, **k)
+    with autocast():
+        rep = cm.explain(*a, **k)
     row.update(fw_kernels=len(rep.kernels), fw_compiled=round(rep.compiled_fraction, 3),
                bw_kernels=len(rep.backward.kernels) if rep.backward else None,
                bw_compiled=round(rep.backward.compiled_fraction, 3) if rep.backward else None,
@@ -109,22 +154,26 @@ def markdown(rows: list[dict], gen: dict) -> str:
     lines = ["# Training through uniorch", "",
              f"Generated by `python -m uniorch.tools.training_report{gen['flags']}` at commit {gen['commit']} on "
              f"{gen['date']} (torch {torch.__version__}, target {gen['target']}). Each model: {gen['steps']} steps of "
-             f"{gen['optimizer']} (compiled with `uniorch.compile(opt)`) from eager's weights on fresh random inputs; "
-             f"error is the parameters' largest relative error after the last step against eager's. "
+             f"{gen['optimizer']} (compiled with `uniorch.compile(opt)`) from eager's weights on fresh random inputs"
+             + (", fp32 master weights with the forward under `torch.autocast(dtype=torch.bfloat16)` in both runs"
+                if gen.get("precision") == "bf16" else "") + "; "
+             f"error is the parameters' largest relative error after the last step against eager's "
+             f"(grad err: the last step's gradients'). "
              f"Saved: the activation bytes the forward keeps for the backward (AOTAutograd's min-cut "
              f"partition), eager autograd's beside it.", "",
-             "| model | max rel err | fw kernels | fw in kernels | bw kernels | bw in kernels | saved KB | eager saved KB | first call (s) | notes |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| model | max rel err | grad err | fw kernels | fw in kernels | bw kernels | bw in kernels | saved KB | eager saved KB | first call (s) | notes |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "skipped" in r:
             continue
         if "error" in r:
-            lines.append(f"| {r['model']} | | | | | | | | | error: {r['error']} |")
+            lines.append(f"| {r['model']} | | | | | | | | | | error: {r['error']} |")
             continue
         notes = "; ".join(r.get("fallbacks", []) + ([f"eager: {r['eager']}"] if r.get("eager") else [])
                           + [f"optimizer eager: {w}" for w in r.get("optimizer_eager", [])])
         kb = (lambda v: f"{v / 1024:.1f}" if isinstance(v, int) else "")
-        lines.append(f"| {r['model']} | {r['max_rel_err']:.1e} | {r.get('fw_kernels', '')} | {r.get('fw_compiled', '')} | "
+        grad = f"{r['grad_rel_err']:.1e}" if "grad_rel_err" in r else ""
+        lines.append(f"| {r['model']} | {r['max_rel_err']:.1e} | {grad} | {r.get('fw_kernels', '')} | {r.get('fw_compiled', '')} | "
                      f"{r.get('bw_kernels', '')} | {r.get('bw_compiled', '')} | {kb(r.get('saved_bytes'))} | "
                      f"{kb(r.get('eager_saved_bytes'))} | {r['first_call_s']} | {notes.replace('|', '/')} |")
     skipped = [r["model"] for r in rows if "skipped" in r]
@@ -139,6 +188,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"))
+    p.add_argument("--precision", default="fp32", choices=tuple(TOLERANCE))
     p.add_argument("--out", default="")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
@@ -146,22 +196,25 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         try:
-            row = run_model(name, a.target, a.steps, a.optimizer)
+            row = run_model(name, a.target, a.steps, a.optimizer, a.precision)
         except Exception as err:  # noqa: BLE001 - one model's failure is a row, not the end of the report
             row = {"model": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
         print(json.dumps(row), flush=True)
         rows.append(row)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
-    flags = (f" --target {a.target}" if a.target != "interpret" else "") + (f" --optimizer {a.optimizer}" if a.optimizer != "sgd" else "")
+    flags = ((f" --target {a.target}" if a.target != "interpret" else "")
+             + (f" --optimizer {a.optimizer}" if a.optimizer != "sgd" else "")
+             + (f" --precision {a.precision}" if a.precision != "fp32" else ""))
     gen = {"commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "target": a.target, "steps": a.steps, "optimizer": a.optimizer, "flags": flags}
+           "target": a.target, "steps": a.steps, "optimizer": a.optimizer, "precision": a.precision, "flags": flags}
     if a.out:
         Path(a.out).write_text(markdown(rows, gen))
     if a.json:
         Path(a.json).write_text(json.dumps({"generated": gen, "rows": rows}, indent=1))
-    bad = [r["model"] for r in rows if "error" in r or r.get("max_rel_err", 0) > 1e-4]
-    print(f"{len(rows)} models, {len(bad)} with errors above 1e-4 or failures: {', '.join(bad)}")
+    tol = TOLERANCE[a.precision]
+    bad = [r["model"] for r in rows if "error" in r or max(r.get("max_rel_err", 0), r.get("grad_rel_err", 0)) > tol]
+    print(f"{len(rows)} models, {len(bad)} with errors above {tol:g} or failures: {', '.join(bad)}")
     return 0
 
 

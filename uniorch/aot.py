@@ -160,7 +160,7 @@ def _kernels(captured, program) -> list[AotKernel]:
 
 
 def _fallbacks(captured, program) -> list:
-    from .api import FallbackReport
+    from .report import FallbackReport
     from .capture.locations import node_source_loc
 
     nodes = {n.name: n for n in captured.graph_module.graph.nodes}

@@ -24,6 +24,10 @@ OPS = (
     aten.native_group_norm.default, aten.native_layer_norm.default,
     aten._native_batch_norm_legit_no_training.default, aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit.no_stats, aten.native_batch_norm.default,
+    # accumulating scatters (the backward of embeddings, gathers and max pooling): one fp32 sum per
+    # element rounded once, within eager's per-add rounding; Triton has no bf16 atomics everywhere
+    aten.scatter_add.default, aten.index_add.default, aten.index_put.default, aten.scatter_reduce.two,
+    aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default,
 )
 
 

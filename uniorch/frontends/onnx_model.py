@@ -162,7 +162,7 @@ class OnnxModel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def explain(self, *args, **kwargs):
-        from ..api import FallbackReport, KernelReport, Report, _compute_types
+        from ..report import FallbackReport, KernelReport, Report, compute_types as _compute_types
 
         flat = self._flat(args, kwargs)
         entry = self.entry(flat)

@@ -182,7 +182,7 @@ class CompiledOptimizer:
     def explain(self):
         """The report of the last compiled group update (kernels, bytes), with the eager steps'
         reasons as whole-step fallbacks."""
-        from ..api import FallbackReport, Report
+        from ..report import FallbackReport, Report
 
         if self._last is None:
             why = self.eager_steps[-1] if self.eager_steps else "step() has not run"

@@ -44,6 +44,11 @@ class TrainingCompile:
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
         self.saved: dict = {}  # id(backward half) -> bytes of forward activations it reads (saved)
+        # the halves the last call ran, in order: more than one forward graph means Dynamo broke
+        # the model into pieces (graph_breaks says where); explain reports them together
+        self.ran_forward: list = []
+        self.ran_backward: list = []
+        self.graph_breaks: list[str] = []  # Dynamo's reasons, as it counted them while compiling
         self._compiled: Optional[Any] = None
         self.failure: Optional[str] = None  # why the training path runs eagerly, if it does
 
@@ -63,7 +68,7 @@ class TrainingCompile:
                 if store is self.backward:
                     self.saved[id(cm)] = saved_activation_bytes(gm)
                 self.examples[id(cm)] = _compile_now(cm, example_inputs)
-                return _boxed(cm)
+                return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward)
             return compile_half
 
         return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward),
@@ -82,10 +87,18 @@ class TrainingCompile:
         if self._compiled is None:
             self._compiled = torch.compile(_entry_point(self.model), backend=self.backend(), dynamic=False,
                                            fullgraph=False)
+        from torch._dynamo.utils import counters
+
+        breaks = dict(counters["graph_break"])
+        self.ran_forward.clear()
+        self.ran_backward.clear()
         try:
             # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn)
             with torch._dynamo.config.patch(allow_rnn=True):
                 out = self._compiled(*args, **kwargs)
+            for reason, n in counters["graph_break"].items():  # counted when Dynamo compiles a frame
+                if n > breaks.get(reason, 0) and _break_line(reason) not in self.graph_breaks:
+                    self.graph_breaks.append(_break_line(reason))
             if not self.forward:  # Dynamo ran it eagerly all the same: say so rather than pretend
                 self.failure = "Dynamo compiled no graph of this call (it ran the model eagerly)"
                 warnings.warn(f"uniorch: the training path compiled nothing for {type(self.model).__name__}; "
@@ -199,11 +212,20 @@ def _compile_now(cm, example_inputs: list) -> tuple:
     return tuple(real)
 
 
-def _boxed(cm):
+def _break_line(reason: str) -> str:
+    """Dynamo's graph-break message in a line: its headline and the call it could not trace."""
+    lines = [ln.strip() for ln in reason.splitlines() if ln.strip()]
+    context = next((ln.removeprefix("Developer debug context:").strip() for ln in lines
+                    if ln.startswith("Developer debug context:")), "")
+    return (lines[0] if lines else reason) + (f" ({context[:200]})" if context else "")
+
+
+def _boxed(cm, ran: list):
     """AOTAutograd calls compiled halves with one list of arguments (boxed), which it may free."""
     from functorch.compile import make_boxed_func
 
     def run(*flat):
+        ran.append(cm)
         # parameters arrive requiring grad (the autograd.Function records around this call): the
         # compile is of values, and detached inputs (same storage) match the spec compiled for
         out = cm(*[t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t for t in flat])
