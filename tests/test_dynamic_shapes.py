@@ -76,9 +76,77 @@ def test_dynamic_true_compiles_once_for_every_size():
     rep = cm.explain(torch.randn(5, 6, 32))
     assert len(rep.symbolic) == 2 and "input 0 dim 0" in rep.symbolic[0]
     assert "symbolic sizes" in str(rep)
-    x = torch.randn(3, 1, 32)  # a sequence of 1 is a new compile, as in torch.compile
+    x = torch.randn(3, 1, 32)  # a sequence of 1: the same program at 1 (torch.compile recompiles)
     torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
-    assert cm.cache_size == 2 and "outside" in cm.recompiles[-1]
+    assert cm.cache_size == 1 and "served by the symbolic compile" in cm.recompiles[-1]
+    assert any("1..∞" in s for s in cm.explain(x).symbolic)
+
+
+class BranchOnOne(nn.Module):
+    """A program that is another one at batch 1: a branch, and a squeeze that drops the dim."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[0] == 1:
+            return self.fc(x).squeeze(0) * 2
+        return self.fc(x).squeeze(0) + 1
+
+
+class Masked(nn.Module):
+    """Batch-first attention-like scores with a broadcast mask: the same program at batch 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        h = self.fc(x)
+        return (h @ h.transpose(1, 2) + mask).softmax(-1) @ h
+
+
+def _masked(b, t):
+    return torch.randn(b, t, 8), torch.randn(b, 1, t)
+
+
+@pytest.mark.parametrize("order", [[(1, 5), (2, 9), (1, 13), (3, 7), (1, 4)], [(2, 5), (3, 9), (1, 13), (1, 4)]])
+def test_size_one_is_served_by_the_symbolic_compile_when_its_program_is_the_same(order):
+    torch.manual_seed(0)
+    model = Masked().eval()
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad():
+        for b, t in order:
+            args = _masked(b, t)
+            torch.testing.assert_close(cm(*args), model(*args), rtol=1e-4, atol=1e-5)
+    # a first static compile, then one symbolic compile that also serves batch 1 at every length
+    assert cm.cache_size == 2, cm.recompiles
+    assert any("1..∞" in s for s in cm.explain(*_masked(1, 6)).symbolic)
+
+
+def test_size_one_stays_special_where_the_program_differs_at_one():
+    torch.manual_seed(0)
+    model = BranchOnOne().eval()
+    cm = uniorch.compile(model, target="interpret", dynamic=True)
+    with torch.no_grad():
+        for b in (3, 5, 1, 4, 1):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(cm(x), model(x))  # batch 1 takes the other branch, as eager
+    assert cm.cache_size == 2  # the symbolic compile, and one for batch 1
+    assert any("is aten.add.Tensor but aten.mul.Tensor" in w for w in cm._not_one.values()), cm._not_one
+
+
+def test_squeeze_of_a_symbolic_dim_keeps_size_one_special():
+    class Squeeze(nn.Module):
+        def forward(self, x):
+            return x.squeeze(0) * 2
+
+    cm = uniorch.compile(Squeeze(), target="interpret", dynamic=True)
+    for b in (3, 4, 1):
+        x = torch.randn(b, 5)
+        torch.testing.assert_close(cm(x), x.squeeze(0) * 2)
+    assert cm.cache_size == 2 and "at size 1" in next(iter(cm._not_one.values()))
 
 
 def test_automatic_dynamic_compiles_once_more_after_a_size_changes():

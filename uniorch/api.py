@@ -45,6 +45,15 @@ class _Entry:
     timings: dict[str, float]
     capture_error: str = ""
     symbols: list[str] = field(default_factory=list)  # symbolic sizes: "s0: input 0 dim 1, 2..∞"
+    dynamic: Optional[dict] = None  # the dims captured symbolic (flat argument -> dims), if any
+
+
+def _size_in(key, i: int, d: int) -> Optional[int]:
+    """Dim d of flat argument i in an input spec, if it is a tensor of that rank."""
+    leaves = key[1]
+    if i < len(leaves) and leaves[i][0] == "T" and d < len(leaves[i][1]):
+        return leaves[i][1][d]
+    return None
 
 
 def _eager_ops(entry: _Entry) -> int:
@@ -75,6 +84,7 @@ class CompiledModule:
         self._symbolic: list = []  # (SymbolicGuard, _Entry): compiles serving many sizes
         self._varying: dict[int, set[int]] = {}  # automatic dynamic: dims seen with two sizes
         self._rejected: dict = {}  # dims tried symbolic and not kept -> why
+        self._not_one: dict = {}  # (symbol, id(entry)) whose size 1 differs from the symbolic program -> why
         self.recompiles: list[str] = []  # why each compile after the first happened, and what it became
         self._lock = threading.Lock()
         self._warned = False
@@ -112,6 +122,9 @@ class CompiledModule:
                     self._warned = True
                 return None
             _check_devices(args, kwargs, self._target)
+            entry = self._admit_ones(key, args, kwargs)
+            if entry is not None:
+                return entry
             why, baseline = self._why_new(key)
             entry = self._compile_symbolic(args, kwargs, key, why, baseline)
             if entry is not None:
@@ -145,6 +158,7 @@ class CompiledModule:
         None when there are none, or the capture specialized them all, or (automatic dynamic) it
         compiles fewer ops than the static compile it would replace."""
         from .runtime.guards import SymbolicGuard, every_dim, marked_dims
+        from .runtime.size_one import dims_of
 
         if self._dynamic is False:
             return None
@@ -177,10 +191,45 @@ class CompiledModule:
                 self._rejected[tried] = (f"with symbolic sizes {mine} ATen ops run eagerly, {theirs} with static ones"
                                          + (f" (first eager op: {first.splitlines()[0][:160]})" if first else ""))
                 return None
+        entry.dynamic = dims
+        # a dim seen at 1 before (batch 1, then batch 2): one compile serves both if it can
+        seen_one = {sym for sym in guard.names for old in self._cache
+                    if any(_size_in(old, i, d) == 1 for i, d in dims_of(guard, sym))}
+        self._try_size_one(guard, entry, args, kwargs, seen_one)
         entry.symbols = guard.describe()
         self._symbolic.append((guard, entry))
         self.recompiles.append((f"{why}; " if why else "") + "compiled with symbolic sizes: " + "; ".join(entry.symbols))
         return entry
+
+    def _try_size_one(self, guard, entry: _Entry, args, kwargs, symbols) -> list[str]:
+        """Widens the guard of a symbolic compile to size 1 of each of `symbols` that it computes
+        exactly as a compile for size 1 would (runtime/size_one.py); the symbols admitted."""
+        from .runtime.size_one import serves_size_one
+
+        admitted = []
+        for sym in sorted(symbols):
+            lo, hi = guard.ranges.get(sym, (2, None))
+            if lo <= 1 or (sym, id(entry)) in self._not_one:
+                continue
+            why = serves_size_one(self._model, args, kwargs, entry.dynamic, guard, sym)
+            if why is None:
+                guard.ranges[sym] = (1, hi)
+                admitted.append(sym)
+            else:
+                self._not_one[(sym, id(entry))] = why
+        if admitted:
+            entry.symbols = guard.describe()
+        return admitted
+
+    def _admit_ones(self, key, args, kwargs) -> Optional[_Entry]:
+        """A symbolic compile that serves `key` once size 1 of its symbols is admitted, or None."""
+        for guard, entry in self._symbolic:
+            ones = guard.ones_below_range(key)
+            if ones and self._try_size_one(guard, entry, args, kwargs, ones) and guard.check(key) is None:
+                self.recompiles.append(f"size 1 of {', '.join(sorted(ones))} served by the symbolic compile "
+                                       f"(its graph at 1 is the same program): no recompile")
+                return entry
+        return None
 
     def _rejected_note(self) -> str:
         return "".join(f" (symbolic sizes not kept: {w})" for w in list(self._rejected.values())[-1:])

@@ -4,8 +4,9 @@ A call's spec (`api._spec`) is its pytree structure plus, per leaf, a tensor's s
 device and requires_grad, or a constant's value. A static compile serves exactly one spec. A
 symbolic compile serves every spec its `SymbolicGuard` accepts: the same structure, dtypes,
 devices and constants, the dims export kept static equal, and the symbolic dims consistent (one
-symbol, one value) and inside export's ranges; sizes 0 and 1 are never symbolic, as in
-torch.compile, so a symbolic dim seeing 1 is a new compile.
+symbol, one value) and inside export's ranges. Sizes 0 and 1 are never traced symbolic, as in
+torch.compile; a symbolic compile admits 1 for a symbol only where a trace at 1 gives the same
+program (size_one.py), else a symbolic dim seeing 1 is a new compile.
 
 Which dims to try symbolic (`CompiledModule`): all of them with `dynamic=True`; with the default
 (`dynamic=None`) the dims that differed between two calls of otherwise equal specs, as
@@ -134,6 +135,25 @@ class SymbolicGuard:
             if int(e.subs({x: bound[str(x)] for x in e.free_symbols})) != n:
                 return f"input {i} dim {d} is {n}, not {e}"
         return None
+
+    def ones_below_range(self, key) -> set[str]:
+        """The symbols that would be 1 for `key` where the guard starts at 2, when `key` passes the
+        guard once 1 is admitted for them (size_one.py decides whether it may be); else empty."""
+        tree, leaves = key
+        if tree != self.tree or len(leaves) != len(self.leaves):
+            return set()
+        ones = {str(e) for want, got in zip(self.leaves, leaves) if want[0] == "T" == got[0]
+                and len(want[1]) == len(got[1]) for e, n in zip(want[1], got[1])
+                if not isinstance(e, int) and e.is_Symbol and n == 1 and self.ranges.get(str(e), (2, None))[0] > 1}
+        if not ones:
+            return set()
+        saved = dict(self.ranges)
+        for sym in ones:
+            self.ranges[sym] = (1, self.ranges.get(sym, (2, None))[1])
+        try:
+            return ones if self.check(key) is None else set()
+        finally:
+            self.ranges = saved
 
     def describe(self) -> list[str]:
         """One line per symbol: where it is read and its range."""

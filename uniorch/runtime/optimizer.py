@@ -9,8 +9,8 @@ the update (the step count is a tensor on the parameters' device and the bias co
 computed from it in the kernels), as torch.optim does when it captures the step into a graph.
 
 What is not compiled runs the optimizer's own eager step, and `explain` says why: another optimizer
-class, sparse or complex gradients, `differentiable=True`, and SGD's first step with momentum (its
-buffers start as a copy of the gradient, which the eager step makes).
+class, sparse or complex gradients, `differentiable=True`. SGD's first step with momentum is a graph
+of its own (its buffers start as copies of the gradients, which the graph returns).
 """
 from __future__ import annotations
 
@@ -65,6 +65,16 @@ class _SGDUpdate(torch.nn.Module):
                 foreach=False, lr=lr, **self.hyper)
 
 
+class _SGDFirstUpdate(_SGDUpdate):
+    """SGD's first step with momentum: the buffers start as copies of the gradients, made here and
+    returned (torch.optim keeps them in the optimizer's state)."""
+
+    def forward(self, params, grads, lr):
+        bufs = [None] * len(params)
+        super().forward(params, grads, bufs, lr)
+        return bufs
+
+
 class CompiledOptimizer:
     """What `uniorch.compile(optimizer)` returns: `step()` runs each parameter group's update as
     compiled kernels; every other attribute is the optimizer's."""
@@ -102,10 +112,13 @@ class CompiledOptimizer:
         args, kwargs = (opt,), {}
         for hook in (*optim_mod._global_optimizer_pre_hooks.values(), *opt._optimizer_step_pre_hooks.values()):
             hook(opt, args, kwargs)
-        for plan in plans:
+        for group, plan in zip(opt.param_groups, plans):
             if plan:
                 cm, call_args = plan
-                cm(*call_args)
+                out = cm(*call_args)
+                if isinstance(cm._model, _SGDFirstUpdate):  # the new momentum buffers
+                    for p, buf in zip(call_args[0], out):
+                        opt.state[p]["momentum_buffer"] = buf
                 self._last = (cm, call_args)
         opt._optimizer_step_code()
         for hook in (*opt._optimizer_step_post_hooks.values(), *optim_mod._global_optimizer_post_hooks.values()):
@@ -138,10 +151,15 @@ class CompiledOptimizer:
         if kind is torch.optim.SGD:
             hyper = {k: group[k] for k in _SGD_ARGS}
             bufs = [opt.state[p].get("momentum_buffer") for p in params]
-            if hyper["momentum"] and any(b is None for b in bufs):
-                return "SGD's first step with momentum (the buffers start as the gradients)"
-            args = (params, grads, bufs if hyper["momentum"] else [], lr)
-            update = lambda: _SGDUpdate(hyper)  # noqa: E731
+            first = bool(hyper["momentum"]) and all(b is None for b in bufs)
+            if hyper["momentum"] and not first and any(b is None for b in bufs):
+                return "SGD with momentum buffers for some parameters of a group only"
+            if first:
+                args = (params, grads, lr)
+                update = lambda: _SGDFirstUpdate(hyper)  # noqa: E731
+            else:
+                args = (params, grads, bufs if hyper["momentum"] else [], lr)
+                update = lambda: _SGDUpdate(hyper)  # noqa: E731
         else:
             hyper = {k: group[k] for k in ("amsgrad", "weight_decay", "eps", "maximize")}
             beta1, beta2 = group["betas"]
@@ -154,7 +172,7 @@ class CompiledOptimizer:
                     [s["max_exp_avg_sq"] for s in state] if hyper["amsgrad"] else [],
                     [s["step"] for s in state], lr)
             update = lambda: _AdamUpdate(hyper, decoupled)  # noqa: E731
-        key = (kind, tuple(sorted(hyper.items())), kind is torch.optim.AdamW)
+        key = (kind, tuple(sorted(hyper.items())), kind is torch.optim.AdamW, kind is torch.optim.SGD and first)
         cm = self._compiled.get(key)
         if cm is None:
             from ..api import CompiledModule
