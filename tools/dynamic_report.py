@@ -5,8 +5,8 @@
 Each decoder is called at 16 sequence lengths from 5 to 300 (`--quick`: 5 to 64, what Triton's
 interpreter runs in minutes: its cost grows with the length squared) with batch sizes 1 to 8, once with
 `dynamic=False` (a compile per shape), once as `uniorch.compile` is by default (automatic dynamic:
-a symbolic compile once a size changes; a batch of 1 after that is a compile of its own, as in
-torch.compile) and once with `dynamic=True`, every output checked against eager; then
+a symbolic compile once a size changes, which also serves a batch of 1 where the program at 1 is
+the same: runtime/size_one.py) and once with `dynamic=True`, every output checked against eager; then
 `generate` over 64 new tokens. A row gives compiles, the time of the calls that compiled, and the
 largest error against eager.
 """
