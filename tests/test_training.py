@@ -293,6 +293,40 @@ def test_explain_reports_every_graph_of_a_training_call_split_by_a_graph_break()
     assert rep.backward is not None and len(rep.backward.kernels) == sum(len(tc.report(h).kernels) for h in tc.backward)
 
 
+class Dropouts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Linear(16, 16), nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.drop(torch.relu(self.fc(self.drop(x)))).sum(-1)
+
+
+def test_fallback_random_draws_eagers_dropout_masks(monkeypatch):
+    # kernels draw their own stream by default; UNIORCH_FALLBACK_RANDOM=1 leaves the draws to
+    # PyTorch, in eager's order, so a compiled run with dropout equals eager's under one seed
+    monkeypatch.setenv("UNIORCH_FALLBACK_RANDOM", "1")
+    torch.manual_seed(0)
+    model = Dropouts().train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    gen = torch.Generator().manual_seed(14)
+    for step in range(2):
+        x = torch.randn(8, 16, generator=gen)
+        torch.manual_seed(100 + step)
+        out = cm(x)
+        out.square().sum().backward()
+        torch.manual_seed(100 + step)
+        want = ref(x)
+        want.square().sum().backward()
+        assert _rel(out.detach(), want.detach()) <= 1e-5
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert _rel(p.grad, q.grad) <= 1e-4
+    rep = cm.explain(x)
+    assert rep.fallbacks and all("UNIORCH_FALLBACK_RANDOM" in f.why for f in rep.fallbacks)
+    assert rep.kernels  # everything else still compiles
+
+
 def test_many_models_of_one_class_each_compile_their_training_graphs():
     """Dynamo keeps 8 compiled frames per code object and runs the rest eagerly, silently; every
     nn.Sequential shares one forward. Ten of them each get forward and backward kernels."""

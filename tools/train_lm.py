@@ -1,13 +1,15 @@
 """A tiny GPT-2 trained on one fixed batch, compiled (model and AdamW) and eagerly, side by side.
 
-    python -m uniorch.tools.train_lm [--steps 50] [--target interpret] [--dropout 0.1] [--json out.json]
+    python -m uniorch.tools.train_lm [--steps 50] [--target interpret] [--dropout 0.1] [--fallback-random]
+        [--json out.json]
 
 transformers' GPT2LMHeadModel in its default settings (SDPA attention, its dropout probabilities
 unless --dropout says otherwise), vocab 96, 2 layers of width 32, batch 4 x 16 tokens. Both runs
 start from the same weights and minimise the model's own cross-entropy (`labels=input_ids`) on the
 same batch; the report gives both loss curves and the final losses' relative difference. With
-dropout the compiled graph draws its masks in another order than eager, so the curves agree in
-trend, not in value; at 0 they agree to rounding.
+dropout the compiled graph draws its masks from its own stream, so the curves agree in trend, not
+in value, unless `--fallback-random` (UNIORCH_FALLBACK_RANDOM=1) leaves the draws to PyTorch as eager
+makes them; at dropout 0 they agree to rounding.
 """
 from __future__ import annotations
 
@@ -56,7 +58,10 @@ def train(steps: int, target: str, dropout: float | None, lr: float = 3e-3) -> d
     cm = runs["uniorch"][0]
     rep = cm.explain(batch, labels=batch)
     final = {name: v[-1] for name, v in losses.items()}
+    from uniorch.config import flag
+
     return dict(steps=steps, target=target, dropout=dropout if dropout is not None else "default (0.1)",
+                fallback_random=flag("UNIORCH_FALLBACK_RANDOM"),
                 losses=losses, final=final, rel_diff=abs(final["uniorch"] - final["eager"]) / final["eager"],
                 first_step_s=round(first, 2), seconds={k: round(v, 1) for k, v in seconds.items()},
                 fw_kernels=len(rep.kernels), bw_kernels=len(rep.backward.kernels) if rep.backward else 0,
@@ -69,8 +74,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--target", default="interpret")
     p.add_argument("--dropout", type=float, default=None, help="all of GPT-2's dropout probabilities (default: 0.1)")
+    p.add_argument("--fallback-random", action="store_true",
+                   help="dropout's masks drawn by PyTorch as eager draws them (UNIORCH_FALLBACK_RANDOM=1)")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
+    if a.fallback_random:
+        import os
+
+        os.environ["UNIORCH_FALLBACK_RANDOM"] = "1"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = train(a.steps, a.target, a.dropout)

@@ -8,6 +8,8 @@ KNOBS = {
     "UNIORCH_SLOW_TESTS": "1: the test suite also runs every zoo model through the interpreter (slow)",
     "UNIORCH_FUZZ_EXAMPLES": "N: tests/test_fuzz.py draws N random graphs per test instead of its small fixed set",
     "UNIORCH_CACHE_DIR": "where compiled kernels are cached (default: ~/.cache/uniorch)",
+    "UNIORCH_FALLBACK_RANDOM": "1: random ops (dropout's masks, rand, randn, ...) run in PyTorch and draw exactly eager's "
+                               "numbers, as Inductor's fallback_random (default: kernels draw from a seed of PyTorch's generator)",
     "UNIORCH_TRITON_ADAPTER": "Ascend's triton-adapter-opt for the cann and cpu backends (default: the venv's bin/, then PATH)",
     # read by scripts/setup.sh, listed here so every knob is in one place
     "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",

@@ -323,10 +323,20 @@ _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites",
              "scalar_compares", "pool_backward", "conv_backward", "cpu_attention")
 
 
-@functools.cache
 def decomposition_table(data_dependent: bool = True) -> dict:
     """Every decomposition capture applies; `data_dependent=False` leaves out the rewrites whose
-    outputs have data-dependent sizes (capture retries without them when they fail to trace)."""
+    outputs have data-dependent sizes (capture retries without them when they fail to trace).
+    With UNIORCH_FALLBACK_RANDOM=1 random ops stay whole: PyTorch runs them as eager calls them."""
+    from ..runtime.eager_only import fallback_random, random_ops
+
+    table = _table(data_dependent)
+    if fallback_random():
+        table = {op: fn for op, fn in table.items() if op not in random_ops()}
+    return table
+
+
+@functools.cache
+def _table(data_dependent: bool = True) -> dict:
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._embedding_bag_forward_only.default] = _embedding_bag

@@ -23,7 +23,31 @@ CRASHES = {
 }
 
 
+# every overload of PyTorch's random ops: kernels draw their own stream (passes/seed_input.py),
+# PyTorch's when UNIORCH_FALLBACK_RANDOM=1 (a run then matches eager's draws exactly)
+RANDOM_NAMES = ("bernoulli", "native_dropout", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+                "randperm", "normal", "normal_functional", "uniform", "exponential", "geometric", "multinomial",
+                "poisson", "cauchy", "log_normal", "random")
+
+
+def random_ops() -> set:
+    out = set()
+    for name in RANDOM_NAMES:
+        packet = getattr(aten, name, None)
+        for overload in packet.overloads() if packet is not None else ():
+            out.add(getattr(packet, overload))
+    return out
+
+
+def fallback_random() -> bool:
+    from ..config import flag
+
+    return flag("UNIORCH_FALLBACK_RANDOM")
+
+
 def reason(target, node=None) -> str:
+    if fallback_random() and target in random_ops():
+        return "UNIORCH_FALLBACK_RANDOM=1: PyTorch draws it, as eager does"
     if target in CRASHES and node is not None:
         first = node.args[0].meta.get("val") if node.args and hasattr(node.args[0], "meta") else None
         applies, why = CRASHES[target]
