@@ -67,13 +67,17 @@ def _flat_grads(model) -> torch.Tensor:
 def _gradient_errors(model, ref, full, args, kwargs) -> dict:
     """The first step's gradients (all runs still at the same weights) against eager's.
 
-    grad_rel_err is the worst parameter's max-norm error, as for the weights. In bf16 a parameter
-    whose true gradient is ~0 (a bias before a normalisation) holds only rounding noise in every run,
-    so the gradients are also judged as one vector (grad_l2_err), and both bf16 runs against the
-    same step in fp32: compiled bf16 should be about as far from it as eager bf16 is.
+    grad_rel_err is the worst parameter's max-norm error, each tensor's scale floored at a
+    thousandth of the model's largest gradient. The gradients are also judged as one vector
+    (grad_l2_err), and in bf16 both runs against the same step in fp32: compiled bf16 should be
+    about as far from it as eager bf16 is.
     """
-    out = {"grad_rel_err": max((_rel(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())
-                                if q.grad is not None), default=0.0)}
+    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters()) if q.grad is not None]
+    # a tensor whose gradient is ~0 in exact arithmetic (a bias before a normalisation) holds only
+    # rounding noise in both runs: it is judged against a thousandth of the model's largest gradient
+    floor = 1e-3 * max((float(q.abs().max()) for _, q in pairs), default=0.0)
+    out = {"grad_rel_err": max((float((p - q).abs().max() / max(float(q.abs().max()), floor, ABS_FLOOR))
+                                for p, q in pairs), default=0.0)}
     g, g_ref = _flat_grads(model), _flat_grads(ref)
     if g.numel() != g_ref.numel():
         return out
@@ -162,8 +166,8 @@ def markdown(rows: list[dict], gen: dict) -> str:
              + (", fp32 master weights with the forward under `torch.autocast(dtype=torch.bfloat16)` in both runs"
                 if bf16 else "") + ". "
              "Param err: the parameters' largest relative error after the last step against eager's (max-norm, "
-             "per tensor). Grad err: the first step's gradients' (per tensor), and grad L2: all of them as one "
-             "vector" + ("; vs fp32: that step's gradients against the same step in fp32, compiled / eager" if bf16 else "")
+             "per tensor). Grad err: the first step's gradients' (per tensor, each tensor's scale at least a "
+             "thousandth of the model's largest gradient), and grad L2: all of them as one vector" + ("; vs fp32: that step's gradients against the same step in fp32, compiled / eager" if bf16 else "")
              + ". Saved: the activation bytes the forward keeps for the backward (AOTAutograd's min-cut "
              "partition), eager autograd's beside it.", "",
              "| model | param err | grad err | grad L2 |" + (" vs fp32 |" if bf16 else "")
