@@ -83,6 +83,22 @@ def test_kernels_match_eager(case):
     _close(_native(fn, *args), fn(*args))
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 12, 16), (1, 33, 20), (3, 12, 16)])
+def test_bf16_matmuls_with_a_single_row_match_eager(m, k, n):
+    # a bf16 dot of a broadcast row came out ~1e10 through the adapter's lowering: the cpu target
+    # widens bf16 dot operands to f32 (exact: bf16 products are exact in f32)
+    gen = torch.Generator().manual_seed(m * k + n)
+    a, b = torch.randn(m, k, generator=gen).bfloat16(), torch.randn(k, n, generator=gen).bfloat16()
+    _close(_native(lambda x, y: torch.mm(x, y).float(), a, b), torch.mm(a, b).float(), tol=1e-2)
+
+
+def test_bf16_attention_matches_eager():
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 9, 16, generator=gen).bfloat16() for _ in range(3))
+    got = _native(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    _close(got.float(), F.scaled_dot_product_attention(q, k, v, is_causal=True).float(), tol=2e-2)
+
+
 def test_many_programs_and_threads_match_eager():
     # large enough that the grid is split over threads (launch.PARALLEL_BYTES)
     x, y = torch.randn(1024, 512), torch.randn(512)

@@ -163,6 +163,10 @@ class _Flash:
     def __init__(self, plan: AttnPlan, s: dict, target: str):
         self.plan, self.s, self.target = plan, s, target
         self.interpret = _target_kind(target)[0] == "interpret"
+        from .contraction_emit import _vendor
+
+        # as contraction_emit: bf16 dot operands widened on the interpreter and the cpu backend
+        self.widen_bf16 = self.interpret or _vendor(target) == "cpu"
         self.q, self.k, self.sc = [], [], []      # before the key loop; per key tile: k, scores
         self.v, self.out = [], []                 # per key tile: v; after the loop: the epilogue
         s1 = {"block_m": s["block_m"], "block_n": s["block_n"], "block_k": s["block_d"]}
@@ -177,7 +181,7 @@ class _Flash:
         ta, tb = part.p.dot_types
         if "f64" in (ta, tb):
             dt = "f64"
-        elif ta == tb and ta in ("f16", "bf16") and not (self.interpret and ta == "bf16"):
+        elif ta == tb and ta in ("f16", "bf16") and not (self.widen_bf16 and ta == "bf16"):
             dt = ta
         else:
             dt = "f32"
@@ -212,7 +216,7 @@ class _Flash:
         vb = e2.operand("b")
         pty = p2.dot_types[0]
         dt2 = "f64" if acc_ty == "f64" else (pty if pty in ("f16", "bf16") and vb.ty == pty
-                                              and not (self.interpret and pty == "bf16") else "f32")
+                                              and not (self.widen_bf16 and pty == "bf16") else "f32")
         vt = vb.text if vb.ty == dt2 else e2.line("b", {"k"}, f"{vb.text}.to({_TL[dt2]})", "b")
         p_text = "p"
         if pty in ("f16", "bf16"):  # the probabilities are stored in 16 bits by eager: round p too

@@ -18,6 +18,15 @@ from .contraction_ir import (
 )
 from .contraction_plan import _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
+
+
+def _vendor(target) -> str:
+    from uniorch.targets import TargetError, parse_target
+
+    try:
+        return parse_target(target or "interpret").vendor
+    except TargetError:
+        return ""
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 
@@ -35,6 +44,11 @@ class _Emitter:
         self.p = plan
         self.s = sched
         self.interpret = _target_kind(target)[0] == "interpret"
+        # bf16 dot operands widened to f32 (exact: bf16 products are exact in f32 and the dot
+        # accumulates in f32 either way): the interpreter keeps bf16 as raw bits, and the cpu
+        # backend's lowering (Ascend's adapter, then upstream MLIR) of a dot whose bf16 operand is
+        # a broadcast row gave values ~1e10 (every M=1 bf16 matmul)
+        self.widen_bf16 = self.interpret or _vendor(target) == "cpu"
         self.pre: list[str] = []    # before the K loop
         self.loop: list[str] = []   # inside the K loop
         self.post: list[str] = []   # after the K loop
@@ -535,8 +549,8 @@ class _Emitter:
             text = self.line(side, {"k"}, _body.full_expr(shape, text, _TL[ty]), side)
         elif set(val.cls) != full:
             text = self.line(side, {"k"}, f"tl.broadcast_to({text}, {shape})", side)
-        if self.interpret and ty == "bf16":
-            # the interpreter keeps bf16 as raw bits (no bf16 dot or arithmetic): widen first
+        if self.widen_bf16 and ty == "bf16":
+            # see __init__: widen first
             text, ty = self.line(side, {"k"}, f"{text}.to(tl.float32)", side), "f32"
         if self.mask_k and not val.zero_k:
             self.need.add(f"mask_k{side}")
@@ -552,7 +566,7 @@ class _Emitter:
         # operand types for tl.dot
         if wide_acc:
             dt = "f64"
-        elif ta == tb and ta in ("f16", "bf16") and not (self.interpret and ta == "bf16"):
+        elif ta == tb and ta in ("f16", "bf16") and not (self.widen_bf16 and ta == "bf16"):
             dt = ta
         else:
             dt = "f32"
