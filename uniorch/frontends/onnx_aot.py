@@ -29,7 +29,7 @@ class _OnnxSignature(torch.nn.Module):
 
 
 def compile_onnx_aot(model: Any, args, target, kwargs: Optional[dict] = None):
-    from ..aot import AotKernel, Artifact, through_backend
+    from ..artifact import AotKernel, Artifact, through_backend
     from ..capture.graph import CapturedGraph, GraphInput, GraphOutput
     from ..ir import make_context
     from ..runtime.compiler import RegionError, compile_module

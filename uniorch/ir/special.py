@@ -283,7 +283,7 @@ def linalg_pipeline_without_verifier(ctx: ir.Context) -> str:
     body `func.call`); check_linalg_contract stands in for it."""
     from torch_mlir.passmanager import PassManager
 
-    from .stages import PIPELINES
+    from .pipelines import PIPELINES
 
     with ctx:
         text = str(PassManager.parse(PIPELINES["linalg"]))

@@ -11,14 +11,10 @@ from torch_mlir.passmanager import PassManager
 
 from ..errors import LoweringError
 from .diagnostics import from_error
+from .pipelines import PIPELINES  # noqa: F401 - where passes and frontends look it up
 
 STAGES = ("torch", "linalg")
 
-PIPELINES = {
-    "torch": "builtin.module(func.func(torch-match-quantized-custom-ops),"
-    " torchdynamo-export-to-torch-backend-pipeline)",
-    "linalg": "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline)",
-}
 
 
 def stage_of(module: ir.Module) -> str:

@@ -1,0 +1,81 @@
+"""What ahead-of-time compilation produces (`Artifact`, `AotKernel`) and how a compiled region's
+kernels go through a backend's stages. Its own module so that the ONNX frontend's AOT path builds
+artifacts without importing `uniorch.aot`, which calls it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class AotKernel:
+    name: str  # "k0_pointwise", or "r1.k0_pointwise" when the program has several regions
+    kind: str
+    region: int
+    asm: dict[str, Any] = field(repr=False)  # stage -> text, or bytes for binaries; "triton", "ttir" first
+    metadata: dict[str, Any] = field(repr=False)  # what the backend's stages recorded (JSON-able)
+    ops: list[str] = field(default_factory=list)  # the ATen ops fused into it
+    source: Any = field(default=None, repr=False)  # uniorch KernelSource: how to launch it
+    func: str = ""  # its function's symbol in the region's scheduled MLIR
+    compiled: Any = field(default=None, repr=False)  # the backend's CompiledKernel
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.asm)
+
+
+@dataclass
+class Artifact:
+    """What `compile_aot` returns: every kernel at every stage, plus what `save` writes."""
+
+    target: str
+    kernels: list[AotKernel]
+    fallbacks: list  # uniorch.api.FallbackReport: op, where, stage, why
+    timings: dict[str, float]
+    captured: Any = field(repr=False, default=None)  # CapturedGraph
+    program: Any = field(repr=False, default=None)  # runtime.partition.Program (regions not loaded)
+
+    def save(self, path: str) -> str:
+        """Writes the bundle directory `path` (replacing a bundle already there); returns it."""
+        from .runtime.bundle import save
+
+        return save(self, path)
+
+    def __str__(self) -> str:
+        regions = len(self.program.regions) if self.program is not None else 0
+        lines = [f"uniorch AOT artifact (target {self.target}): {len(self.kernels)} kernels in {regions} "
+                 f"compiled region(s), {len(self.fallbacks)} eager fallbacks", "",
+                 f"{'kernel':<28} {'kind':<12} {'binary':>14}  stages"]
+        for k in self.kernels:
+            last = k.stages[-1]
+            size = f"{last} {len(k.asm[last]) / 1024:.1f} KB" if isinstance(k.asm[last], bytes) else "-"
+            lines.append(f"{k.name:<28} {k.kind:<12} {size:>14}  {' '.join(k.stages)}")
+        if self.fallbacks:
+            lines += ["", "eager fallbacks (op, where, why):"]
+            lines += [f"  {f.op:<28} {f.where:<40} [{f.stage}] {f.why}" for f in self.fallbacks]
+        lines += ["", "timings: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items())]
+        return "\n".join(lines)
+
+
+def through_backend(cg, target, all_nodes: list[str]):
+    """Every kernel of a compiled (not loaded) region through the backend's stages to its last."""
+    from .backends.driver import compile_kernel
+    from .backends.sdk import BackendError
+    from .runtime.compiler import RegionError
+
+    backend = target.backend
+    t = time.perf_counter()
+    for info in cg.kernels:
+        try:
+            kernel = cg.plan.kernels[info.name]
+            cg.compiled[info.name] = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
+        except BackendError as err:
+            raise RegionError("backend", str(err), info.nodes or all_nodes) from None
+    cg.timings["backend stages"] = time.perf_counter() - t
+    return cg
+
+
+def _linalg_text(func_op) -> str:
+    """The kernel function as MLIR text with its locations (what linalg-consuming toolchains read)."""
+    return func_op.get_asm(enable_debug_info=True) if func_op is not None else ""
