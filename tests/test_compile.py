@@ -178,4 +178,8 @@ def test_gelu_matches_eager_tightly(approximate):
 
     cm = uniorch.compile(fn, target="interpret")
     x = torch.randn(4096) * 3
-    torch.testing.assert_close(cm(x), fn(x), rtol=1e-5, atol=1e-6)
+    # eager's own fp32 erf is ~1.2e-6 from float64's near |x| = 3.3 (ours ~4.5e-7), so the two may
+    # differ by a little over 1e-6 there; 22/7 for pi would be ~5e-5 off
+    got, want, exact = cm(x), fn(x), fn(x.double())
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=3e-6)
+    assert (got.double() - exact).abs().max() <= 1.5 * (want.double() - exact).abs().max() + 1e-7
