@@ -37,11 +37,13 @@ from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
+from uniorch.codegen.softmax_match import match_softmax
 from uniorch.ir import dims
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .pad_views import pad_value
+from .plan_memory import nbytes
 
 # ops outlining copies into the kernels that read them (so their results are no kernel arguments)
 _IN_KERNEL = ("arith.constant", "tensor.empty")
@@ -49,6 +51,10 @@ GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
 # One tile of output channels on every target (contraction_schedule.py caps fp32 tiles at 64), so
 # a fused prologue is computed once per input element and kernel window position, not per tile.
 PROLOGUE_MAX_FILTERS = 64
+# A matmul's factor prologue (LayerNorm's or RMSNorm's normalise before a linear layer) is computed
+# once per tile of the other side's columns: a few flops per element each time, where the kernel
+# that wrote it would store and the matmul load it again. Up to 4 tiles of recomputation.
+MATMUL_PROLOGUE_MAX_N = 4 * PROLOGUE_MAX_FILTERS
 
 
 @dataclass
@@ -724,34 +730,90 @@ class _Fusion:
         return out
 
     def try_join_prologue(self, g: _Group, x: ir.Operation) -> bool:
-        """A pointwise producer read only by a convolution's input side (directly, through its pad,
-        or through other such producers) is evaluated in the kernel's input tiles (BatchNorm + ReLU
-        before a DenseNet conv, GroupNorm's normalise + SiLU before a UNet conv): its result never
-        goes to memory. Only while the filters fit one tile (`PROLOGUE_MAX_FILTERS`), so each
-        element is computed for one tile of output channels, not once per tile of them."""
+        """A pointwise producer read only by a convolution's or matmul's factor side (directly,
+        through a pad, or through other such producers) is evaluated in the kernel's factor tiles
+        (BatchNorm + ReLU before a DenseNet conv, GroupNorm's normalise + SiLU before a UNet conv,
+        LayerNorm's or RMSNorm's normalise before a linear layer): its result never goes to memory.
+        A convolution takes one while its filters fit one tile (`PROLOGUE_MAX_FILTERS`), so each
+        element is computed for one tile of output channels; a matmul while its columns fit a few
+        (`MATMUL_PROLOGUE_MAX_N`). A cheap producer also read elsewhere (the widening of a 16-bit
+        input that the norm's statistics read too) is cloned into the prologue."""
         a = g.anchor
-        if not pat.is_convolution(a) or not pat.is_pointwise(x) or not _static(x):
+        conv = pat.is_convolution(a)
+        if not (conv or pat.is_contraction(a)) or not pat.is_pointwise(x) or not _static(x):
             return False
+        limit = PROLOGUE_MAX_FILTERS if conv else MATMUL_PROLOGUE_MAX_N
+        if not conv:
+            if _moves_or_widens(x) and any(pat.op_of(u.owner) == a for r in x.results for u in r.uses):
+                return False  # a transposed or widened factor: read in place (`admissible`)
+            if match_softmax(x.results[0], lambda o: o not in self.group_of) is not None:
+                return False  # attention's probabilities: uniorch-fuse-attention takes the softmax whole
+            if not self._prologue_pays(g, x):
+                return False
         if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):  # gathers
             return False
         members = set(g.ops)
         n_in = pat.num_inputs(a)
+        inside = outside = 0
         for r in x.results:
             for u in r.uses:
                 o = pat.op_of(u.owner)
-                if o not in members or (o == a and u.operand_number >= n_in):
+                if o not in members:
+                    outside += 1
+                    continue
+                inside += 1
+                if o == a and (u.operand_number >= n_in or not self._fits(self._filters(a, u.operand_number), limit)):
                     return False
-                if o == a and self._filters(a, u.operand_number) > PROLOGUE_MAX_FILTERS:
+                if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue \
+                        and not (not conv and _widens(o) and self._feeds_factor_only(g, o)):
                     return False
-                if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue:
-                    return False
-        if not list(x.results[0].uses) or self.creates_cycle(g, x):
+        if not inside or (outside and not pat.is_cheap(x)):
             return False
-        if any(o.name in ("tensor.pad", "tensor.concat") and self._filters(a, 0) > PROLOGUE_MAX_FILTERS
+        if any(o.name in ("tensor.pad", "tensor.concat") and not self._fits(self._filters(a, 0), PROLOGUE_MAX_FILTERS)
                for o in g.ops):
+            return False
+        if outside:  # a clone for the prologue; the original stays with its other readers
+            y, redirected = self.clone_for(members, x)
+            self.rebuild_graph()
+            if self.creates_cycle(g, y):
+                for owner, i, r in redirected:
+                    owner.operands[i] = x.results[r]
+                y.erase()
+                self.rebuild_graph()
+                return False
+            x = y
+        elif self.creates_cycle(g, x):
             return False
         g.prologue.add(x)
         return self._adopt(g, x)
+
+    @staticmethod
+    def _prologue_pays(g: _Group, x: ir.Operation) -> bool:
+        """x's result (which would be written and read again) is at least twice the small tensors
+        broadcast into it from other kernels (a norm's per-row statistics, which those kernels
+        write instead): not so for rows of a few 16-bit elements normalised with three f32
+        statistics. Small: a quarter of the result's elements or fewer (not a grouped-query
+        repeat of k before its rotary embedding)."""
+        res = ir.RankedTensorType(x.results[0].type)
+        out, n_out = nbytes(res), dims.prod(list(res.shape))
+        side = 0
+        for v in list(x.operands)[:pat.num_inputs(x)]:
+            if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType):
+                continue
+            if pat.op_of(v.owner) not in g.ops and 4 * dims.prod(list(ir.RankedTensorType(v.type).shape)) <= n_out:
+                side += nbytes(v.type)
+        return 2 * side <= out
+
+    @staticmethod
+    def _fits(n, limit: int) -> bool:
+        return isinstance(n, int) and n <= limit  # a symbolic count may be any size
+
+    @staticmethod
+    def _feeds_factor_only(g: _Group, w: ir.Operation) -> bool:
+        """w (a widening of a 16-bit prologue's result) is read by g's anchor as a factor only."""
+        uses = [u for r in w.results for u in r.uses]
+        return bool(uses) and all(pat.op_of(u.owner) == g.anchor and u.operand_number < pat.num_inputs(g.anchor)
+                                  for u in uses)
 
     @staticmethod
     def _filters(conv, i: int) -> int:

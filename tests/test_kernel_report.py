@@ -70,12 +70,12 @@ def test_update_ceilings_rounds_ratio_up(tmp_path):
 
 
 class _Mixed(torch.nn.Module):
-    """fp32 model with one explicit float64 computation in the middle."""
+    """fp32 model with one explicit float64 computation in the middle, and an fp32-only kernel."""
 
     def forward(self, x):
         y = torch.tanh(x) + 1
         z = (y.double() * 2).sqrt().float()
-        return torch.relu(z @ x.t())
+        return torch.relu(z @ x.t()), x.exp().sum(0)
 
 
 class _ScaledFp32(torch.nn.Module):

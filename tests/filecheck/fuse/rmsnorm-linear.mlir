@@ -1,7 +1,8 @@
 // RMSNorm feeding a linear on a 3-D input. Reshape propagation turns the matmul into a generic
 // and upstream elementwise fusion pulls the normalisation into its body; uniorch-preprocess takes
-// it back out: the norm is one reduction kernel, the projection a tl.dot contraction that also
-// owns its zero-filled accumulator and the weight's transpose.
+// it back out. The sum of squares is one reduction kernel; the normalise is the projection's
+// prologue (computed in its factor tiles, never stored), in the tl.dot contraction kernel that
+// also owns its zero-filled accumulator and the weight's transpose.
 // RUN: uniorch-opt %s -p 'uniorch-preprocess,uniorch-fuse' | FileCheck %s
 
 // CHECK-LABEL: func.func @main
@@ -9,7 +10,7 @@
 // CHECK: %[[SQ:.*]] = linalg.generic {{.*}} outs(%[[FILL]] {{.*}}uniorch.kind = "reduction"
 // CHECK: %[[WT:.*]] = linalg.generic {{.*}} ins(%arg1 {{.*}}uniorch.group = 1 : i64
 // CHECK: %[[ACC:.*]] = linalg.generic {{.*}} ins(%cst : f32) {{.*}}uniorch.group = 1 : i64
-// CHECK: %[[NORM:.*]] = linalg.generic {{.*}} ins(%arg2, %[[SQ]], %arg0 {{.*}}uniorch.group = 0 : i64
+// CHECK: %[[NORM:.*]] = linalg.generic {{.*}} ins(%arg2, %[[SQ]], %arg0 {{.*}}uniorch.group = 1 : i64
 // CHECK: math.rsqrt
 // CHECK: %[[MM:.*]] = linalg.generic {{.*}} ins(%[[NORM]], %[[WT]] {{.*}} outs(%[[ACC]] {{.*}}uniorch.group = 1 : i64, uniorch.kind = "contraction"
 // CHECK-NEXT: ^bb0

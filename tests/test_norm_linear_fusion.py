@@ -1,0 +1,94 @@
+"""A LayerNorm's or RMSNorm's normalise feeding a linear layer rides on the matmul as its prologue
+(passes/fuse.py `try_join_prologue`): the statistics kernel writes only per-row statistics and
+the contraction normalises its input tiles, so the normalised activation never goes to memory.
+Numerics against eager on fresh inputs; kernels and bytes from `uniorch.explain`."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+
+
+class NormLinear(nn.Module):
+    def __init__(self, dim, out, norm="layernorm", bias=True):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
+        with torch.no_grad():  # not the identity: scale and shift matter
+            self.norm.weight.uniform_(0.5, 1.5)
+            if getattr(self.norm, "bias", None) is not None:
+                self.norm.bias.uniform_(-0.3, 0.3)
+        self.fc = nn.Linear(dim, out, bias=bias)
+
+    def forward(self, x):
+        return F.gelu(self.fc(self.norm(x)))
+
+
+def _rel(got, want):
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("shape", [(20, 32), (2, 9, 32)])
+def test_normalise_is_the_matmuls_prologue(norm, dtype, tol, shape):
+    torch.manual_seed(0)
+    model = NormLinear(32, 96, norm).eval().to(dtype)
+    x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert sorted(k.kind for k in rep.kernels) == ["contraction", "reduction"], rep
+    stats = next(k for k in rep.kernels if k.kind == "reduction")
+    rows = x.numel() // 32
+    # per-row statistics (float32), never the normalised [rows, 32] activation
+    assert stats.bytes_written <= 3 * 4 * rows, stats
+    mm = next(k for k in rep.kernels if k.kind == "contraction")
+    names = [o for o, _ in mm.ops]
+    assert any("mm" in o for o in names) and any("rsqrt" in o or "norm" in o for o in names), names
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        fresh = torch.randn(*shape, dtype=dtype) * 3 - 1
+        assert _rel(cm(fresh), model(fresh)) <= tol
+
+
+def test_wide_output_keeps_the_normalised_activation():
+    """Past MATMUL_PROLOGUE_MAX_N columns the normalise would be recomputed for too many tiles of
+    them: the norm's kernel writes it once, as before."""
+    torch.manual_seed(1)
+    model = NormLinear(32, 512).eval()
+    x = torch.randn(8, 32)
+    rep = uniorch.explain(model, x, target="interpret")
+    stats = next(k for k in rep.kernels if k.kind == "reduction")
+    assert stats.bytes_written >= x.numel() * 4, stats
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(8, 32)
+    assert _rel(cm(fresh), model(fresh)) <= 1e-5
+
+
+def test_normalise_read_by_several_layers_stays_in_memory():
+    """Q, K and V projections of one normalised input: no kernel owns it alone, so it is written
+    once and read by each (cloning a ten-op normalise into three kernels is not cheap)."""
+    torch.manual_seed(2)
+    norm, q, k = nn.LayerNorm(32), nn.Linear(32, 32), nn.Linear(32, 32)
+
+    def fn(x):
+        h = norm(x)
+        return q(h) * k(h)
+
+    x = torch.randn(6, 32)
+    cm = uniorch.compile(fn, target="interpret")
+    fresh = torch.randn(6, 32)
+    with torch.no_grad():
+        assert _rel(cm(fresh), fn(fresh)) <= 1e-5
+
+
+def test_attention_softmax_is_not_taken_by_the_pv_matmul():
+    """Softmax probabilities feeding the PV product stay for uniorch-fuse-attention: one flash kernel."""
+    torch.manual_seed(3)
+
+    def attn(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+
+    args = tuple(torch.randn(2, 2, 16, 16) for _ in range(3))
+    rep = uniorch.explain(attn, *args, target="interpret")
+    assert [k.kind for k in rep.kernels] == ["attention"], [k.kind for k in rep.kernels]
