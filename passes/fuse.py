@@ -767,7 +767,7 @@ class _Fusion:
                 if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue \
                         and not (not conv and _widens(o) and self._feeds_factor_only(g, o)):
                     return False
-        if not inside or (outside and not pat.is_cheap(x)):
+        if not inside or (outside and not (pat.is_cheap(x) or (not conv and self._factor_of_matmuls(x)))):
             return False
         if any(o.name in ("tensor.pad", "tensor.concat") and not self._fits(self._filters(a, 0), PROLOGUE_MAX_FILTERS)
                for o in g.ops):
@@ -786,6 +786,32 @@ class _Fusion:
             return False
         g.prologue.add(x)
         return self._adopt(g, x)
+
+    def _factor_of_matmuls(self, x: ir.Operation) -> bool:
+        """Every reader of x is a matmul's factor (directly or through a widening): a pre-norm's
+        output read by the query, key and value projections. Each takes its own copy as a
+        prologue, a few flops per element against the 2·N of its dot, and the normalised
+        activation is never written."""
+        def factor(u) -> bool:
+            o = pat.op_of(u.owner)
+            if pat.is_contraction(o):
+                return u.operand_number < pat.num_inputs(o)
+            return _widens(o) and all(factor(w) for r in o.results for w in r.uses)
+        uses = [u for r in x.results for u in r.uses]
+        return bool(uses) and all(factor(u) for u in uses) and all(self._in_memory(v, x) for v in list(x.operands)[:pat.num_inputs(x)])
+
+    def _in_memory(self, v, x: ir.Operation) -> bool:
+        """v, read by x, is an argument, a small tensor (statistics), or a kernel's result already
+        (its op grouped), or a widening of one: copies of x would each read it, not recompute it
+        from its pieces (ViT's patch embedding plus positions before its first norm)."""
+        if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType):
+            return True
+        if 4 * dims.prod(list(ir.RankedTensorType(v.type).shape)) <= dims.prod(list(ir.RankedTensorType(x.results[0].type).shape)):
+            return True
+        p = pat.op_of(v.owner)
+        if _widens(p):  # a 16-bit tensor widened on load
+            return self._in_memory(p.operands[0], x)
+        return self.top(p) in self.group_of
 
     @staticmethod
     def _prologue_pays(g: _Group, x: ir.Operation) -> bool:

@@ -65,19 +65,52 @@ def test_wide_output_keeps_the_normalised_activation():
     assert _rel(cm(fresh), model(fresh)) <= 1e-5
 
 
-def test_normalise_read_by_several_layers_stays_in_memory():
-    """Q, K and V projections of one normalised input: no kernel owns it alone, so it is written
-    once and read by each (cloning a ten-op normalise into three kernels is not cheap)."""
+class PreNormQKV(nn.Module):
+    """A pre-norm read by three projections (separate q, k and v layers, as ViT and Llama have)."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + self.v(h)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_normalise_read_by_several_projections_is_each_ones_prologue(dtype, tol):
+    """Each projection normalises its own tiles (a few flops per element against the 2·N of its
+    dot): the normalised activation is never written."""
     torch.manual_seed(2)
-    norm, q, k = nn.LayerNorm(32), nn.Linear(32, 32), nn.Linear(32, 32)
+    model = PreNormQKV().eval().to(dtype)
+    x = torch.randn(2, 6, 32, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    reductions = [k for k in rep.kernels if k.kind == "reduction"]
+    assert len(reductions) == 1 and reductions[0].bytes_written <= 3 * 4 * 12, rep
+    assert sum(k.kind == "contraction" for k in rep.kernels) == 3, rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(2, 6, 32, dtype=dtype) * 2 + 1
+    assert _rel(cm(fresh), model(fresh)) <= tol
+
+
+def test_sum_of_pieces_before_a_shared_norm_is_read_not_recomputed():
+    """An embedding sum feeding a norm read by several projections: copies of the normalise
+    would each recompute the sum from its pieces, so the norm keeps its own kernel."""
+    torch.manual_seed(4)
+    model = PreNormQKV().eval()
+    pos = torch.randn(6, 32)
 
     def fn(x):
-        h = norm(x)
-        return q(h) * k(h)
+        return model(x + pos)
 
-    x = torch.randn(6, 32)
+    x = torch.randn(2, 6, 32)
+    rep = uniorch.explain(fn, x, target="interpret")
+    assert not any(sum("rsqrt" in o or "norm" in o for o, _ in k.ops) and k.kind == "contraction"
+                   for k in rep.kernels), rep
     cm = uniorch.compile(fn, target="interpret")
-    fresh = torch.randn(6, 32)
+    fresh = torch.randn(2, 6, 32)
     with torch.no_grad():
         assert _rel(cm(fresh), fn(fresh)) <= 1e-5
 
