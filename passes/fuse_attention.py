@@ -28,7 +28,7 @@ from uniorch.codegen.attention_plan import MAX_HEAD_DIM, check_pair
 from uniorch.codegen.softmax_match import match_softmax
 
 from .base import Pass, PassContext
-from .fuse import DOMAIN, GROUP, KIND, _widens
+from .fuse_common import DOMAIN, GROUP, KIND, _widens
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
