@@ -15,8 +15,10 @@ runs could not be compared (tests/test_training.py checks dropout on its own).
 
 `--precision bf16` is mixed precision as PyTorch users write it: fp32 parameters (the master
 weights the optimizer updates) and the forward under `torch.autocast(dtype=torch.bfloat16)`, in
-both runs; the bar is then 1e-2 instead of 1e-4. Rows also give the last step's gradients' largest
-relative error, since a few SGD steps move parameters far less than their size.
+both runs; the bar is then 1e-2 instead of 1e-4. Rows also give the first step's gradients'
+largest relative error, since a few SGD steps move parameters far less than their size, and the
+same errors for torch.compile (Inductor) on that step: where two compilers round in other places
+than eager does, this is the distance the reference compiler itself lands from eager.
 """
 from __future__ import annotations
 
@@ -91,6 +93,26 @@ def _gradient_errors(model, ref, full, args, kwargs) -> dict:
     return out
 
 
+def _inductor_gradient_errors(model, ref, args, kwargs, autocast) -> dict:
+    """torch.compile's (Inductor's) first-step gradients against eager's, judged as ours are: in bf16
+    two correct compilers round in other places than eager does, and this is how far the reference
+    compiler lands from eager on the same step."""
+    other = copy.deepcopy(model)
+    for p in other.parameters():
+        p.grad = None
+    torch._dynamo.reset()
+    try:
+        with autocast():
+            loss = _loss(torch.compile(other)(*args, **kwargs))
+        loss.backward()
+    except Exception as err:  # noqa: BLE001 - a row saying so, not the end of the report
+        return {"inductor_error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+    finally:
+        torch._dynamo.reset()
+    errs = _gradient_errors(other, ref, None, args, kwargs)
+    return {f"inductor_{k}": v for k, v in errs.items()}
+
+
 def run_model(name: str, target: str, steps: int, optimizer: str, precision: str = "fp32") -> dict:
     model, args, kwargs = zoo.load(name)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -107,6 +129,7 @@ def run_model(name: str, target: str, steps: int, optimizer: str, precision: str
                 setattr(m, attr, 0.0)
     ref = copy.deepcopy(model)
     full = copy.deepcopy(model) if precision != "fp32" else None  # the first step once more in fp32
+    start = copy.deepcopy(model) if precision != "fp32" else None  # and through torch.compile
     opt_ref = _optimizer(optimizer, ref.parameters())
     opt = uniorch.compile(_optimizer(optimizer, model.parameters()), target)
     cm = uniorch.compile(model, target)
@@ -132,10 +155,13 @@ def run_model(name: str, target: str, steps: int, optimizer: str, precision: str
             with autocast():
                 loss = _loss(cm(*a, **k))
             loss.backward()
-            if step == 0:
-                row.update(_gradient_errors(model, ref, full, a, k))
             if first is None:
                 first = time.perf_counter() - t
+            if step == 0:
+                row.update(_gradient_errors(model, ref, full, a, k))
+                if start is not None:
+                    torch.manual_seed(step)
+                    row.update(_inductor_gradient_errors(start, ref, a, k, autocast))
             opt.step()
     row["max_rel_err"] = max(_rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
     row["first_call_s"] = round(first, 2)
@@ -168,22 +194,27 @@ def markdown(rows: list[dict], gen: dict) -> str:
              "Param err: the parameters' largest relative error after the last step against eager's (max-norm, "
              "per tensor). Grad err: the first step's gradients' (per tensor, each tensor's scale at least a "
              "thousandth of the model's largest gradient), and grad L2: all of them as one vector" + ("; vs fp32: that step's gradients against the same step in fp32, compiled / eager" if bf16 else "")
+             + ("; torch.compile: grad err / grad L2 of torch.compile's (Inductor's) first step against eager's, "
+                "judged the same way" if bf16 else "")
              + ". Saved: the activation bytes the forward keeps for the backward (AOTAutograd's min-cut "
              "partition), eager autograd's beside it.", "",
-             "| model | param err | grad err | grad L2 |" + (" vs fp32 |" if bf16 else "")
+             "| model | param err | grad err | grad L2 |" + (" vs fp32 | torch.compile |" if bf16 else "")
              + " fw kernels | fw in kernels | bw kernels | bw in kernels | saved KB | eager saved KB | first call (s) | notes |",
-             "|---|---:|---:|---:|" + ("---:|" if bf16 else "") + "---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|" + ("---:|---:|" if bf16 else "") + "---:|---:|---:|---:|---:|---:|---:|---|"]
     e = (lambda r, k: f"{r[k]:.1e}" if k in r else "")
     for r in rows:
         if "skipped" in r:
             continue
         if "error" in r:
-            lines.append(f"| {r['model']} |" + " |" * (10 + bf16) + f" error: {r['error']} |")
+            lines.append(f"| {r['model']} |" + " |" * (10 + 2 * bf16) + f" error: {r['error']} |")
             continue
         notes = "; ".join(r.get("fallbacks", []) + ([f"eager: {r['eager']}"] if r.get("eager") else [])
                           + [f"optimizer eager: {w}" for w in r.get("optimizer_eager", [])])
         kb = (lambda v: f"{v / 1024:.1f}" if isinstance(v, int) else "")
         vs = (f" {r['grad_l2_vs_fp32']:.1e} / {r['eager_grad_l2_vs_fp32']:.1e} |" if "grad_l2_vs_fp32" in r else " |") if bf16 else ""
+        if bf16:
+            vs += (f" {e(r, 'inductor_grad_rel_err')} / {e(r, 'inductor_grad_l2_err')} |" if "inductor_grad_rel_err" in r
+                   else f" {r.get('inductor_error', '')} |")
         lines.append(f"| {r['model']} | {r['max_rel_err']:.1e} | {e(r, 'grad_rel_err')} | {e(r, 'grad_l2_err')} |{vs} "
                      f"{r.get('fw_kernels', '')} | {r.get('fw_compiled', '')} | "
                      f"{r.get('bw_kernels', '')} | {r.get('bw_compiled', '')} | {kb(r.get('saved_bytes'))} | "
