@@ -494,6 +494,13 @@ class _Fusion(FactorJoins, WindowJoins):
                     redirected.append((owner, u.operand_number, r))
         return y, redirected
 
+    def undo_clone(self, x: ir.Operation, y: ir.Operation, redirected: list) -> None:
+        """Takes back `clone_for`: the moved uses read x again and the clone y is erased."""
+        for owner, i, r in redirected:
+            owner.operands[i] = x.results[r]
+        y.erase()
+        self.rebuild_graph()
+
     def _adopt(self, g: _Group, x: ir.Operation) -> bool:
         g.ops.append(x)
         self.group_of[x] = self.groups.index(g)
@@ -591,10 +598,7 @@ class _Fusion(FactorJoins, WindowJoins):
         lay = g.layout.copy()
         err = lay.try_add(y, allow_growth=g.kind == "pointwise")
         if err or self.creates_cycle(g, y):
-            for owner, i, r in redirected:
-                owner.operands[i] = x.results[r]
-            y.erase()
-            self.rebuild_graph()
+            self.undo_clone(x, y, redirected)
             return False
         g.ops.append(y)
         g.layout = lay

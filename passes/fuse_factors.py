@@ -17,6 +17,10 @@ from .pad_views import pad_value
 from .plan_memory import nbytes
 
 
+def _numel(t):
+    return dims.prod(list(ir.RankedTensorType(t).shape))
+
+
 class FactorJoins:
     def try_join_pad(self, g: _Group, x: ir.Operation, role: str) -> bool:
         """A constant-value pad read only by a convolution's input joins its contraction kernel: the
@@ -161,10 +165,7 @@ class FactorJoins:
             y, redirected = self.clone_for(members, x)
             self.rebuild_graph()
             if self.creates_cycle(g, y):
-                for owner, i, r in redirected:
-                    owner.operands[i] = x.results[r]
-                y.erase()
-                self.rebuild_graph()
+                self.undo_clone(x, y, redirected)
                 return False
             x = y
         elif self.creates_cycle(g, x):
@@ -191,7 +192,7 @@ class FactorJoins:
         from its pieces (ViT's patch embedding plus positions before its first norm)."""
         if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType):
             return True
-        if 4 * dims.prod(list(ir.RankedTensorType(v.type).shape)) <= dims.prod(list(ir.RankedTensorType(x.results[0].type).shape)):
+        if 4 * _numel(v.type) <= _numel(x.results[0].type):
             return True
         p = pat.op_of(v.owner)
         if _widens(p):  # a 16-bit tensor widened on load
@@ -205,13 +206,12 @@ class FactorJoins:
         write instead): not so for rows of a few 16-bit elements normalised with three f32
         statistics. Small: a quarter of the result's elements or fewer (not a grouped-query
         repeat of k before its rotary embedding)."""
-        res = ir.RankedTensorType(x.results[0].type)
-        out, n_out = nbytes(res), dims.prod(list(res.shape))
+        out, n_out = nbytes(x.results[0].type), _numel(x.results[0].type)
         side = 0
         for v in list(x.operands)[:pat.num_inputs(x)]:
             if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType):
                 continue
-            if pat.op_of(v.owner) not in g.ops and 4 * dims.prod(list(ir.RankedTensorType(v.type).shape)) <= n_out:
+            if pat.op_of(v.owner) not in g.ops and 4 * _numel(v.type) <= n_out:
                 side += nbytes(v.type)
         return 2 * side <= out
 

@@ -11,10 +11,9 @@ from torch_mlir.passmanager import PassManager
 
 from ..errors import LoweringError
 from .diagnostics import from_error
-from .pipelines import PIPELINES  # noqa: F401 - where passes and frontends look it up
+from .pipelines import PIPELINES
 
 STAGES = ("torch", "linalg")
-
 
 
 def stage_of(module: ir.Module) -> str:
