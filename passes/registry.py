@@ -11,6 +11,7 @@ _PASSES = {
     "uniorch-op-stats": "op_stats:OpStats",
     "uniorch-fuse": "fuse:Fuse",
     "uniorch-fuse-attention": "fuse_attention:FuseAttention",
+    "uniorch-fuse-chain": "fuse_chain:FuseChain",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
     "uniorch-plan-memory": "plan_memory:PlanMemory",

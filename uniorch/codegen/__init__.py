@@ -1,7 +1,7 @@
 """Kernel code generation: one outlined kernel function (docs/kernels.md) → Triton source → TTIR.
 
 `choose_schedule` and `generate` dispatch on the kernel's `uniorch.kind`: contractions use the
-tiled-`tl.dot` template (contraction.py), attention a flash kernel (attention.py), scans `tl.associative_scan` (scan.py), sorts a
+tiled-`tl.dot` template (contraction.py), attention a flash kernel (attention.py; chained products too), scans `tl.associative_scan` (scan.py), sorts a
 bitonic network (sort.py), scatters stores or atomics (scatter.py), everything else the generic
 loop-nest emitter (generic.py).
 """
@@ -24,7 +24,7 @@ def _module_for(kernel):
         from . import contraction
 
         return contraction, "contraction"
-    if _kind(kernel) == "attention":
+    if _kind(kernel) in ("attention", "chain"):  # a chain is flash attention without the softmax
         from . import attention
 
         return attention, "attention"

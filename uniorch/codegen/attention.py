@@ -34,23 +34,28 @@ from .contraction_schedule import _pow2, _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
+HIDDEN, CHAIN = "uniorch.chain_hidden", "uniorch.chain"  # passes/fuse_chain.py
 
 
 def _analyze(kernel) -> AttnPlan:
     func, name, args, ops = kernel_parts(kernel)
     ret = ops[-1]
-    c2s = [o for o in ops if ATTENTION in o.attributes]
-    s_ops = [o for o in ops if SCORES in o.attributes]
+    chain = any(CHAIN in o.attributes for o in ops)
+    anchor, value = (CHAIN, HIDDEN) if chain else (ATTENTION, SCORES)
+    c2s = [o for o in ops if anchor in o.attributes]
+    s_ops = [o for o in ops if value in o.attributes]
     if len(c2s) != 1 or len(s_ops) != 1:
-        raise CodegenError(func, "an attention kernel needs one P·v contraction and one scores op")
+        what = "second contraction and one hidden op" if chain else "P·v contraction and one scores op"
+        raise CodegenError(func, f"a {'chain' if chain else 'attention'} kernel needs one {what}")
     c2, s_op = c2s[0], s_ops[0]
-    scores = s_op.results[ir.IntegerAttr(s_op.attributes[SCORES]).value]
-    safe = bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
+    scores = s_op.results[ir.IntegerAttr(s_op.attributes[value]).value]
+    safe = not chain and bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
     c1s = [o for o in ops if o.name == "linalg.generic" and "reduction" in _iterators(o) and o != c2
            and _in_chain(o, scores)]
     if len(c1s) != 1:
         raise CodegenError(func, "the scores do not come from one q·kᵀ contraction")
-    probs = [v for v in c2.opview.inputs if not isinstance(v.owner, ir.Block)]
+    # a chain's second product reads the hidden activation itself
+    probs = [scores] if chain else [v for v in c2.opview.inputs if not isinstance(v.owner, ir.Block)]
     err = None
     for pv in probs:
         try:
@@ -69,7 +74,7 @@ def _analyze(kernel) -> AttnPlan:
             got = sorted(d for lin in _get(p2.layouts, r) for d in lin.dims())
             if got != want:
                 raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
-        return AttnPlan(p1, p2, scores, pv, safe)
+        return AttnPlan(p1, p2, scores, pv, safe, chain)
     raise err or CodegenError(func, "no probabilities input for P·v")
 
 
@@ -241,10 +246,19 @@ class _Flash:
         params.extend(f"{k}: tl.constexpr" for k in constexprs)
         M, N, D, DV = p1.M, p1.N, p1.K, p2.N
         need = e1.need | e2.need
-        body = [
-            f"# {name}: flash attention (kind 'attention'), online softmax over key tiles",
-            f"# scores: {p1.gen.name} at {_loc(p1.gen)}; output: {p2.gen.name} at {_loc(p2.gen)}",
-            f"#   batch = {p1.B}; queries = {M}; keys = {N}; head dims {D} (q·k), {DV} (v)",
+        if self.plan.chain:
+            head = [
+                f"# {name}: two chained products (kind 'chain'), the hidden activation kept in registers",
+                f"# hidden: {p1.gen.name} at {_loc(p1.gen)}; output: {p2.gen.name} at {_loc(p2.gen)}",
+                f"#   batch = {p1.B}; rows = {M}; hidden = {N}; widths {D} (in), {DV} (out)",
+            ]
+        else:
+            head = [
+                f"# {name}: flash attention (kind 'attention'), online softmax over key tiles",
+                f"# scores: {p1.gen.name} at {_loc(p1.gen)}; output: {p2.gen.name} at {_loc(p2.gen)}",
+                f"#   batch = {p1.B}; queries = {M}; keys = {N}; head dims {D} (q·k), {DV} (v)",
+            ]
+        body = head + [
             "pid_m = tl.program_id(0)",
             "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
         ]
@@ -268,10 +282,13 @@ class _Flash:
         if "mask_n" in e2.need:
             body.append(f"mask_v = offs_v[None, :] < {DV}")
         body += e1.text(self.q)
+        if not self.plan.chain:
+            body += [
+                "# running max, sum and output of the online softmax (fp32)",
+                'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
+                "l_i = tl.full((BLOCK_M,), 0.0, tl.float32)",
+            ]
         body += [
-            "# running max, sum and output of the online softmax (fp32)",
-            'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
-            "l_i = tl.full((BLOCK_M,), 0.0, tl.float32)",
             f"out = tl.full((BLOCK_M, BLOCK_V), 0.0, {_TL[e2.acc_ty]})",
             f"for start_n in range(0, {dims.code(N)}, BLOCK_N):",
         ]
@@ -285,21 +302,32 @@ class _Flash:
         loop += e1.text(self.k)
         loop += e1.text(self.sc)
         loop.append(f"s = {e1.rename_text(s_text)}")
-        if mask_keys:
-            loop.append('s = tl.where(mask_j, s, float("-inf"))')
-        loop += [
-            "m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_f))",
-            '# subtract 0, not -inf, where a row has seen only -inf so far: exp(-inf - -inf) is NaN',
-            'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
-            "alpha = tl.exp(m_i - m_use)",
-            "p = tl.exp(s - m_use[:, None])",
-            "l_i = l_i * alpha + tl.reduce(p, 1, _add_f)",
-            "out = out * alpha[:, None]",
-        ]
+        if self.plan.chain:
+            # the hidden activation of this tile goes straight into the second product; columns
+            # past the hidden size are 0 (their W2 rows are masked too, but act(0 + b) need not be)
+            if mask_keys:
+                loop.append("s = tl.where(mask_j, s, 0.0)")
+            loop.append("p = s")
+        else:
+            if mask_keys:
+                loop.append('s = tl.where(mask_j, s, float("-inf"))')
+            loop += [
+                "m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_f))",
+                '# subtract 0, not -inf, where a row has seen only -inf so far: exp(-inf - -inf) is NaN',
+                'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
+                "alpha = tl.exp(m_i - m_use)",
+                "p = tl.exp(s - m_use[:, None])",
+                "l_i = l_i * alpha + tl.reduce(p, 1, _add_f)",
+                "out = out * alpha[:, None]",
+            ]
         loop += e2.text(self.v)
-        loop += [f"out = tl.dot({p_text}, {e2.rename_text(v_text)}, out{prec2})", "m_i = m_new"]
+        loop.append(f"out = tl.dot({p_text}, {e2.rename_text(v_text)}, out{prec2})")
+        if not self.plan.chain:
+            loop.append("m_i = m_new")
         body += ["    " + ln for ln in loop]
-        if self.plan.safe:
+        if self.plan.chain:
+            body.append("acc = out")
+        elif self.plan.safe:
             body.append("# SDPA's safe softmax: a row of only -inf scores gives 0")
             body.append("acc = tl.where(l_i[:, None] == 0.0, 0.0, out / l_i[:, None])")
         else:

@@ -29,6 +29,7 @@ class AttnPlan:
     scores: object   # S
     probs: object    # P
     safe: bool
+    chain: bool = False  # passes/fuse_chain.py: no softmax, P is S (a hidden activation)
 
 
 def _plan(gen, func=None, name="", args=(), results=()) -> _Plan:

@@ -1,0 +1,168 @@
+"""A linear layer whose activation feeds only another linear layer (a transformer's MLP) runs as one
+kernel of kind "chain" (passes/fuse_chain.py, codegen/attention.py's chain mode): the hidden
+activation stays in registers, tile by tile of the hidden dim. Numerics against eager on fresh
+inputs; kernels and bytes from `uniorch.explain`; cross-compiled for cuda and rocm."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+from uniorch.api import explain_static
+from uniorch.passes.fuse_chain import MAX_HIDDEN
+
+ACTS = {"gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "relu": F.relu, "silu": F.silu}
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, hidden, out=None, act="gelu_tanh", norm=False, residual=False):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim) if norm else None
+        self.fc = nn.Linear(dim, hidden)
+        self.proj = nn.Linear(hidden, out or dim)
+        self.act, self.residual = ACTS[act], residual
+
+    def forward(self, x):
+        h = self.norm(x) if self.norm is not None else x
+        y = self.proj(self.act(self.fc(h)))
+        return x + y if self.residual else y
+
+
+class SwiGLU(nn.Module):
+    """Llama's MLP: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, dim=32, hidden=88):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def _rel(got, want):
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+def _check_numerics(model, shape, dtype, tol, calls=2):
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(calls):
+        fresh = torch.randn(*shape, dtype=dtype) * 2 - 0.5
+        assert _rel(cm(fresh), model(fresh)) <= tol
+
+
+def _kinds(rep):
+    return sorted(k.kind for k in rep.kernels)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("dim,hidden,act,shape", [
+    (32, 128, "gelu_tanh", (20, 32)),
+    (24, 100, "relu", (2, 9, 24)),     # widths not powers of two, hidden not a multiple of the tile
+    (16, 72, "silu", (3, 5, 16)),
+])
+def test_mlp_is_one_chain_kernel(dtype, tol, dim, hidden, act, shape):
+    torch.manual_seed(0)
+    model = MLP(dim, hidden, act=act).eval().to(dtype)
+    x = torch.randn(*shape, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert _kinds(rep) == ["chain"], rep
+    (k,) = rep.kernels
+    # it writes the output and nothing else: the [rows, hidden] activation never goes to memory
+    assert k.bytes_written == x.numel() * x.element_size(), k
+    _check_numerics(model, shape, dtype, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_pre_norm_residual_mlp(dtype, tol):
+    """GPT-2's MLP half-block: the LayerNorm's normalise is the chain's prologue, the residual its
+    epilogue; the norm's own kernel writes per-row statistics only."""
+    torch.manual_seed(1)
+    model = MLP(32, 128, norm=True, residual=True).eval().to(dtype)
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.uniform_(-0.3, 0.3)
+    x = torch.randn(2, 10, 32, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert _kinds(rep) == ["chain", "reduction"], rep
+    chain = next(k for k in rep.kernels if k.kind == "chain")
+    names = [o for o, _ in chain.ops]
+    assert any("rsqrt" in o for o in names) and any("tanh" in o for o in names), names
+    _check_numerics(model, (2, 10, 32), dtype, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_gated_mlp_chains_the_product(dtype, tol):
+    """silu(gate) * up feeds down: the gate's product and the multiply are the chain's first half,
+    `up` a tensor its epilogue reads tile by tile."""
+    torch.manual_seed(2)
+    model = SwiGLU().eval().to(dtype)
+    x = torch.randn(2, 7, 32, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert "chain" in _kinds(rep), rep
+    assert len(rep.kernels) <= 2, rep
+    _check_numerics(model, (2, 7, 32), dtype, tol)
+
+
+def test_wide_output_keeps_two_kernels():
+    """Past 256 output columns the output tile is not held whole: two contractions, as before."""
+    torch.manual_seed(3)
+    model = MLP(32, 64, out=320).eval()
+    rep = uniorch.explain(model, torch.randn(8, 32), target="interpret")
+    assert _kinds(rep) == ["contraction", "contraction"], rep
+    _check_numerics(model, (8, 32), torch.float32, 1e-5, calls=1)
+
+
+def test_long_hidden_keeps_two_kernels():
+    """A hidden dim past MAX_HIDDEN would be one program's loop: two kernels instead."""
+    model = MLP(16, MAX_HIDDEN + 8).eval()
+    rep = explain_static(model, (torch.randn(4, 16),), {}, target="interpret")
+    assert _kinds(rep) == ["contraction", "contraction"], rep
+
+
+class ReturnsHidden(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(16, 48), nn.Linear(48, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        return self.proj(h), h
+
+
+def test_hidden_used_elsewhere_is_not_chained():
+    torch.manual_seed(4)
+    model = ReturnsHidden().eval()
+    x = torch.randn(5, 16)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert "chain" not in _kinds(rep), rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(5, 16)
+    for got, want in zip(cm(fresh), model(fresh)):
+        assert _rel(got, want) <= 1e-5
+
+
+def test_chain_with_symbolic_rows():
+    """dynamic=True: the rows (batch x length) are a size parameter of the chain kernel."""
+    torch.manual_seed(5)
+    model = MLP(24, 100, norm=True, residual=True).eval()
+    cm = uniorch.compile(model, target="interpret", dynamic=True)
+    for b, t in ((2, 5), (3, 11)):
+        x = torch.randn(b, t, 24)
+        assert _rel(cm(x), model(x)) <= 1e-5
+    rep = uniorch.explain(model, torch.randn(3, 11, 24), target="interpret")
+    assert "chain" in _kinds(rep), rep
+
+
+@pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chain_cross_compiles(target, binary, dtype):
+    torch.manual_seed(6)
+    model = MLP(32, 100, norm=True, residual=True).eval().to(dtype)
+    art = uniorch.compile_aot(model, (torch.randn(2, 9, 32, dtype=dtype),), target, fallback="error")
+    assert not art.fallbacks, art.fallbacks
+    chains = [k for k in art.kernels if k.kind == "chain"]
+    assert len(chains) == 1, [k.kind for k in art.kernels]
+    assert chains[0].asm[binary][:4] == b"\x7fELF"
