@@ -29,6 +29,7 @@ from uniorch.codegen.attention_plan import _plan, check_pair
 from .base import Pass, PassContext
 from .fuse_attention import _group, _kind, _only_used_by, _renumber
 from .fuse_common import DOMAIN, GROUP, KIND, _widens
+from .fuse_row_stats import ROW_STAT
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
@@ -83,7 +84,8 @@ def _try_merge(block, c2) -> bool:
             continue
         c1 = c1s[0]
         if any(_kind(o) == "chain" for o in members[g_c]) or any(
-                o != c1 and pat.is_generic(o) and "reduction" in pat.iterator_types(o) for o in a_ops):
+                o != c1 and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
+                and ROW_STAT not in o.attributes for o in a_ops):
             continue  # A computes more than one product (a pooling epilogue), or C is a chain already
         if not _only_used_by(a_ops, [moved.operands[0] if moved is not None else h],
                              [moved if moved is not None else c2]):

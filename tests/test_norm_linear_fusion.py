@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import uniorch
+from uniorch.passes.fuse_row_stats import ROW_STATS_MAX
 
 
 class NormLinear(nn.Module):
@@ -30,21 +31,30 @@ def _rel(got, want):
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("shape", [(20, 32), (2, 9, 32)])
+@pytest.mark.parametrize("shape", [(20, 32), (2, 9, 32), (2, 9, 24), (7, 200)])
 def test_normalise_is_the_matmuls_prologue(norm, dtype, tol, shape):
+    """Rows up to ROW_STATS_MAX long are one K tile of the matmul: it reduces the statistics from
+    the tile too (passes/fuse_row_stats.py) and the norm has no kernel. Longer rows keep the
+    statistics kernel, which writes per-row statistics only."""
     torch.manual_seed(0)
-    model = NormLinear(32, 96, norm).eval().to(dtype)
+    dim = shape[-1]
+    model = NormLinear(dim, 96, norm).eval().to(dtype)
     x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
     rep = uniorch.explain(model, x, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
-    assert sorted(k.kind for k in rep.kernels) == ["contraction", "reduction"], rep
-    stats = next(k for k in rep.kernels if k.kind == "reduction")
-    rows = x.numel() // 32
-    # per-row statistics (float32), never the normalised [rows, 32] activation
-    assert stats.bytes_written <= 3 * 4 * rows, stats
     mm = next(k for k in rep.kernels if k.kind == "contraction")
     names = [o for o, _ in mm.ops]
     assert any("mm" in o for o in names) and any("rsqrt" in o or "norm" in o for o in names), names
+    rows = x.numel() // dim
+    if dim <= ROW_STATS_MAX:
+        assert [k.kind for k in rep.kernels] == ["contraction"], rep
+        assert any(w in o for o in names for w in ("sum", "mean", "norm")), names
+        assert mm.bytes_written == rows * 96 * x.element_size(), mm
+    else:
+        assert sorted(k.kind for k in rep.kernels) == ["contraction", "reduction"], rep
+        stats = next(k for k in rep.kernels if k.kind == "reduction")
+        # per-row statistics (float32), never the normalised [rows, dim] activation
+        assert stats.bytes_written <= 3 * 4 * rows, stats
     cm = uniorch.compile(model, target="interpret")
     for _ in range(2):
         fresh = torch.randn(*shape, dtype=dtype) * 3 - 1
@@ -79,20 +89,61 @@ class PreNormQKV(nn.Module):
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_normalise_read_by_several_projections_is_each_ones_prologue(dtype, tol):
+@pytest.mark.parametrize("dim", [32, 160])
+def test_normalise_read_by_several_projections_is_each_ones_prologue(dtype, tol, dim):
     """Each projection normalises its own tiles (a few flops per element against the 2·N of its
-    dot): the normalised activation is never written."""
+    dot): the normalised activation is never written. Short rows: each also reduces its own
+    copy of the statistics, and the norm has no kernel; long ones: one statistics kernel."""
     torch.manual_seed(2)
-    model = PreNormQKV().eval().to(dtype)
-    x = torch.randn(2, 6, 32, dtype=dtype)
+    model = PreNormQKV(dim).eval().to(dtype)
+    x = torch.randn(2, 6, dim, dtype=dtype)
     rep = uniorch.explain(model, x, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
     reductions = [k for k in rep.kernels if k.kind == "reduction"]
-    assert len(reductions) == 1 and reductions[0].bytes_written <= 3 * 4 * 12, rep
+    if dim <= ROW_STATS_MAX:
+        assert not reductions, rep
+    else:
+        assert len(reductions) == 1 and reductions[0].bytes_written <= 3 * 4 * 12, rep
     assert sum(k.kind == "contraction" for k in rep.kernels) == 3, rep
     cm = uniorch.compile(model, target="interpret")
-    fresh = torch.randn(2, 6, 32, dtype=dtype) * 2 + 1
+    fresh = torch.randn(2, 6, dim, dtype=dtype) * 2 + 1
     assert _rel(cm(fresh), model(fresh)) <= tol
+
+
+class NormUsedTwice(nn.Module):
+    """The normalised activation is also returned: its kernel writes it, and the statistics stay
+    with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(32), nn.Linear(32, 48)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.fc(h), h
+
+
+def test_statistics_of_a_returned_normalise_stay_in_its_kernel():
+    torch.manual_seed(5)
+    model = NormUsedTwice().eval()
+    rep = uniorch.explain(model, torch.randn(10, 32), target="interpret")
+    assert "reduction" in [k.kind for k in rep.kernels], rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(10, 32)
+    for got, want in zip(cm(fresh), model(fresh)):
+        assert _rel(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+@pytest.mark.parametrize("dim", [32, 128])
+def test_row_statistics_cross_compile(target, binary, dim):
+    """The matmul with the whole row in one K tile (128 fp32 columns: smaller output tiles)
+    compiles for both GPU vendors."""
+    torch.manual_seed(6)
+    model = NormLinear(dim, 96).eval()
+    art = uniorch.compile_aot(model, (torch.randn(40, dim),), target, fallback="error")
+    assert [k.kind for k in art.kernels] == ["contraction"], [k.kind for k in art.kernels]
+    assert art.kernels[0].asm[binary][:4] == b"\x7fELF"
 
 
 def test_sum_of_pieces_before_a_shared_norm_is_read_not_recomputed():

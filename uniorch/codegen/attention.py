@@ -29,7 +29,7 @@ from . import body as _body
 from .attention_plan import AttnPlan, analyze_pair
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
-from .contraction_plan import _get, _known, epilogue_layouts
+from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts
 from .contraction_schedule import _pow2, _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
@@ -51,7 +51,7 @@ def _analyze(kernel) -> AttnPlan:
     scores = s_op.results[ir.IntegerAttr(s_op.attributes[value]).value]
     safe = not chain and bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
     c1s = [o for o in ops if o.name == "linalg.generic" and "reduction" in _iterators(o) and o != c2
-           and _in_chain(o, scores)]
+           and ROW_STAT not in o.attributes and _in_chain(o, scores)]
     if len(c1s) != 1:
         raise CodegenError(func, "the scores do not come from one q·kᵀ contraction")
     # a chain's second product reads the hidden activation itself
@@ -147,7 +147,7 @@ class _Part(_Emitter):
         return [self.rename_text(ln) for ln in lines]
 
     def rename_text(self, text: str) -> str:
-        return re.sub(r"\b(acc|mask_[a-z]+|bt\d+|m\d+|n\d+|ka\d+|kb\d+)\b",
+        return re.sub(r"\b(acc|mask_[a-z]+|bt\d+|m\d+|n\d+|ka\d+|kb\d+|BLOCK_[NK])\b",
                       lambda m: self.rename.get(m.group(1), _indexed(self.rename, m.group(1))), text)
 
 
@@ -178,9 +178,10 @@ class _Flash:
         s2 = {"block_m": s["block_m"], "block_n": s["block_v"], "block_k": s["block_n"]}
         self.e1 = _Part(plan.p1, s1, target, "s_", {"a": self.q, "b": self.k, "e": self.sc, "init": self.sc},
                         {"acc": "qk", "mask_n": "mask_j", "mask_ka": "mask_da", "mask_kb": "mask_db",
-                         "n": "j", "ka": "da", "kb": "db"})
+                         "n": "j", "ka": "da", "kb": "db", "BLOCK_K": "BLOCK_D"})
         self.e2 = _Part(plan.p2, s2, target, "o_", {"b": self.v, "e": self.out, "init": self.out},
-                        {"mask_n": "mask_v", "mask_kb": "mask_jb", "n": "v", "kb": "jb"})
+                        {"mask_n": "mask_v", "mask_kb": "mask_jb", "n": "v", "kb": "jb", "BLOCK_K": "BLOCK_N",
+                         "BLOCK_N": "BLOCK_V"})
 
     def dot_operands(self, part: _Part, a: _Val, b: _Val, lines_a, lines_b) -> tuple[str, str, str, str]:
         ta, tb = part.p.dot_types

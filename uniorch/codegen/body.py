@@ -222,6 +222,16 @@ CMPI = {
 
 # helpers a template may call: name -> source (emitted once per module when used)
 HELPERS = {
+    # a row statistic reduced from a contraction's A tile (contraction_emit.row_sum); tl.sum is
+    # itself a jit function, which the interpreter does not call from a kernel's helpers' module
+    "_row_sum": '''@jit
+def _row_sum(x):
+    return tl.reduce(x, 1, _sum_combine)[:, None]
+''',
+    "_sum_combine": '''@jit
+def _sum_combine(a, b):
+    return a + b
+''',
     "_floordiv": '''@jit
 def _floordiv(a, b):
     q = a // b

@@ -16,7 +16,7 @@ from .contraction_ir import (
     Lin, Quot, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
-from .contraction_plan import _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
+from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
 from .contraction_schedule import _target_kind
 
 
@@ -411,6 +411,8 @@ class _Emitter:
     def generic(self, op, result_no: int, idx: tuple, ctx: str) -> _Val:
         """A pointwise generic's result at `idx`: evaluate its body there."""
         if "reduction" in _iterators(op):
+            if ROW_STAT in op.attributes:
+                return self.row_sum(op, idx, ctx)
             raise CodegenError(op, "a second reduction inside a contraction kernel")
         view = op.opview
         n_in = len(view.inputs)
@@ -447,6 +449,64 @@ class _Emitter:
         self.frames.append({"header": f"# {role}: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
         try:
             return self.body_value(op, body, body_ops, yop.operands[result_no], env, ctx, local, arg)
+        finally:
+            self.frames.pop()
+
+    def row_sum(self, op, idx: tuple, ctx: str) -> _Val:
+        """A per-row sum (passes/fuse_row_stats.py) at row `idx`: its summand evaluated over the A
+        tile, whose K axis holds the whole row (the schedule keeps K in one tile), summed along
+        it. Lines depending on the tile stay in the K loop (one iteration): its class has "k"."""
+        p = self.p
+        if ctx != "a" or len(p.order["k"]) != 1 or not self.s["block_k"] >= p.K:
+            raise CodegenError(op, "row statistics outside an A tile that holds the whole row")
+        combs = _pat.reduction_combiners(op)
+        if not combs or len(combs) != 1 or combs[0][0] != "arith.addf":
+            raise CodegenError(op, "row statistics that are not one sum")
+        view = op.opview
+        n_in = len(view.inputs)
+        maps = _maps(op)
+        sizes = _loop_sizes(op)
+        env = [None] * len(sizes)
+        for j, e in enumerate(maps[n_in].results):
+            d = _dim_pos(e)
+            if d is not None:
+                env[d] = idx[j]
+            elif not idx[j].is_const():
+                raise CodegenError(op, "row statistics read along the row")
+        red = [d for d, it in enumerate(_iterators(op)) if it == "reduction"]
+        if len(red) != 1 or sizes[red[0]] != p.K:
+            raise CodegenError(op, "row statistics over a row other than the contraction's K")
+        env[red[0]] = Lin.dim(p.order["k"][0])
+        if any(x is None for x in env):
+            raise CodegenError(op, "row statistics whose output map does not cover its loops")
+        body = op.regions[0].blocks[0]
+        body_ops = [_as_op(o) for o in body.operations]
+        operands = list(view.inputs) + list(view.outputs)
+
+        def arg(n: int) -> _Val:
+            v = operands[n]
+            if not _is_shaped(v):
+                return self.scalar(v, op)
+            if n >= n_in:
+                raise CodegenError(op, "row statistics whose summand reads the sum")
+            return self.value(v, tuple(_lin(e, env, op) for e in maps[n].results), ctx)
+
+        self.frames.append({"header": f"# row statistics: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
+        try:
+            x = self.body_value(op, body, body_ops, combs[0][1], env, ctx, [], arg)
+            ty = x.ty
+            cls = frozenset(x.cls | {"k"})
+            text = x.text if x.const is None else _body.constant_expr(x.const, ty)
+            if "k" not in x.cls or "m" not in x.cls:
+                text = self.line(ctx, cls, f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_K))", "r")
+            if self.mask_k:
+                self.need.add(f"mask_k{ctx}")
+                text = self.line(ctx, cls, f"tl.where(mask_k{ctx}, {text}, 0.0)", "r")
+            total = _Val(self.line(ctx, cls, f"_row_sum({text})", "r", _loc(op)), ty, cls)
+            init = self.value(view.outputs[0], idx, ctx)
+            if init.const is not None and float(init.const) == 0.0:
+                return total
+            return _Val(self.line(ctx, cls | init.cls, f"{init.text} + {total.text}", "r"), ty, cls | init.cls)
         finally:
             self.frames.pop()
 

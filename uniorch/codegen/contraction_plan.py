@@ -36,6 +36,7 @@ class _Plan:
     layouts: dict = field(default_factory=dict)   # value -> Lin per tensor dim (output-domain values)
     dot_types: tuple = ("f32", "f32")
     window: "_Window | None" = None  # a pooling of the epilogue computed per window element
+    row_stats: bool = False        # per-row sums reduced from the A tile (passes/fuse_row_stats.py)
 
     @property
     def windows(self) -> int:
@@ -272,6 +273,9 @@ def supports(op) -> bool:
         return False
 
 
+ROW_STAT = "uniorch.row_stat"  # passes/fuse_row_stats.py
+
+
 def _analyze(kernel) -> _Plan:
     func, name, args, ops = kernel_parts(kernel)
     ret = ops[-1]
@@ -291,12 +295,14 @@ def _analyze(kernel) -> _Plan:
         if op.name == "arith.constant" and _is_shaped(op.results[0]):
             raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
     gens = [op for op in ops if op.name == "linalg.generic"]
-    contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None]
+    contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None
+             and ROW_STAT not in op.attributes]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
+    plan.row_stats = any(ROW_STAT in op.attributes for op in gens)
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
     pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]

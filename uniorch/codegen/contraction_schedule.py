@@ -44,6 +44,8 @@ def _schedule(plan: _Plan, target: str) -> dict:
         # Few, mid-sized programs: the interpreter's cost is per program and per op, not per element.
         bm, bn, bk = _fit(M, 16, 64), _fit(N, 16, 64), _fit(K, 16, 64)
         warps, stages, group = 4, 1, 1
+        if plan.row_stats:
+            bk = _row_tile(plan)
     else:
         if narrow:   # tensor cores / matrix cores: up to 128x128x64 tiles
             bm, bn, bk = _fit(M, 16, 128), _fit(N, 16, 128), _fit(K, 16, 64)
@@ -57,6 +59,16 @@ def _schedule(plan: _Plan, target: str) -> dict:
                 bm //= 2
             else:
                 bn //= 2
+        if plan.row_stats:
+            # the row is one K tile (row statistics reduced from it): smaller output tiles keep
+            # the A and B tiles of a pipeline stage within 32 KB
+            bk = _row_tile(plan)
+            size = 2 if narrow else 4
+            while (bm + bn) * bk * size > 32 * 1024 and max(bm, bn) > 16:
+                if bm >= bn:
+                    bm //= 2
+                else:
+                    bn //= 2
         # threads per program by tile area; warps of 32 (NVIDIA) or wavefronts of 64 (AMD)
         area = bm * bn
         threads = 256 if area >= 128 * 128 else 128 if area >= 64 * 64 else 64 if area >= 32 * 32 else 32
@@ -69,6 +81,12 @@ def _schedule(plan: _Plan, target: str) -> dict:
         "num_warps": warps, "num_stages": stages, "looped": True,
         "grid": _grid(plan, bm, bn),
     }
+
+
+def _row_tile(plan: _Plan) -> int:
+    if not isinstance(plan.K, int):
+        raise CodegenError(plan.gen, "row statistics over a symbolic row length")
+    return max(16, _pow2(plan.K))
 
 
 def _grid(plan: _Plan, bm: int, bn: int) -> list:
@@ -94,5 +112,8 @@ def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
     for k in ("block_m", "block_n", "block_k"):
         if s[k] < 16 or s[k] & (s[k] - 1):
             raise CodegenError(func, f"schedule {k} = {s[k]} (tl.dot needs a power of two >= 16)")
+    if plan.row_stats and s["block_k"] < plan.K:
+        raise CodegenError(func, f"schedule block_k = {s['block_k']}: row statistics need the row "
+                                 f"({plan.K}) in one K tile")
     s["grid"] = _grid(plan, s["block_m"], s["block_n"])
     return s

@@ -1,0 +1,198 @@
+"""uniorch-fuse-row-stats: a norm's per-row statistics computed in the matmul that normalises with
+them, when the row is one tile of that matmul's reduction dim.
+
+After uniorch-fuse a LayerNorm or RMSNorm before a linear layer is two kernels: a reduction kernel
+reads the activation and writes per-row statistics (mean, sums of the centred values and their
+squares: `tools/kernel_report` counts them), and the matmul computes the normalise in its A tiles
+from the activation and those statistics (passes/fuse_factors.py, the prologue). Where the rows
+are at most `ROW_STATS_MAX` long, the matmul loads each row whole in one tile of its K loop, so
+it can reduce the statistics from the tile it loaded anyway: the statistics kernel, its read of
+the activation and its writes go. Every matmul whose prologue reads the statistics (a pre-norm
+read by separate q, k and v projections) gets its own copy of the reduction ops, marked
+`uniorch.row_stat`; codegen (codegen/contraction_emit.py) reduces them along the A tile's K axis
+and its schedule keeps K in one tile.
+
+Only statistics groups qualify: every reduction sums (`arith.addf`) one tensor over its innermost
+dim, and every value the group sends out is read by pointwise prologue ops on the A side of
+contractions whose one reduction dim has the row's length. Anything else (statistics also
+returned or saved for a backward, a normalised activation written, a longer row) stays as it was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from uniorch.codegen import patterns as pat
+from uniorch.codegen.attention_plan import _plan
+
+from .base import Pass, PassContext
+from .fuse_attention import _group, _kind, _renumber
+from .fuse_common import DOMAIN, GROUP, KIND
+from .ir_utils import main_func
+
+ROW_STAT = "uniorch.row_stat"
+# The row is one K tile: a 128-wide fp32 tile is 64 KB of A and B per pipeline stage at the
+# schedule's 64x64 output tile, which contraction_schedule halves as K grows.
+ROW_STATS_MAX = 128
+
+
+@dataclass(frozen=True)
+class FuseRowStats(Pass):
+    name = "uniorch-fuse-row-stats"
+    summary = "compute a norm's per-row statistics in the matmuls that normalise with them"
+
+    def run(self, module, pctx: PassContext) -> None:
+        main = main_func(module)
+        with module.context:
+            block = main.regions[0].blocks[0]
+            changed = False
+            for gid in sorted(_members(block)):
+                members = _members(block)
+                if gid in members:
+                    changed |= _try(block, members, gid)
+            if changed:
+                _renumber(block)
+
+
+def _members(block) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for o in block.operations:
+        g = _group(o.operation)
+        if g is not None:
+            out.setdefault(g, []).append(o.operation)
+    return out
+
+
+def _row_sum(op) -> int | None:
+    """The row length if `op` sums one tensor over its innermost loop (a statistic per row)."""
+    if not pat.is_generic(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
+        return None
+    its = pat.iterator_types(op)
+    if its.count("reduction") != 1 or its[-1] != "reduction":
+        return None
+    combs = pat.reduction_combiners(op)
+    if not combs or any(c != "arith.addf" for c, _ in combs):
+        return None
+    maps = pat.indexing_maps(op)
+    if maps[0] != ir.AffineMap.get_identity(len(its)):
+        return None  # the input read in loop order: the row along the innermost dim
+    if len(its) - 1 in pat.map_dims(maps[1]):
+        return None
+    row = pat.loop_sizes(op)[-1]
+    return row if isinstance(row, int) else None
+
+
+def _a_side(anchor, ops: list) -> tuple[set, set]:
+    """Ops of `ops` (a contraction's group) that the contraction's A and B factors are computed
+    from, walking producers inside the group."""
+    p = _plan(anchor)
+    maps = pat.indexing_maps(anchor)
+    m_dims = set(p.order["m"])
+    inside = {o for o in ops}
+
+    def reach(v) -> set:
+        seen, stack = set(), [v]
+        while stack:
+            w = stack.pop()
+            if isinstance(w.owner, ir.Block):
+                continue
+            o = pat.op_of(w.owner)
+            if o not in inside or o in seen:
+                continue
+            seen.add(o)
+            stack.extend(o.operands)
+        return seen
+
+    a, b = set(), set()
+    for i in range(pat.num_inputs(anchor)):
+        side = reach(anchor.operands[i])
+        if m_dims and m_dims <= set(pat.map_dims(maps[i])):
+            a |= side
+        else:
+            b |= side
+    return a, b
+
+
+def _try(block, members: dict, gid: int) -> bool:
+    s_ops = members[gid]
+    if not any(_kind(o) == "reduction" for o in s_ops):
+        return False
+    rows = set()
+    for o in s_ops:
+        if not (pat.is_generic(o) or o.name == "linalg.fill"):
+            return False
+        if pat.is_generic(o) and "reduction" in pat.iterator_types(o):
+            row = _row_sum(o)
+            if row is None:
+                return False
+            rows.add(row)
+    if len(rows) != 1 or rows.pop() > ROW_STATS_MAX:
+        return False
+    row = pat.loop_sizes(next(o for o in s_ops if pat.is_generic(o) and "reduction" in pat.iterator_types(o)))[-1]
+    s_set = set(s_ops)
+    readers: dict[int, list] = {}
+    for o in s_ops:
+        for r in o.results:
+            for u in r.uses:
+                user = _top(pat.op_of(u.owner))
+                if user in s_set:
+                    continue
+                g = _group(user)
+                if g is None or not pat.is_pointwise(user):
+                    return False
+                readers.setdefault(g, []).append(user)
+    if not readers:
+        return False
+    for g, users in readers.items():
+        anchors = [o for o in members[g] if _kind(o) == "contraction" and pat.is_contraction(o)]
+        if len(anchors) != 1:
+            return False
+        p = _plan(anchors[0])
+        if len(p.order["k"]) != 1 or p.K != row or len(p.order["m"]) == 0:
+            return False
+        a_ops, b_ops = _a_side(anchors[0], members[g])
+        if any(u not in a_ops or u in b_ops for u in users):
+            return False
+    for g in readers:
+        _clone_into(s_ops, members[g], g)
+    for o in reversed(s_ops):
+        if all(not list(r.uses) for r in o.results):
+            o.erase()
+    return True
+
+
+def _top(op):
+    while op.parent is not None and op.parent.name != "func.func":
+        op = pat.op_of(op.parent)
+    return op
+
+
+def _clone_into(s_ops: list, g_ops: list, gid: int) -> None:
+    """Copies of the statistics ops in group `gid`, read by its ops instead of the originals."""
+    i64 = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), gid)
+    mapping: list = []  # (original result, clone result)
+    for o in s_ops:
+        with ir.InsertionPoint(o):
+            c = pat.op_of(o.clone())
+        for i, v in enumerate(c.operands):
+            for old, new in mapping:
+                if v == old:
+                    c.operands[i] = new
+        mapping.extend(zip(o.results, c.results))
+        c.attributes[GROUP] = i64
+        for a in (KIND, DOMAIN):
+            if a in c.attributes:
+                del c.attributes[a]
+        if pat.is_generic(c) and "reduction" in pat.iterator_types(c):
+            c.attributes[ROW_STAT] = ir.UnitAttr.get()
+    g_set = set(g_ops)
+    # decided before any operand changes: an op whose operands were set compares unequal to the
+    # handles taken before (the bindings' live-operation map)
+    moves = [(pat.op_of(u.owner), u.operand_number, new) for old, new in mapping for u in old.uses
+             if _top(pat.op_of(u.owner)) in g_set]
+    for user, i, new in moves:
+        user.operands[i] = new
+
+
+__all__ = ["FuseRowStats", "ROW_STAT", "ROW_STATS_MAX"]
