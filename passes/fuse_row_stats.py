@@ -12,6 +12,9 @@ read by separate q, k and v projections) gets its own copy of the reduction ops,
 `uniorch.row_stat`; codegen (codegen/contraction_emit.py) reduces them along the A tile's K axis
 and its schedule keeps K in one tile.
 
+A norm after a linear layer (post-norm) joins that layer's kernel as its epilogue instead
+(`_try_epilogue`): the output tile holds the row, the statistics are summed over its N axis.
+
 Only statistics groups qualify: every reduction sums (`arith.addf`) one tensor over its innermost
 dim, and every value the group sends out is read by pointwise prologue ops on the A side of
 contractions whose one reduction dim has the row's length. Anything else (statistics also
@@ -114,22 +117,33 @@ def _a_side(anchor, ops: list) -> tuple[set, set]:
     return a, b
 
 
-def _try(block, members: dict, gid: int) -> bool:
-    s_ops = members[gid]
+def _stats_row(s_ops: list) -> int | None:
+    """The row length if every reduction of a reduction group is a row sum of that length (at
+    most ROW_STATS_MAX) and the rest is pointwise or fills."""
     if not any(_kind(o) == "reduction" for o in s_ops):
-        return False
+        return None
     rows = set()
     for o in s_ops:
         if not (pat.is_generic(o) or o.name == "linalg.fill"):
-            return False
+            return None
         if pat.is_generic(o) and "reduction" in pat.iterator_types(o):
             row = _row_sum(o)
             if row is None:
-                return False
+                return None
             rows.add(row)
-    if len(rows) != 1 or rows.pop() > ROW_STATS_MAX:
+        elif pat.is_generic(o) and not pat.is_pointwise(o):
+            return None
+    if len(rows) != 1:
+        return None
+    row = rows.pop()
+    return row if row <= ROW_STATS_MAX else None
+
+
+def _try(block, members: dict, gid: int) -> bool:
+    s_ops = members[gid]
+    row = _stats_row(s_ops)
+    if row is None:
         return False
-    row = pat.loop_sizes(next(o for o in s_ops if pat.is_generic(o) and "reduction" in pat.iterator_types(o)))[-1]
     s_set = set(s_ops)
     readers: dict[int, list] = {}
     for o in s_ops:
@@ -140,26 +154,79 @@ def _try(block, members: dict, gid: int) -> bool:
                     continue
                 g = _group(user)
                 if g is None or not pat.is_pointwise(user):
-                    return False
+                    return _try_epilogue(members, gid, row)
                 readers.setdefault(g, []).append(user)
     if not readers:
-        return False
+        return _try_epilogue(members, gid, row)
     for g, users in readers.items():
         anchors = [o for o in members[g] if _kind(o) == "contraction" and pat.is_contraction(o)]
         if len(anchors) != 1:
-            return False
+            return _try_epilogue(members, gid, row)
         p = _plan(anchors[0])
         if len(p.order["k"]) != 1 or p.K != row or len(p.order["m"]) == 0:
-            return False
+            return _try_epilogue(members, gid, row)
         a_ops, b_ops = _a_side(anchors[0], members[g])
         if any(u not in a_ops or u in b_ops for u in users):
-            return False
+            return _try_epilogue(members, gid, row)
     for g in readers:
         _clone_into(s_ops, members[g], g)
     for o in reversed(s_ops):
         if all(not list(r.uses) for r in o.results):
             o.erase()
     return True
+
+
+def _try_epilogue(members: dict, gid: int, row: int) -> bool:
+    """The norm after a linear layer (post-norm: BERT's `LayerNorm(x + proj(h))`): statistics and
+    normalise join the layer's kernel as its epilogue when its output tile holds the whole row
+    (one tile of N: codegen keeps it so), and the sum before the norm is not written. Only when
+    everything else the norm reads is a function argument (its weight and bias), so no other
+    kernel sits between the two, and what the group sends out is full rows (not statistics)."""
+    s_ops = members[gid]
+    s_set = set(s_ops)
+    sources = set()
+    for o in s_ops:
+        for v in list(o.operands)[:pat.num_inputs(o)] if pat.is_generic(o) else []:
+            if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.ShapedType):
+                continue
+            p = _top(pat.op_of(v.owner))
+            if p in s_set or p.name == "arith.constant":
+                continue
+            g = _group(p)
+            if g is None:
+                return False
+            sources.add(g)
+    if len(sources) != 1:
+        return False
+    g = sources.pop()
+    anchors = [o for o in members[g] if _kind(o) == "contraction" and pat.is_contraction(o)
+               and not pat.is_convolution(o)]
+    if len(anchors) != 1:
+        return False
+    p = _plan(anchors[0])
+    if len(p.order["n"]) != 1 or p.N != row or p.window is not None:
+        return False
+    full = _numel(anchors[0].results[0].type)
+    for o in s_ops:
+        for r in o.results:
+            if any(_top(pat.op_of(u.owner)) not in s_set for u in r.uses) and _numel(r.type) != full:
+                return False  # statistics used outside (saved for a backward): not one store per row
+    i64 = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), g)
+    for o in s_ops:
+        o.attributes[GROUP] = i64
+        for a in (KIND, DOMAIN):
+            if a in o.attributes:
+                del o.attributes[a]
+        if pat.is_generic(o) and "reduction" in pat.iterator_types(o):
+            o.attributes[ROW_STAT] = ir.UnitAttr.get()
+    return True
+
+
+def _numel(t) -> int:
+    n = 1
+    for d in ir.RankedTensorType(t).shape:
+        n *= d
+    return n
 
 
 def _top(op):

@@ -176,3 +176,76 @@ def test_attention_softmax_is_not_taken_by_the_pv_matmul():
     args = tuple(torch.randn(2, 2, 16, 16) for _ in range(3))
     rep = uniorch.explain(attn, *args, target="interpret")
     assert [k.kind for k in rep.kernels] == ["attention"], [k.kind for k in rep.kernels]
+
+
+class PostNormBlock(nn.Module):
+    """BERT's post-norm residual blocks: LayerNorm(x + o(x)), then LayerNorm(x + proj(gelu(fc(x))))."""
+
+    def __init__(self, dim=32, hidden=64):
+        super().__init__()
+        self.o, self.ln1 = nn.Linear(dim, dim), nn.LayerNorm(dim)
+        self.fc, self.proj, self.ln2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim), nn.LayerNorm(dim)
+        with torch.no_grad():
+            for ln in (self.ln1, self.ln2):
+                ln.weight.uniform_(0.5, 1.5)
+                ln.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x):
+        x = self.ln1(x + self.o(x))
+        return self.ln2(x + self.proj(F.gelu(self.fc(x))))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("dim", [32, 24])
+def test_post_norm_is_the_matmuls_epilogue(dtype, tol, dim):
+    """A norm after a linear layer whose output tile holds the whole row: statistics and
+    normalise are the layer's epilogue, and the sum before the norm is never written."""
+    torch.manual_seed(7)
+    model = PostNormBlock(dim).eval().to(dtype)
+    x = torch.randn(2, 10, dim, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert sorted(k.kind for k in rep.kernels) == ["chain", "contraction"], rep
+    for k in rep.kernels:
+        assert k.bytes_written == x.numel() * x.element_size(), k  # the normalised rows only
+        assert any("sum" in o or "layer_norm" in o for o, _ in k.ops), k.ops
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        fresh = torch.randn(2, 10, dim, dtype=dtype) * 2 + 0.5
+        assert _rel(cm(fresh), model(fresh)) <= tol
+
+
+def test_post_norm_of_wide_rows_keeps_its_kernel():
+    """Rows longer than ROW_STATS_MAX are several output tiles: the norm keeps its own kernel."""
+    torch.manual_seed(8)
+    dim = ROW_STATS_MAX + 32
+    model = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim)).eval()
+    rep = uniorch.explain(model, torch.randn(6, dim), target="interpret")
+    assert "reduction" in [k.kind for k in rep.kernels], rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(6, dim)
+    assert _rel(cm(fresh), model(fresh)) <= 1e-5
+
+
+def test_post_norm_training_keeps_statistics_for_the_backward():
+    """Training saves the norm's statistics for its backward: they leave the forward graph, so
+    the norm stays a kernel of its own; the step matches eager."""
+    torch.manual_seed(9)
+    model = PostNormBlock().train()
+    ref = PostNormBlock().train()
+    ref.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 6, 32)
+    cm(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        assert _rel(a.grad, b.grad) <= 1e-4, name
+
+
+@pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+def test_post_norm_cross_compiles(target, binary):
+    torch.manual_seed(10)
+    model = PostNormBlock(dim=128, hidden=128).eval()
+    art = uniorch.compile_aot(model, (torch.randn(2, 10, 128),), target, fallback="error")
+    assert sorted(k.kind for k in art.kernels) == ["chain", "contraction"], [k.kind for k in art.kernels]
+    assert all(k.asm[binary][:4] == b"\x7fELF" for k in art.kernels)

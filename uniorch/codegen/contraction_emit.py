@@ -457,8 +457,12 @@ class _Emitter:
         tile, whose K axis holds the whole row (the schedule keeps K in one tile), summed along
         it. Lines depending on the tile stay in the K loop (one iteration): its class has "k"."""
         p = self.p
-        if ctx != "a" or len(p.order["k"]) != 1 or not self.s["block_k"] >= p.K:
-            raise CodegenError(op, "row statistics outside an A tile that holds the whole row")
+        axis = {"a": "k", "e": "n"}.get(ctx)
+        if axis is None or len(p.order[axis]) != 1:
+            raise CodegenError(op, "row statistics outside an A or output tile")
+        extent, tile = (p.K, self.s["block_k"]) if axis == "k" else (p.N, self.s["block_n"])
+        if not tile >= extent:
+            raise CodegenError(op, "row statistics over a tile that does not hold the whole row")
         combs = _pat.reduction_combiners(op)
         if not combs or len(combs) != 1 or combs[0][0] != "arith.addf":
             raise CodegenError(op, "row statistics that are not one sum")
@@ -474,9 +478,9 @@ class _Emitter:
             elif not idx[j].is_const():
                 raise CodegenError(op, "row statistics read along the row")
         red = [d for d, it in enumerate(_iterators(op)) if it == "reduction"]
-        if len(red) != 1 or sizes[red[0]] != p.K:
-            raise CodegenError(op, "row statistics over a row other than the contraction's K")
-        env[red[0]] = Lin.dim(p.order["k"][0])
+        if len(red) != 1 or sizes[red[0]] != extent:
+            raise CodegenError(op, "row statistics over a row other than the tile's")
+        env[red[0]] = Lin.dim(p.order[axis][0])
         if any(x is None for x in env):
             raise CodegenError(op, "row statistics whose output map does not cover its loops")
         body = op.regions[0].blocks[0]
@@ -495,13 +499,16 @@ class _Emitter:
         try:
             x = self.body_value(op, body, body_ops, combs[0][1], env, ctx, [], arg)
             ty = x.ty
-            cls = frozenset(x.cls | {"k"})
+            # the A tile's sums stay in the K loop (its one iteration): their class has "k"
+            cls = frozenset(x.cls | {"k"}) if axis == "k" else frozenset(x.cls - {"n"})
             text = x.text if x.const is None else _body.constant_expr(x.const, ty)
-            if "k" not in x.cls or "m" not in x.cls:
-                text = self.line(ctx, cls, f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_K))", "r")
-            if self.mask_k:
-                self.need.add(f"mask_k{ctx}")
-                text = self.line(ctx, cls, f"tl.where(mask_k{ctx}, {text}, 0.0)", "r")
+            if axis not in x.cls or "m" not in x.cls:
+                text = self.line(ctx, cls, f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_{axis.upper()}))", "r")
+            masked = self.mask_k if axis == "k" else self.mask_n
+            if masked:
+                mask = f"mask_k{ctx}" if axis == "k" else "mask_n"
+                self.need.add(mask)
+                text = self.line(ctx, cls, f"tl.where({mask}, {text}, 0.0)", "r")
             total = _Val(self.line(ctx, cls, f"_row_sum({text})", "r", _loc(op)), ty, cls)
             init = self.value(view.outputs[0], idx, ctx)
             if init.const is not None and float(init.const) == 0.0:

@@ -37,6 +37,7 @@ class _Plan:
     dot_types: tuple = ("f32", "f32")
     window: "_Window | None" = None  # a pooling of the epilogue computed per window element
     row_stats: bool = False        # per-row sums reduced from the A tile (passes/fuse_row_stats.py)
+    row_n: bool = False            # per-row sums of the epilogue, over the output tile's N axis
 
     @property
     def windows(self) -> int:
@@ -302,7 +303,7 @@ def _analyze(kernel) -> _Plan:
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
-    plan.row_stats = any(ROW_STAT in op.attributes for op in gens)
+    plan.row_stats = any(ROW_STAT in op.attributes and not _after(op, gen, ops) for op in gens)
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
     pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]
@@ -339,6 +340,12 @@ def _analyze(kernel) -> _Plan:
     return plan
 
 
+def _after(op, gen, ops) -> bool:
+    """Whether `op` comes after the contraction `gen` in the kernel (an epilogue op)."""
+    i = next(i for i, o in enumerate(ops) if o == gen)
+    return any(o == op for o in ops[i + 1:])
+
+
 def epilogue_layouts(plan: _Plan, ops: list) -> dict:
     """Where each value computed over the contraction's output sits: the contraction result and
     every pointwise generic of `ops` after it that reads such a value (a Lin per tensor dim)."""
@@ -362,7 +369,9 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         chain = [(v, mp) for v, mp in zip(g_ops, g_maps) if _is_shaped(v) and _known(layouts, v)]
         if not chain:
             continue
-        if "reduction" in _iterators(op):
+        if "reduction" in _iterators(op) and ROW_STAT in op.attributes:
+            plan.row_n = True  # a norm's statistics over the output's rows: laid out like a broadcast
+        elif "reduction" in _iterators(op):
             win = _pat.pooling_window(op)
             if win is None or plan.window is not None or not any(v == op.operands[0] for v, _ in chain):
                 raise CodegenError(op, "a reduction over the contraction's result cannot be fused as an epilogue")

@@ -45,7 +45,9 @@ def _schedule(plan: _Plan, target: str) -> dict:
         bm, bn, bk = _fit(M, 16, 64), _fit(N, 16, 64), _fit(K, 16, 64)
         warps, stages, group = 4, 1, 1
         if plan.row_stats:
-            bk = _row_tile(plan)
+            bk = _row_tile(plan, plan.K)
+        if plan.row_n:
+            bn = _row_tile(plan, plan.N)
     else:
         if narrow:   # tensor cores / matrix cores: up to 128x128x64 tiles
             bm, bn, bk = _fit(M, 16, 128), _fit(N, 16, 128), _fit(K, 16, 64)
@@ -59,16 +61,21 @@ def _schedule(plan: _Plan, target: str) -> dict:
                 bm //= 2
             else:
                 bn //= 2
-        if plan.row_stats:
-            # the row is one K tile (row statistics reduced from it): smaller output tiles keep
-            # the A and B tiles of a pipeline stage within 32 KB
-            bk = _row_tile(plan)
+        if plan.row_stats or plan.row_n:
+            # a row is one K tile (statistics reduced from the A tile) or one N tile (from the
+            # output tile): the other tiles shrink so a pipeline stage's A and B stay within 32 KB
+            bk = _row_tile(plan, plan.K) if plan.row_stats else bk
+            bn = _row_tile(plan, plan.N) if plan.row_n else bn
             size = 2 if narrow else 4
-            while (bm + bn) * bk * size > 32 * 1024 and max(bm, bn) > 16:
-                if bm >= bn:
-                    bm //= 2
-                else:
+            while (bm + bn) * bk * size > 32 * 1024:
+                if not plan.row_n and bn >= bm and bn > 16:
                     bn //= 2
+                elif bm > 16:
+                    bm //= 2
+                elif not plan.row_stats and bk > 16:
+                    bk //= 2
+                else:
+                    break
         # threads per program by tile area; warps of 32 (NVIDIA) or wavefronts of 64 (AMD)
         area = bm * bn
         threads = 256 if area >= 128 * 128 else 128 if area >= 64 * 64 else 64 if area >= 32 * 32 else 32
@@ -83,10 +90,10 @@ def _schedule(plan: _Plan, target: str) -> dict:
     }
 
 
-def _row_tile(plan: _Plan) -> int:
-    if not isinstance(plan.K, int):
+def _row_tile(plan: _Plan, n) -> int:
+    if not isinstance(n, int):
         raise CodegenError(plan.gen, "row statistics over a symbolic row length")
-    return max(16, _pow2(plan.K))
+    return max(16, _pow2(n))
 
 
 def _grid(plan: _Plan, bm: int, bn: int) -> list:
@@ -112,6 +119,9 @@ def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
     for k in ("block_m", "block_n", "block_k"):
         if s[k] < 16 or s[k] & (s[k] - 1):
             raise CodegenError(func, f"schedule {k} = {s[k]} (tl.dot needs a power of two >= 16)")
+    if plan.row_n and s["block_n"] < plan.N:
+        raise CodegenError(func, f"schedule block_n = {s['block_n']}: row statistics need the row "
+                                 f"({plan.N}) in one N tile")
     if plan.row_stats and s["block_k"] < plan.K:
         raise CodegenError(func, f"schedule block_k = {s['block_k']}: row statistics need the row "
                                  f"({plan.K}) in one K tile")
