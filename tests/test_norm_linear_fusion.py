@@ -249,3 +249,20 @@ def test_post_norm_cross_compiles(target, binary):
     art = uniorch.compile_aot(model, (torch.randn(2, 10, 128),), target, fallback="error")
     assert sorted(k.kind for k in art.kernels) == ["chain", "contraction"], [k.kind for k in art.kernels]
     assert all(k.asm[binary][:4] == b"\x7fELF" for k in art.kernels)
+
+
+def test_norm_read_transposed_by_a_square_matmul():
+    """ln(x).T @ w with x square: the matmul's K runs along the norm's rows' other axis, so the
+    statistics are not a sum over its A tile's K axis; the result still matches eager."""
+    torch.manual_seed(11)
+    ln = nn.LayerNorm(16).eval()
+    w = torch.randn(16, 8)
+
+    def fn(x):
+        return ln(x).t() @ w
+
+    cm = uniorch.compile(fn, target="interpret")
+    for _ in range(2):
+        x = torch.randn(16, 16) * 2 + 0.5
+        with torch.no_grad():
+            assert _rel(cm(x), fn(x)) <= 1e-5

@@ -466,6 +466,10 @@ class _Emitter:
         combs = _pat.reduction_combiners(op)
         if not combs or len(combs) != 1 or combs[0][0] != "arith.addf":
             raise CodegenError(op, "row statistics that are not one sum")
+        if any(p.cls[d] == axis for lin in idx for d in lin.dims()):
+            # read at a position along the tile's row axis (a square matmul reading its A
+            # factor transposed): the row summed is not the tile's
+            raise CodegenError(op, "row statistics read along the row they sum")
         view = op.opview
         n_in = len(view.inputs)
         maps = _maps(op)
