@@ -28,7 +28,8 @@ from uniorch.codegen.attention_plan import MAX_HEAD_DIM, check_pair
 from uniorch.codegen.softmax_match import match_softmax
 
 from .base import Pass, PassContext
-from .fuse_common import DOMAIN, GROUP, KIND, _widens
+from .fuse_common import KIND, _widens
+from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions, top_level
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
@@ -44,74 +45,50 @@ class FuseAttention(Pass):
     def run(self, module, pctx: PassContext) -> None:
         main = main_func(module)
         with module.context:
-            _merge_all(main.regions[0].blocks[0])
-
-
-def _group(op) -> int | None:
-    op = pat.op_of(op)
-    return ir.IntegerAttr(op.attributes[GROUP]).value if GROUP in op.attributes else None
-
-
-def _kind(op) -> str | None:
-    return ir.StringAttr(op.attributes[KIND]).value if KIND in op.attributes else None
+            merge_into_contractions(main.regions[0].blocks[0], _try_merge)
 
 
 def _users(v) -> list:
     return [pat.op_of(u.owner) for u in v.uses]
 
 
-def _top(op, block):
-    while op is not None and op.parent is not None and pat.op_of(op.parent) != pat.op_of(block.owner):
-        op = pat.op_of(op.parent)
-    return op
-
-
-def _merge_all(block) -> None:
-    merged = False
-    for c2 in [o.operation for o in block.operations]:
-        if _kind(c2) == "contraction" and pat.is_contraction(c2):
-            merged |= _try_merge(block, c2)
-    if merged:
-        _renumber(block)
-
-
 def _try_merge(block, c2) -> bool:
     ops = [o.operation for o in block.operations]
     members: dict[int, list] = {}
     for o in ops:
-        g = _group(o)
+        g = group_of(o)
         if g is not None:
             members.setdefault(g, []).append(o)
-    g_c = _group(c2)
+    g_c = group_of(c2)
     base = members
     for probs in list(c2.opview.inputs):
         members = {g: list(ops_) for g, ops_ in base.items()}
         p = _producer(probs)
         moved = None
-        if p is not None and _group(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:
+        if p is not None and group_of(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:
             # bf16 probabilities widened for PV: fusion left the widening to PV's kernel (so a stored
             # value stays 16-bit); here it belongs to the softmax
             moved, p = p, _producer(p.operands[0])
             members[g_c] = [o for o in members[g_c] if o != moved]
         split = None
-        if moved is None and p is not None and _group(p) is None and p.name == "tensor.expand_shape":
+        if moved is None and p is not None and group_of(p) is None and p.name == "tensor.expand_shape":
             # GQA: softmax over the merged heads, split into (key-value group, repeat) for P·v
             split, p = p, _producer(p.operands[0])
-        g_b = _group(p) if p is not None else None
+        g_b = group_of(p) if p is not None else None
         if g_b is None or g_b == g_c:
             continue
         if moved is not None:
             members[g_b] = members[g_b] + [moved]
-        in_b = lambda o: _group(o) == g_b or (moved is not None and o == moved) or (_group(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
+        in_b = lambda o: group_of(o) == g_b or (moved is not None and o == moved) or (group_of(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
         sm = match_softmax(probs if split is None else split.operands[0], in_b)
         if sm is None:
             continue
         s_op = _producer(sm.source)
         c1 = _scores_contraction(sm.source, in_b)
-        g_a = _group(c1) if c1 is not None else None
-        if s_op is None or g_a is None or g_a in (g_b, g_c) or _kind(c1) != "contraction":
+        g_a = group_of(c1) if c1 is not None else None
+        if s_op is None or g_a is None or g_a in (g_b, g_c) or kind_of(c1) != "contraction":
             continue
-        if _group(s_op) == g_b and _widens(s_op):
+        if group_of(s_op) == g_b and _widens(s_op):
             # bf16 scores widened for the softmax: fusion leaves the widening to the softmax's
             # kernel (so a stored value stays 16-bit); here it belongs to the scores' epilogue
             members = {g: [o for o in ops_ if o != s_op] for g, ops_ in members.items()}
@@ -158,14 +135,14 @@ def _merges(a_ops, b_ops) -> list:
     for o in a_ops:
         for r in o.results:
             for u in _users(r):
-                if (u.name == "tensor.collapse_shape" and _group(u) is None
+                if (u.name == "tensor.collapse_shape" and group_of(u) is None
                         and all(any(x == b for b in b_ops) for x in _users(u.results[0]))):
                     out.append(u)
     return out
 
 
 def _views(block, ops) -> list:
-    return [o for o in ops if o.name in _UNIT_VIEWS and _group(o) is None]
+    return [o for o in ops if o.name in _UNIT_VIEWS and group_of(o) is None]
 
 
 def _only_used_by(group_ops, allowed_values, readers) -> bool:
@@ -175,9 +152,7 @@ def _only_used_by(group_ops, allowed_values, readers) -> bool:
     for o in group_ops:
         for r in o.results:
             for u in _users(r):
-                top = u
-                while top.parent is not None and top.parent.name != "func.func":
-                    top = pat.op_of(top.parent)
+                top = top_level(u)
                 if any(top == i for i in inside):
                     continue
                 if (allowed_values is None or any(r == v for v in allowed_values)) and any(top == x for x in readers):
@@ -188,40 +163,13 @@ def _only_used_by(group_ops, allowed_values, readers) -> bool:
 
 def _annotate(block, ops, gid: int, c1, c2, s_op, sm) -> None:
     for o in ops:
-        o.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), gid)
         if o != c2:
-            for a in (KIND, DOMAIN):
-                if a in o.attributes:
-                    del o.attributes[a]
+            join(o, gid)
     s_no = next(i for i, r in enumerate(s_op.results) if r == sm.source)
     s_op.attributes[SCORES] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s_no)
     c2.attributes[KIND] = ir.StringAttr.get("attention")
     c2.attributes[ATTENTION] = ir.DictAttr.get({"safe": ir.BoolAttr.get(sm.safe)})
-    dom = ir.DictAttr(c2.attributes[DOMAIN])
-    i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
-    sizes = pat.loop_sizes(c1)
-    its = pat.iterator_types(c1)
-    head = [s for s, it in zip(sizes, its) if it == "reduction"]
-    keys = list(ir.ArrayAttr(dom["reduction"]))  # sizes, symbolic ones as their text (uniorch/ir/dims.py)
-    c2.attributes[DOMAIN] = ir.DictAttr.get({
-        "parallel": dom["parallel"],
-        "reduction": ir.ArrayAttr.get(keys + [i64(s) if isinstance(s, int) else ir.StringAttr.get(str(s))
-                                              for s in head]),
-    })
-
-
-def _renumber(block) -> None:
-    """Group numbers dense again, in order of each group's first op."""
-    first: dict[int, int] = {}
-    for i, o in enumerate(block.operations):
-        g = _group(o.operation)
-        if g is not None and g not in first:
-            first[g] = i
-    new = {g: n for n, g in enumerate(sorted(first, key=first.get))}
-    for o in block.operations:
-        g = _group(o.operation)
-        if g is not None:
-            o.operation.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), new[g])
+    extend_domain(c2, c1)
 
 
 __all__ = ["FuseAttention", "MAX_HEAD_DIM"]

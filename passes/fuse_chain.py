@@ -27,9 +27,11 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention_plan import _plan, check_pair
 
 from .base import Pass, PassContext
-from .fuse_attention import _group, _kind, _only_used_by, _renumber
-from .fuse_common import DOMAIN, GROUP, KIND, _widens
+from .fuse_attention import _only_used_by
+from .fuse_common import KIND, _widens
 from .fuse_row_stats import ROW_STAT
+from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions
+from .groups import members as group_members
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
@@ -47,43 +49,28 @@ class FuseChain(Pass):
     def run(self, module, pctx: PassContext) -> None:
         main = main_func(module)
         with module.context:
-            block = main.regions[0].blocks[0]
-            merged = False
-            for c2 in [o.operation for o in block.operations]:
-                if _kind(c2) == "contraction" and pat.is_contraction(c2):
-                    merged |= _try_merge(block, c2)
-            if merged:
-                _renumber(block)
-
-
-def _members(block) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for o in block.operations:
-        g = _group(o.operation)
-        if g is not None:
-            out.setdefault(g, []).append(o.operation)
-    return out
+            merge_into_contractions(main.regions[0].blocks[0], _try_merge)
 
 
 def _try_merge(block, c2) -> bool:
-    members = _members(block)
-    g_c = _group(c2)
+    members = group_members(block)
+    g_c = group_of(c2)
     for h in list(c2.opview.inputs):
         p = _producer(h)
         moved = None
-        if p is not None and _group(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:
+        if p is not None and group_of(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:
             # a 16-bit activation widened for the second product: the widening sits in C's kernel
             # (so the stored value stays 16-bit); in the chain it is the hidden epilogue's last op
             moved, p = p, _producer(p.operands[0])
-        g_a = _group(p) if p is not None else None
+        g_a = group_of(p) if p is not None else None
         if g_a is None or g_a == g_c:
             continue
         a_ops = members[g_a]
         c1s = [o for o in a_ops if pat.is_contraction(o)]
-        if len(c1s) != 1 or _kind(c1s[0]) != "contraction":
+        if len(c1s) != 1 or kind_of(c1s[0]) != "contraction":
             continue
         c1 = c1s[0]
-        if any(_kind(o) == "chain" for o in members[g_c]) or any(
+        if any(kind_of(o) == "chain" for o in members[g_c]) or any(
                 o != c1 and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
                 and ROW_STAT not in o.attributes for o in a_ops):
             continue  # A computes more than one product (a pooling epilogue), or C is a chain already
@@ -103,24 +90,14 @@ def _try_merge(block, c2) -> bool:
 
 
 def _annotate(a_ops, c_ops, gid: int, c1, c2, h_op, h) -> None:
-    i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
     for o in a_ops + c_ops:
-        o.attributes[GROUP] = i64(gid)
         if o != c2:
-            for a in (KIND, DOMAIN):
-                if a in o.attributes:
-                    del o.attributes[a]
-    h_op.attributes[HIDDEN] = i64(next(i for i, r in enumerate(h_op.results) if r == h))
+            join(o, gid)
+    h_no = next(i for i, r in enumerate(h_op.results) if r == h)
+    h_op.attributes[HIDDEN] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), h_no)
     c2.attributes[KIND] = ir.StringAttr.get("chain")
     c2.attributes[CHAIN] = ir.DictAttr.get({})
-    dom = ir.DictAttr(c2.attributes[DOMAIN])
-    sizes, its = pat.loop_sizes(c1), pat.iterator_types(c1)
-    inner = [s for s, it in zip(sizes, its) if it == "reduction"]
-    c2.attributes[DOMAIN] = ir.DictAttr.get({
-        "parallel": dom["parallel"],
-        "reduction": ir.ArrayAttr.get(list(ir.ArrayAttr(dom["reduction"])) + [
-            i64(s) if isinstance(s, int) else ir.StringAttr.get(str(s)) for s in inner]),
-    })
+    extend_domain(c2, c1)
 
 
 __all__ = ["FuseChain", "HIDDEN", "CHAIN", "MAX_HIDDEN"]

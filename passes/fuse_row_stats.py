@@ -30,8 +30,9 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention_plan import _plan
 
 from .base import Pass, PassContext
-from .fuse_attention import _group, _kind, _renumber
-from .fuse_common import DOMAIN, GROUP, KIND
+from .fuse_factors import _numel as numel
+from .groups import group_of, join, kind_of, renumber, top_level
+from .groups import members as group_members
 from .ir_utils import main_func
 
 ROW_STAT = "uniorch.row_stat"
@@ -50,21 +51,12 @@ class FuseRowStats(Pass):
         with module.context:
             block = main.regions[0].blocks[0]
             changed = False
-            for gid in sorted(_members(block)):
-                members = _members(block)
+            for gid in sorted(group_members(block)):
+                members = group_members(block)
                 if gid in members:
                     changed |= _try(block, members, gid)
             if changed:
-                _renumber(block)
-
-
-def _members(block) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for o in block.operations:
-        g = _group(o.operation)
-        if g is not None:
-            out.setdefault(g, []).append(o.operation)
-    return out
+                renumber(block)
 
 
 def _row_sum(op) -> int | None:
@@ -120,7 +112,7 @@ def _a_side(anchor, ops: list) -> tuple[set, set]:
 def _stats_row(s_ops: list) -> int | None:
     """The row length if every reduction of a reduction group is a row sum of that length (at
     most ROW_STATS_MAX) and the rest is pointwise or fills."""
-    if not any(_kind(o) == "reduction" for o in s_ops):
+    if not any(kind_of(o) == "reduction" for o in s_ops):
         return None
     rows = set()
     for o in s_ops:
@@ -144,36 +136,44 @@ def _try(block, members: dict, gid: int) -> bool:
     row = _stats_row(s_ops)
     if row is None:
         return False
-    s_set = set(s_ops)
-    readers: dict[int, list] = {}
-    for o in s_ops:
-        for r in o.results:
-            for u in r.uses:
-                user = _top(pat.op_of(u.owner))
-                if user in s_set:
-                    continue
-                g = _group(user)
-                if g is None or not pat.is_pointwise(user):
-                    return _try_epilogue(members, gid, row)
-                readers.setdefault(g, []).append(user)
-    if not readers:
+    readers = _prologue_readers(members, gid, row)
+    if readers is None:
         return _try_epilogue(members, gid, row)
-    for g, users in readers.items():
-        anchors = [o for o in members[g] if _kind(o) == "contraction" and pat.is_contraction(o)]
-        if len(anchors) != 1:
-            return _try_epilogue(members, gid, row)
-        p = _plan(anchors[0])
-        if len(p.order["k"]) != 1 or p.K != row or len(p.order["m"]) == 0:
-            return _try_epilogue(members, gid, row)
-        a_ops, b_ops = _a_side(anchors[0], members[g])
-        if any(u not in a_ops or u in b_ops for u in users):
-            return _try_epilogue(members, gid, row)
     for g in readers:
         _clone_into(s_ops, members[g], g)
     for o in reversed(s_ops):
         if all(not list(r.uses) for r in o.results):
             o.erase()
     return True
+
+
+def _prologue_readers(members: dict, gid: int, row: int) -> dict | None:
+    """The groups reading the statistics, if each is a contraction whose K is the row and whose A
+    side alone reads them (through pointwise prologue ops); else None."""
+    s_ops = members[gid]
+    s_set = set(s_ops)
+    readers: dict[int, list] = {}
+    for o in s_ops:
+        for r in o.results:
+            for u in r.uses:
+                user = top_level(pat.op_of(u.owner))
+                if user in s_set:
+                    continue
+                g = group_of(user)
+                if g is None or not pat.is_pointwise(user):
+                    return None
+                readers.setdefault(g, []).append(user)
+    for g, users in readers.items():
+        anchors = [o for o in members[g] if kind_of(o) == "contraction" and pat.is_contraction(o)]
+        if len(anchors) != 1:
+            return None
+        p = _plan(anchors[0])
+        if len(p.order["k"]) != 1 or p.K != row or len(p.order["m"]) == 0:
+            return None
+        a_ops, b_ops = _a_side(anchors[0], members[g])
+        if any(u not in a_ops or u in b_ops for u in users):
+            return None
+    return readers or None
 
 
 def _try_epilogue(members: dict, gid: int, row: int) -> bool:
@@ -189,55 +189,41 @@ def _try_epilogue(members: dict, gid: int, row: int) -> bool:
         for v in list(o.operands)[:pat.num_inputs(o)] if pat.is_generic(o) else []:
             if isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.ShapedType):
                 continue
-            p = _top(pat.op_of(v.owner))
+            p = top_level(pat.op_of(v.owner))
             if p in s_set or p.name == "arith.constant":
                 continue
-            g = _group(p)
+            g = group_of(p)
             if g is None:
                 return False
             sources.add(g)
     if len(sources) != 1:
         return False
     g = sources.pop()
-    anchors = [o for o in members[g] if _kind(o) == "contraction" and pat.is_contraction(o)
+    anchors = [o for o in members[g] if kind_of(o) == "contraction" and pat.is_contraction(o)
                and not pat.is_convolution(o)]
     if len(anchors) != 1:
         return False
     p = _plan(anchors[0])
     if len(p.order["n"]) != 1 or p.N != row or p.window is not None:
         return False
-    full = _numel(anchors[0].results[0].type)
+    full = numel(anchors[0].results[0].type)
     for o in s_ops:
         for r in o.results:
-            if any(_top(pat.op_of(u.owner)) not in s_set for u in r.uses) and _numel(r.type) != full:
+            if any(top_level(pat.op_of(u.owner)) not in s_set for u in r.uses) and numel(r.type) != full:
                 return False  # statistics used outside (saved for a backward): not one store per row
-    i64 = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), g)
     for o in s_ops:
-        o.attributes[GROUP] = i64
-        for a in (KIND, DOMAIN):
-            if a in o.attributes:
-                del o.attributes[a]
-        if pat.is_generic(o) and "reduction" in pat.iterator_types(o):
-            o.attributes[ROW_STAT] = ir.UnitAttr.get()
+        _join_stat(o, g)
     return True
 
 
-def _numel(t) -> int:
-    n = 1
-    for d in ir.RankedTensorType(t).shape:
-        n *= d
-    return n
-
-
-def _top(op):
-    while op.parent is not None and op.parent.name != "func.func":
-        op = pat.op_of(op.parent)
-    return op
+def _join_stat(op, gid: int) -> None:
+    join(op, gid)
+    if pat.is_generic(op) and "reduction" in pat.iterator_types(op):
+        op.attributes[ROW_STAT] = ir.UnitAttr.get()
 
 
 def _clone_into(s_ops: list, g_ops: list, gid: int) -> None:
     """Copies of the statistics ops in group `gid`, read by its ops instead of the originals."""
-    i64 = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), gid)
     mapping: list = []  # (original result, clone result)
     for o in s_ops:
         with ir.InsertionPoint(o):
@@ -247,17 +233,12 @@ def _clone_into(s_ops: list, g_ops: list, gid: int) -> None:
                 if v == old:
                     c.operands[i] = new
         mapping.extend(zip(o.results, c.results))
-        c.attributes[GROUP] = i64
-        for a in (KIND, DOMAIN):
-            if a in c.attributes:
-                del c.attributes[a]
-        if pat.is_generic(c) and "reduction" in pat.iterator_types(c):
-            c.attributes[ROW_STAT] = ir.UnitAttr.get()
+        _join_stat(c, gid)
     g_set = set(g_ops)
     # decided before any operand changes: an op whose operands were set compares unequal to the
     # handles taken before (the bindings' live-operation map)
     moves = [(pat.op_of(u.owner), u.operand_number, new) for old, new in mapping for u in old.uses
-             if _top(pat.op_of(u.owner)) in g_set]
+             if top_level(pat.op_of(u.owner)) in g_set]
     for user, i, new in moves:
         user.operands[i] = new
 

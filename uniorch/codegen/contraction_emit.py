@@ -3,7 +3,6 @@ with producers evaluated in the operand tiles and the epilogue on the accumulato
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from torch_mlir import ir
@@ -11,12 +10,12 @@ from torch_mlir import ir
 from uniorch.ir.dims import cdiv as size_cdiv, code as size_code, kernel_symbols, prod as size_prod
 
 from . import body as _body
-from . import patterns as _pat
 from .contraction_ir import (
-    Lin, Quot, _NP, _PTR, _TL, _as_op, _const_value, _dim_pos, _elem, _is_float, _is_shaped, _iterators,
+    Lin, Quot, _NP, _PTR, _TL, _Val, _as_op, _const_value, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
 from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
+from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
 
 
@@ -30,16 +29,7 @@ def _vendor(target) -> str:
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 
-@dataclass
-class _Val:
-    text: str
-    ty: str                      # MLIR scalar type
-    cls: frozenset = frozenset()  # tile axes it varies along: "m", "n", "k"
-    const: object = None         # compile-time value, if any
-    zero_k: bool = False         # zero outside the K extent (masked load, other=0)
-
-
-class _Emitter:
+class _Emitter(_Reductions):
     def __init__(self, plan: _Plan, sched: dict, target: str):
         self.p = plan
         self.s = sched
@@ -203,40 +193,6 @@ class _Emitter:
         if _is_empty(v):
             raise CodegenError(op, "reads an uninitialised tensor (tensor.empty)")
         raise CodegenError(op, "op not supported inside a contraction kernel")
-
-    def pooled(self, op, idx: tuple, ctx: str) -> _Val:
-        """The pooling at pooled position `idx`: its combiner folded over the epilogue's value at
-        every window element (each from its own accumulator), starting from its init."""
-        p = self.p
-        if ctx != "e" or self.win is not None:
-            raise CodegenError(op, "a pooling read other than by the epilogue")
-        n_in = len(op.opview.inputs)
-        body = op.regions[0].blocks[0]
-        comb = _as_op(list(body.operations)[0])
-        out_arg, in_arg = body.arguments[n_in], body.arguments[0]
-        acc = self.value(op.opview.outputs[0], idx, ctx)
-        identity = _pat.COMBINERS[comb.name]
-        if acc.const is not None and (acc.const == identity or (math.isnan(identity) and math.isnan(acc.const))):
-            acc = None  # the combiner's identity (max pooling's -inf): start from the first element
-        src_lay = _get(p.layouts, op.operands[0])
-        self.frames.append({"header": f"# pooling: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
-        try:
-            for w in range(p.windows):
-                self.win = w
-                try:
-                    v = self.value(op.operands[0], src_lay, ctx)
-                finally:
-                    self.win = None
-                if acc is None:
-                    acc = v
-                    continue
-                ins = [acc if x == out_arg else v if x == in_arg else None for x in comb.operands]
-                if any(x is None for x in ins):
-                    raise CodegenError(op, "pooling body reads something other than its input and output")
-                acc = self.scalar_op(comb, ins, None, ctx)
-        finally:
-            self.frames.pop()
-        return acc
 
     def pad(self, op, idx: tuple, ctx: str) -> _Val:
         """A constant `tensor.pad` of a kernel argument at `idx`: the unpadded tensor loaded at
@@ -418,12 +374,7 @@ class _Emitter:
         n_in = len(view.inputs)
         maps = _maps(op)
         sizes = _loop_sizes(op)
-        env = [None] * len(sizes)
-        for j, e in enumerate(maps[n_in + result_no].results):
-            d = _dim_pos(e)
-            if d is None:
-                raise CodegenError(op, "pointwise generic with a non-projected output map")
-            env[d] = idx[j]
+        env = output_env(op, maps[n_in + result_no], idx, consts=False)
         for d, s in enumerate(sizes):
             if env[d] is None:
                 if s != 1:
@@ -449,75 +400,6 @@ class _Emitter:
         self.frames.append({"header": f"# {role}: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
         try:
             return self.body_value(op, body, body_ops, yop.operands[result_no], env, ctx, local, arg)
-        finally:
-            self.frames.pop()
-
-    def row_sum(self, op, idx: tuple, ctx: str) -> _Val:
-        """A per-row sum (passes/fuse_row_stats.py) at row `idx`: its summand evaluated over the A
-        tile, whose K axis holds the whole row (the schedule keeps K in one tile), summed along
-        it. Lines depending on the tile stay in the K loop (one iteration): its class has "k"."""
-        p = self.p
-        axis = {"a": "k", "e": "n"}.get(ctx)
-        if axis is None or len(p.order[axis]) != 1:
-            raise CodegenError(op, "row statistics outside an A or output tile")
-        extent, tile = (p.K, self.s["block_k"]) if axis == "k" else (p.N, self.s["block_n"])
-        if not tile >= extent:
-            raise CodegenError(op, "row statistics over a tile that does not hold the whole row")
-        combs = _pat.reduction_combiners(op)
-        if not combs or len(combs) != 1 or combs[0][0] != "arith.addf":
-            raise CodegenError(op, "row statistics that are not one sum")
-        if any(p.cls[d] == axis for lin in idx for d in lin.dims()):
-            # read at a position along the tile's row axis (a square matmul reading its A
-            # factor transposed): the row summed is not the tile's
-            raise CodegenError(op, "row statistics read along the row they sum")
-        view = op.opview
-        n_in = len(view.inputs)
-        maps = _maps(op)
-        sizes = _loop_sizes(op)
-        env = [None] * len(sizes)
-        for j, e in enumerate(maps[n_in].results):
-            d = _dim_pos(e)
-            if d is not None:
-                env[d] = idx[j]
-            elif not idx[j].is_const():
-                raise CodegenError(op, "row statistics read along the row")
-        red = [d for d, it in enumerate(_iterators(op)) if it == "reduction"]
-        if len(red) != 1 or sizes[red[0]] != extent:
-            raise CodegenError(op, "row statistics over a row other than the tile's")
-        env[red[0]] = Lin.dim(p.order[axis][0])
-        if any(x is None for x in env):
-            raise CodegenError(op, "row statistics whose output map does not cover its loops")
-        body = op.regions[0].blocks[0]
-        body_ops = [_as_op(o) for o in body.operations]
-        operands = list(view.inputs) + list(view.outputs)
-
-        def arg(n: int) -> _Val:
-            v = operands[n]
-            if not _is_shaped(v):
-                return self.scalar(v, op)
-            if n >= n_in:
-                raise CodegenError(op, "row statistics whose summand reads the sum")
-            return self.value(v, tuple(_lin(e, env, op) for e in maps[n].results), ctx)
-
-        self.frames.append({"header": f"# row statistics: {op.name} at {_loc(op)}", "loc": _loc(op), "done": set()})
-        try:
-            x = self.body_value(op, body, body_ops, combs[0][1], env, ctx, [], arg)
-            ty = x.ty
-            # the A tile's sums stay in the K loop (its one iteration): their class has "k"
-            cls = frozenset(x.cls | {"k"}) if axis == "k" else frozenset(x.cls - {"n"})
-            text = x.text if x.const is None else _body.constant_expr(x.const, ty)
-            if axis not in x.cls or "m" not in x.cls:
-                text = self.line(ctx, cls, f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_{axis.upper()}))", "r")
-            masked = self.mask_k if axis == "k" else self.mask_n
-            if masked:
-                mask = f"mask_k{ctx}" if axis == "k" else "mask_n"
-                self.need.add(mask)
-                text = self.line(ctx, cls, f"tl.where({mask}, {text}, 0.0)", "r")
-            total = _Val(self.line(ctx, cls, f"_row_sum({text})", "r", _loc(op)), ty, cls)
-            init = self.value(view.outputs[0], idx, ctx)
-            if init.const is not None and float(init.const) == 0.0:
-                return total
-            return _Val(self.line(ctx, cls | init.cls, f"{init.text} + {total.text}", "r"), ty, cls | init.cls)
         finally:
             self.frames.pop()
 

@@ -210,3 +210,12 @@ def _const_value(op):
     if ty == "i1":
         return bool(ir.IntegerAttr(attr).value)
     return ir.IntegerAttr(attr).value
+
+
+@dataclass
+class _Val:
+    text: str
+    ty: str                      # MLIR scalar type
+    cls: frozenset = frozenset()  # tile axes it varies along: "m", "n", "k"
+    const: object = None         # compile-time value, if any
+    zero_k: bool = False         # zero outside the K extent (masked load, other=0)
