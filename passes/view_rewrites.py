@@ -10,7 +10,11 @@ and each rewrite here puts the fill or transpose on the other side of it:
   fused qkv projection and then slice it; each slice becomes a small transpose of a strided view,
   which joins the kernel reading it instead of materialising the whole permuted tensor;
 - `collapse_shape(transpose(x))` dropping size-1 dims → one transpose to the collapsed shape:
-  contraction kernels take transposed operands but no views (attention's `v` slice).
+  contraction kernels take transposed operands but no views (attention's `v` slice);
+- `transpose(expand_shape(x))` adding size-1 dims → a transpose reading `x`: the expansion is
+  only a change of indexing, and hiding `x`'s producer behind it keeps that producer out of the
+  kernel (nn.MultiheadAttention(batch_first=True) unsqueezes and permutes the normalised input
+  before its in-projection, which left LayerNorm a kernel writing the activation).
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ def rewrite_views(func_op: ir.Operation) -> None:
     for op in [o.operation for o in block.operations]:
         if op.name == "tensor.collapse_shape":
             _transpose_through_collapse(op)
+    for op in [o.operation for o in block.operations]:
+        if pat.is_generic(op):
+            _transpose_of_unit_expand(op)
 
 
 def _owner(v: ir.Value):
@@ -166,3 +173,29 @@ def _transpose_through_collapse(view: ir.Operation) -> None:
     view.results[0].replace_all_uses_with(nt.results[0])
     view.erase()
     t.erase()
+
+
+def _transpose_of_unit_expand(t: ir.Operation) -> None:
+    if len(t.results) != 1 or not pat.is_permutation_movement(t):
+        return
+    view = _owner(pat.inputs(t)[0])
+    if view is None or view.name != "tensor.expand_shape":
+        return
+    src_t = ir.RankedTensorType(view.operands[0].type)
+    out_t = ir.RankedTensorType(view.results[0].type)
+    if not (src_t.has_static_shape and out_t.has_static_shape):
+        return
+    m_in, m_out = pat.indexing_maps(t)
+    exprs = []
+    for group in ir.ArrayAttr(view.attributes["reassociation"]):
+        dims = [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group)]
+        big = [d for d in dims if out_t.shape[d] != 1]
+        if len(big) > 1:
+            return  # a real reshape, not added unit dims
+        exprs.append(m_in.results[big[0]] if big else ir.AffineConstantExpr.get(0))
+    n = m_in.n_dims
+    maps = [ir.AffineMap.get(n, 0, exprs), m_out]
+    t.operands[0] = view.operands[0]
+    t.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+    if not list(view.results[0].uses):
+        view.erase()

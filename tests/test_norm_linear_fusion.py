@@ -266,3 +266,43 @@ def test_norm_read_transposed_by_a_square_matmul():
         x = torch.randn(16, 16) * 2 + 0.5
         with torch.no_grad():
             assert _rel(cm(x), fn(x)) <= 1e-5
+
+
+class PreNormMHA(nn.Module):
+    """nn.MultiheadAttention(batch_first=True) after a LayerNorm: it unsqueezes and permutes the
+    normalised input to (T, B, E) before its in-projection (passes/view_rewrites.py)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x, mask):
+        h = self.ln(x)
+        return x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_pre_norm_of_batch_first_multihead_attention_is_the_in_projections_prologue(dtype, tol):
+    torch.manual_seed(5)
+    b, t, dim = 2, 10, 32
+    model = PreNormMHA(dim, 4).eval().to(dtype)
+    mask = torch.full((t, t), float("-inf")).triu(1).to(dtype)
+    x = torch.randn(b, t, dim, dtype=dtype)
+    with torch.no_grad():
+        rep = uniorch.explain(model, (x, mask), target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert not any(k.kind == "reduction" for k in rep.kernels), [(k.name, k.kind) for k in rep.kernels]
+    proj = next(k for k in rep.kernels if k.kind == "contraction" and any("rsqrt" in o for o, _ in k.ops))
+    # it reads x and the weights, and writes q, k and v: never the normalised activation
+    esz = x.element_size()
+    assert proj.bytes_written == 3 * x.numel() * esz, proj
+    assert proj.bytes_read <= (x.numel() + 3 * dim * dim + 3 * dim + 2 * dim) * esz, proj
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad():
+        for _ in range(2):
+            fresh = torch.randn(b, t, dim, dtype=dtype) * 2 - 0.5
+            assert _rel(cm(fresh, mask), model(fresh, mask)) <= tol
