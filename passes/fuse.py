@@ -170,9 +170,7 @@ class _Fusion(FactorJoins, WindowJoins):
                     self.take_widening = False
                 if joined:
                     self.grow(g)
-        # fills last: an index tensor or constant is taken by its readers' kernels as their
-        # producer; seeded first, its kernel would grow into a reader and write it for the others
-        for o in list(seeds(lambda o: pat.is_pointwise(o) and not pat.is_fill(o))) + list(seeds(pat.is_pointwise)):
+        for o in list(seeds(pat.is_pointwise)):
             if o not in self.group_of:
                 self.grow(self.new_group("pointwise", o))
         for o in [o.operation for o in self.block.operations]:
@@ -269,8 +267,7 @@ class _Fusion(FactorJoins, WindowJoins):
                     for u in v.uses:
                         t = self.top(u.owner)
                         if (t is not None and t not in members and t not in self.group_of and t not in sibs
-                                and t not in cons and t not in prods and pat.op_of(u.owner) == t
-                                and not pat.is_fill(t)):  # a fill reads nothing: its readers take it
+                                and t not in cons and t not in prods and pat.op_of(u.owner) == t):
                             sibs.append(t)
         out = ([(c, "consumer", None) for c in cons] + [(p, "producer", None) for p in prods]
                + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])

@@ -4,7 +4,7 @@ Elementwise fusion runs while matmul and convolution are still named ops, so no 
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
 rewrites undo what would hide a fusion opportunity (symbolic_reshapes, extract_operands,
-split_prologue, sink_collapse, view_rewrites, clone_iotas, pad_views, concat_pieces)
+split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
-from .clone_iotas import clone_iotas
 from .concat_pieces import hoist_concat_pieces
 from .extract_operands import extracts_as_operands
 from .narrow_compares import narrow_compares
@@ -57,7 +56,6 @@ class Preprocess(Pass):
             split_prologues(main)
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
-            clone_iotas(main)  # an arange read by several kernels: each computes its own
             pad_after_collapse(main)  # pads meet the convolutions that read them
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             narrow_compares(main)

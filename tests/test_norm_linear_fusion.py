@@ -293,7 +293,7 @@ def test_pre_norm_of_batch_first_multihead_attention_is_the_in_projections_prolo
     mask = torch.full((t, t), float("-inf")).triu(1).to(dtype)
     x = torch.randn(b, t, dim, dtype=dtype)
     with torch.no_grad():
-        rep = uniorch.explain(model, (x, mask), target="interpret")
+        rep = uniorch.explain(model, x, mask, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
     assert not any(k.kind == "reduction" for k in rep.kernels), [(k.name, k.kind) for k in rep.kernels]
     proj = next(k for k in rep.kernels if k.kind == "contraction" and any("rsqrt" in o for o, _ in k.ops))
