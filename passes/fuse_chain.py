@@ -14,6 +14,12 @@ so nothing is computed twice and H's write and read are gone. Both held widths (
 output's, the `MAX_HEAD_DIM` of attention) are at most 256 columns; wider layers keep two kernels,
 where every tile of W1's columns is its own program.
 
+A gated MLP (`act(x·Wg) * (x·Wu)`, SwiGLU, T5's gated GELU) has a second first product: the
+`up` contraction, in a group of its own whose only result is read by the hidden epilogue, joins
+the chain too (marked `uniorch.chain_up`) when its loops and indexing equal the gate's. The kernel
+computes both products per hidden tile, `h = act(x·Wg[:, tile]) * (x·Wu[:, tile])`, so `up` is
+never written either.
+
 The anchor is C's contraction: `uniorch.kind = "chain"`, domain as attention's, `uniorch.chain`;
 the op defining `H` carries `uniorch.chain_hidden` (its result number).
 """
@@ -30,12 +36,12 @@ from .base import Pass, PassContext
 from .fuse_attention import _only_used_by
 from .fuse_common import KIND, _widens
 from .fuse_row_stats import ROW_STAT
-from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions
+from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions, renumber
 from .groups import members as group_members
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
-HIDDEN, CHAIN = "uniorch.chain_hidden", "uniorch.chain"
+HIDDEN, CHAIN, UP = "uniorch.chain_hidden", "uniorch.chain", "uniorch.chain_up"
 # The hidden dim is looped over by one program per row tile: past this many columns the few
 # programs of a short input (decoding: one row tile) leave a GPU idle where two kernels would not.
 MAX_HIDDEN = 4096
@@ -49,7 +55,10 @@ class FuseChain(Pass):
     def run(self, module, pctx: PassContext) -> None:
         main = main_func(module)
         with module.context:
-            merge_into_contractions(main.regions[0].blocks[0], _try_merge)
+            block = main.regions[0].blocks[0]
+            merge_into_contractions(block, _try_merge)
+            if any([_take_up(block, c) for c in [o.operation for o in block.operations] if CHAIN in c.attributes]):
+                renumber(block)
 
 
 def _try_merge(block, c2) -> bool:
@@ -100,4 +109,85 @@ def _annotate(a_ops, c_ops, gid: int, c1, c2, h_op, h) -> None:
     extend_domain(c2, c1)
 
 
-__all__ = ["FuseChain", "HIDDEN", "CHAIN", "MAX_HIDDEN"]
+def _take_up(block, c2) -> bool:
+    """The `up` product of a gated MLP joins the chain anchored by c2 (see the module doc)."""
+    members = group_members(block)
+    gid = group_of(c2)
+    chain_ops = members[gid]
+    hidden = next((o for o in chain_ops if HIDDEN in o.attributes), None)
+    c1s = [o for o in chain_ops if o != c2 and pat.is_contraction(o) and UP not in o.attributes]
+    if hidden is None or len(c1s) != 1 or any(UP in o.attributes for o in chain_ops):
+        return False
+    c1 = c1s[0]
+    for v in _epilogue_inputs(chain_ops, c1, hidden):
+        p = _producer(v)
+        g_u = group_of(p) if p is not None else None
+        if g_u is None or g_u == gid:
+            continue
+        u_ops = members[g_u]
+        cus = [o for o in u_ops if pat.is_contraction(o)]
+        if len(cus) != 1 or kind_of(cus[0]) != "contraction":
+            continue
+        cu = cus[0]
+        if any(o != cu and pat.is_generic(o) and "reduction" in pat.iterator_types(o) and ROW_STAT not in o.attributes
+               for o in u_ops):
+            continue
+        # its prologue, and a pointwise epilogue (16-bit models round `up` as eager stores it)
+        if not all(o == cu or _feeds(o, cu) or _feeds(cu, o) for o in u_ops):
+            continue
+        if not _only_used_by(u_ops, [v], chain_ops):
+            continue
+        if not _same_product(c1, cu):
+            continue
+        for o in u_ops:
+            join(o, gid)
+        cu.attributes[UP] = ir.UnitAttr.get()
+        return True
+    return False
+
+
+def _epilogue_inputs(chain_ops, c1, hidden) -> list:
+    """Tensors read by the hidden activation's epilogue (from c1's result to `hidden`) that come
+    from outside the chain's group."""
+    inside = [pat.op_of(o) for o in chain_ops]
+    out, stack, seen = [], [hidden], []
+    while stack:
+        op = stack.pop()
+        if any(op == s for s in seen) or op == c1:
+            continue
+        seen.append(op)
+        for v in op.operands:
+            p = _producer(v)
+            if p is None:
+                continue
+            if any(p == i for i in inside):
+                stack.append(p)
+            elif pat.is_generic(p) and v not in out:
+                out.append(v)
+    return out
+
+
+def _feeds(op, target) -> bool:
+    """`op` is computed before `target` and read by it (through other ops)."""
+    stack, seen = [target], []
+    while stack:
+        t = stack.pop()
+        for v in t.operands:
+            p = _producer(v)
+            if p is None or any(p == s for s in seen):
+                continue
+            if p == op:
+                return True
+            seen.append(p)
+            stack.append(p)
+    return False
+
+
+def _same_product(c1, cu) -> bool:
+    """Same loops, sizes and indexing: the two products' tiles are the same (rows, hidden columns)."""
+    return (pat.iterator_types(c1) == pat.iterator_types(cu) and pat.loop_sizes(c1) == pat.loop_sizes(cu)
+            and [str(m) for m in pat.indexing_maps(c1)] == [str(m) for m in pat.indexing_maps(cu)]
+            and str(c1.results[0].type) == str(cu.results[0].type))
+
+
+__all__ = ["FuseChain", "HIDDEN", "CHAIN", "UP", "MAX_HIDDEN"]

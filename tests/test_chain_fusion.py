@@ -96,17 +96,78 @@ def test_pre_norm_residual_mlp(dtype, tol):
     _check_numerics(model, (2, 10, 32), dtype, tol)
 
 
+class PreNormGated(nn.Module):
+    """T5's and Llama's gated MLP behind an RMSNorm, with a residual: x + down(act(gate(n)) * up(n))."""
+
+    def __init__(self, dim=32, hidden=88, act="silu"):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.act = ACTS[act]
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        n = self.norm(x)
+        return x + self.down(self.act(self.gate(n)) * self.up(n))
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_gated_mlp_chains_the_product(dtype, tol):
-    """silu(gate) * up feeds down: the gate's product and the multiply are the chain's first half,
-    `up` a tensor its epilogue reads tile by tile."""
+@pytest.mark.parametrize("shape", [(2, 7, 32), (30, 32)])
+def test_gated_mlp_is_one_chain_with_both_products(dtype, tol, shape):
+    """silu(gate(x)) * up(x) feeds down: gate and up are both computed per hidden tile in the chain
+    (`uniorch.chain_up`), so the kernel reads x and the three weights and writes the output only."""
     torch.manual_seed(2)
     model = SwiGLU().eval().to(dtype)
-    x = torch.randn(2, 7, 32, dtype=dtype)
+    x = torch.randn(*shape, dtype=dtype)
     rep = uniorch.explain(model, x, target="interpret")
-    assert "chain" in _kinds(rep), rep
-    assert len(rep.kernels) <= 2, rep
-    _check_numerics(model, (2, 7, 32), dtype, tol)
+    assert _kinds(rep) == ["chain"], rep
+    esz = x.element_size()
+    weights = 3 * 32 * 88 * esz
+    assert rep.kernels[0].bytes_read == x.numel() * esz + weights, rep.kernels[0]
+    assert rep.kernels[0].bytes_written == x.numel() * esz, rep.kernels[0]
+    _check_numerics(model, shape, dtype, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_pre_norm_gated_mlp_is_one_kernel(dtype, tol, act):
+    """With the RMSNorm before it (each product normalises its own x tile from row sums) and the
+    residual as the epilogue: one kernel at exactly the minimum bytes."""
+    torch.manual_seed(3)
+    model = PreNormGated(act=act).eval().to(dtype)
+    x = torch.randn(2, 9, 32, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert _kinds(rep) == ["chain"], rep
+    assert rep.bytes_moved == rep.bytes_minimum, rep
+    _check_numerics(model, (2, 9, 32), dtype, tol)
+
+
+class UpReadTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = SwiGLU()
+
+    def forward(self, x):
+        m = self.inner
+        up = m.up(x)
+        return m.down(F.silu(m.gate(x)) * up), up
+
+
+def test_up_used_elsewhere_stays_its_own_kernel():
+    """An `up` that is also returned must be written: it is not taken into a chain."""
+    torch.manual_seed(4)
+    model = UpReadTwice().eval()
+    x = torch.randn(2, 5, 32)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert sum(k.bytes_written for k in rep.kernels) >= (2 * 5 * 32 + 2 * 5 * 88) * 4, rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(2, 5, 32)
+    for got, want in zip(cm(fresh), model(fresh)):
+        assert _rel(got, want) <= 1e-5
 
 
 def test_wide_output_keeps_two_kernels():
@@ -161,9 +222,11 @@ def test_chain_with_symbolic_rows():
 
 @pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chain_cross_compiles(target, binary, dtype):
+@pytest.mark.parametrize("gated", [False, True])
+def test_chain_cross_compiles(target, binary, dtype, gated):
     torch.manual_seed(6)
-    model = MLP(32, 100, norm=True, residual=True).eval().to(dtype)
+    model = PreNormGated(hidden=100) if gated else MLP(32, 100, norm=True, residual=True)
+    model = model.eval().to(dtype)
     art = uniorch.compile_aot(model, (torch.randn(2, 9, 32, dtype=dtype),), target, fallback="error")
     assert not art.fallbacks, art.fallbacks
     chains = [k for k in art.kernels if k.kind == "chain"]

@@ -26,7 +26,7 @@ from torch_mlir import ir
 from uniorch.ir import dims
 
 from . import body as _body
-from .attention_plan import AttnPlan, analyze_pair
+from .attention_plan import AttnPlan, _plan, analyze_pair
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts
@@ -34,7 +34,7 @@ from .contraction_schedule import _pow2, _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
-HIDDEN, CHAIN = "uniorch.chain_hidden", "uniorch.chain"  # passes/fuse_chain.py
+HIDDEN, CHAIN, UP = "uniorch.chain_hidden", "uniorch.chain", "uniorch.chain_up"  # passes/fuse_chain.py
 
 
 def _analyze(kernel) -> AttnPlan:
@@ -51,7 +51,7 @@ def _analyze(kernel) -> AttnPlan:
     scores = s_op.results[ir.IntegerAttr(s_op.attributes[value]).value]
     safe = not chain and bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
     c1s = [o for o in ops if o.name == "linalg.generic" and "reduction" in _iterators(o) and o != c2
-           and ROW_STAT not in o.attributes and _in_chain(o, scores)]
+           and ROW_STAT not in o.attributes and UP not in o.attributes and _in_chain(o, scores)]
     if len(c1s) != 1:
         raise CodegenError(func, "the scores do not come from one q·kᵀ contraction")
     # a chain's second product reads the hidden activation itself
@@ -74,8 +74,24 @@ def _analyze(kernel) -> AttnPlan:
             got = sorted(d for lin in _get(p2.layouts, r) for d in lin.dims())
             if got != want:
                 raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
-        return AttnPlan(p1, p2, scores, pv, safe, chain)
+        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1))
     raise err or CodegenError(func, "no probabilities input for P·v")
+
+
+def _up_plan(ops, p1):
+    """A gated chain's second first product (passes/fuse_chain.py `uniorch.chain_up`): a plan with
+    the gate's loops, so both products share the tiles' index names; or None."""
+    ups = [o for o in ops if UP in o.attributes]
+    if not ups:
+        return None
+    if len(ups) > 1:
+        raise CodegenError(p1.func, "a chain with more than one up product")
+    pu = _plan(ups[0], p1.func, p1.name, p1.args, [ups[0].results[0]])
+    if (pu.sizes != p1.sizes or pu.cls != p1.cls or pu.order != p1.order
+            or [str(m) for m in pu.maps] != [str(m) for m in p1.maps]):
+        raise CodegenError(ups[0], "the up product's loops differ from the gate's")
+    pu.layouts = epilogue_layouts(pu, [])
+    return pu
 
 
 def _in_chain(op, v) -> bool:
@@ -114,7 +130,7 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
     else:
         big = max(bd, bv) > 64
         bm = 64 if big else 128 if M >= 128 else max(16, _pow2(M))
-        bn = 32 if max(bd, bv) > 128 else 64
+        bn = 32 if max(bd, bv) > (64 if plan.up is not None else 128) else 64  # two B tiles per step
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
@@ -134,6 +150,19 @@ class _Part(_Emitter):
     def __init__(self, plan, sched, target, tag: str, sections: dict, rename: dict):
         super().__init__(plan, sched, target)
         self.tag, self.sections, self.rename = tag, sections, rename
+        self.accs: list = []  # (contraction, accumulator name): other products of the same tile
+
+    def _value(self, v, idx, ctx) -> _Val:
+        if not isinstance(v.owner, ir.Block):
+            op = _as_op(v.owner)
+            for gen, name in self.accs:
+                if op == gen:
+                    if ctx != "e" or idx != self.p.acc_layout:
+                        raise CodegenError(op, "the up product is read at a position other than the one computed")
+                    ty = _elem(v)
+                    text = name if ty == self.acc_ty else f"{name}.to({_TL[ty]})"
+                    return _Val(self.line("e", {"m", "n"}, text, "c"), ty, frozenset({"m", "n"}))
+        return super()._value(v, idx, ctx)
 
     def fresh(self, prefix: str) -> str:
         return super().fresh(self.tag + prefix)
@@ -179,6 +208,11 @@ class _Flash:
         self.e1 = _Part(plan.p1, s1, target, "s_", {"a": self.q, "b": self.k, "e": self.sc, "init": self.sc},
                         {"acc": "qk", "mask_n": "mask_j", "mask_ka": "mask_da", "mask_kb": "mask_db",
                          "n": "j", "ka": "da", "kb": "db", "BLOCK_K": "BLOCK_D"})
+        self.eu = None
+        if plan.up is not None:  # a gated chain's up product: same tiles as the gate's, own names
+            self.eu = _Part(plan.up, s1, target, "u_", {"a": self.q, "b": self.k, "e": self.sc, "init": self.sc},
+                            dict(self.e1.rename))
+            self.e1.accs.append((plan.up.gen, "accu"))
         self.e2 = _Part(plan.p2, s2, target, "o_", {"b": self.v, "e": self.out, "init": self.out},
                         {"mask_n": "mask_v", "mask_kb": "mask_jb", "n": "v", "kb": "jb", "BLOCK_K": "BLOCK_N",
                          "BLOCK_N": "BLOCK_V"})
@@ -211,6 +245,18 @@ class _Flash:
             raise CodegenError(p1.gen, "q·kᵀ's accumulator starts from a tensor, not a constant")
         self.k.append(f"acc = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, acc_ty), acc_tl)}")
         self.k.append(f"acc = tl.dot({qt}, {kt}, acc{prec1})")
+        if self.eu is not None:
+            eu = self.eu
+            eu.acc_ty = acc_ty
+            ua, ub = eu.operand("a"), eu.operand("b")
+            ut, uwt, _, precu = self.dot_operands(eu, ua, ub, self.q, self.k)
+            init_u = eu.value(eu.p.gen.opview.outputs[0], eu.p.acc_layout, "init")
+            if init_u.const is None:
+                raise CodegenError(eu.p.gen, "the up product's accumulator starts from a tensor, not a constant")
+            self.k.append("# the up product of the same tile (a gated MLP)")
+            self.k.append(f"accu = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init_u.const, acc_ty), acc_tl)}")
+            self.k.append(f"accu = tl.dot({ut}, {uwt}, accu{precu})")
+            e1.need |= eu.need
         init2 = e2.value(p2.gen.opview.outputs[0], p2.acc_layout, "init")
         if init2.const is None or float(init2.const) != 0.0:
             raise CodegenError(p2.gen, "P·v's accumulator does not start from zero")
@@ -253,6 +299,8 @@ class _Flash:
                 f"# hidden: {p1.gen.name} at {_loc(p1.gen)}; output: {p2.gen.name} at {_loc(p2.gen)}",
                 f"#   batch = {p1.B}; rows = {M}; hidden = {N}; widths {D} (in), {DV} (out)",
             ]
+            if self.plan.up is not None:
+                head.append(f"# up product: {self.plan.up.gen.name} at {_loc(self.plan.up.gen)}, per hidden tile too")
         else:
             head = [
                 f"# {name}: flash attention (kind 'attention'), online softmax over key tiles",

@@ -30,6 +30,7 @@ class AttnPlan:
     probs: object    # P
     safe: bool
     chain: bool = False  # passes/fuse_chain.py: no softmax, P is S (a hidden activation)
+    up: "_Plan | None" = None  # a gated chain's up product (passes/fuse_chain.py `uniorch.chain_up`)
 
 
 def _plan(gen, func=None, name="", args=(), results=()) -> _Plan:
