@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.attention import _in_chain
 from uniorch.codegen.attention_plan import _plan, check_pair
 
 from .base import Pass, PassContext
@@ -169,18 +170,7 @@ def _epilogue_inputs(chain_ops, c1, hidden) -> list:
 
 def _feeds(op, target) -> bool:
     """`op` is computed before `target` and read by it (through other ops)."""
-    stack, seen = [target], []
-    while stack:
-        t = stack.pop()
-        for v in t.operands:
-            p = _producer(v)
-            if p is None or any(p == s for s in seen):
-                continue
-            if p == op:
-                return True
-            seen.append(p)
-            stack.append(p)
-    return False
+    return any(_in_chain(op, v) for v in target.operands)
 
 
 def _same_product(c1, cu) -> bool:
