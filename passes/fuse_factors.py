@@ -154,7 +154,7 @@ class FactorJoins:
                 if o == a and (u.operand_number >= n_in or not self._fits(self._filters(a, u.operand_number), limit)):
                     return False
                 if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue \
-                        and not (not conv and _widens(o) and self._feeds_factor_only(g, o)):
+                        and not (not conv and self._factor_view(g, o, limit)):
                     return False
         if not inside or (outside and not (pat.is_cheap(x) or (not conv and self._factor_of_matmuls(x)))):
             return False
@@ -197,6 +197,8 @@ class FactorJoins:
         p = pat.op_of(v.owner)
         if _widens(p):  # a 16-bit tensor widened on load
             return self._in_memory(p.operands[0], x)
+        if any(isinstance(c.type, ir.ShapedType) for c in pat.captured_values(p)):
+            return True  # a gather (an embedding lookup): never a prologue, so a kernel writes it
         return self.top(p) in self.group_of
 
     @staticmethod
@@ -218,6 +220,14 @@ class FactorJoins:
     @staticmethod
     def _fits(n, limit: int) -> bool:
         return isinstance(n, int) and n <= limit  # a symbolic count may be any size
+
+    def _factor_view(self, g: _Group, o: ir.Operation, limit: int) -> bool:
+        """o moves or widens a value for g's anchor and feeds nothing but its factors (attention's
+        kᵀ, a 16-bit factor widened): what o reads is computed in the factor tiles as if the anchor
+        read it directly, within the same recompute limit."""
+        if not _moves_or_widens(o) or not self._feeds_factor_only(g, o):
+            return False
+        return all(self._fits(self._filters(g.anchor, u.operand_number), limit) for r in o.results for u in r.uses)
 
     @staticmethod
     def _feeds_factor_only(g: _Group, w: ir.Operation) -> bool:

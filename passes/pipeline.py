@@ -233,6 +233,7 @@ def run_pipeline(module: ir.Module, elements: list[Element], pctx: PassContext,
         start = time.perf_counter()
         if element.uniorch is not None:
             element.uniorch.run(module, pctx)
+            _verify(module, element.label)
         else:
             from uniorch.ir.stages import run_pipeline_text
 
@@ -241,3 +242,14 @@ def run_pipeline(module: ir.Module, elements: list[Element], pctx: PassContext,
             inst.timing.record(element.label, time.perf_counter() - start)
         if inst.print_after_all or element.names & inst.print_after:
             inst.dump("After", element, module)
+
+
+def _verify(module: ir.Module, label: str) -> None:
+    """Our passes build IR through the Python bindings, which check nothing as it is built: a pass
+    that leaves invalid IR is named here, not found later as a wrong kernel."""
+    try:
+        ok = module.operation.verify()
+    except ir.MLIRError as err:
+        raise RuntimeError(f"{label} left invalid IR: {err}") from None
+    if not ok:
+        raise RuntimeError(f"{label} left invalid IR")

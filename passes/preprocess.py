@@ -25,7 +25,7 @@ from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
 from .seed_input import seeds_as_input
-from .sink_collapse import sink_collapses
+from .sink_collapse import bubble_expands, sink_collapses
 from .split_prologue import split_prologues
 from .symbolic_reshapes import fold_symbolic_reshapes
 from .view_rewrites import rewrite_views
@@ -58,5 +58,6 @@ class Preprocess(Pass):
             rewrite_views(main)
             pad_after_collapse(main)  # pads meet the convolutions that read them
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
+            bubble_expands(main)  # ... and a view of rotate_half(q) moves back to q
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits

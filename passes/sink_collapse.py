@@ -49,6 +49,102 @@ def sink_collapses(func_op: ir.Operation) -> None:
             c.erase()
 
 
+def bubble_expands(func_op: ir.Operation) -> None:
+    """Splitting views move up through the ops computing what they view when nothing else reads
+    it: pointwise ops (as upstream's fold-reshape-by-expansion moves them), and here also
+    concatenations along other dims and slices keeping the split dims whole, which upstream stops
+    at. Grouped-query attention views q as (b, g, r) heads after RoPE; with the view moved back
+    to q in memory, RoPE's rotate_half is computed in the attention kernel's query prologue
+    instead of written for the view."""
+    block = func_op.regions[0].blocks[0]
+    work = [o.operation for o in block.operations if o.operation.name == EXPAND]
+    budget = 10 * len(list(block.operations))
+    while work and budget > 0:
+        budget -= 1
+        made = _bubble(work.pop())
+        if made is not None:
+            work.extend(made)
+
+
+def _bubble(e: ir.Operation) -> list | None:
+    """expand(p(x...)) → p'(expand(x)...) for e's sole-use producer p; returns the new views."""
+    p = _producer(e.operands[0])
+    if p is None or len(p.results) != 1 or not ir.RankedTensorType(e.results[0].type).has_static_shape:
+        return None
+    if any(pat.op_of(u.owner) != e for u in p.results[0].uses):
+        return None
+    groups, out = _groups(e), _shape(e.results[0])
+    split = {j: [out[i] for i in g] for j, g in enumerate(groups) if len(g) > 1}
+    if p.name != "tensor.concat" and not any(sum(n != 1 for n in sizes) > 1 for sizes in split.values()):
+        return None  # only unit dims added (a bias viewed for its broadcast): upstream's to fold
+    if pat.is_pointwise(p):
+        if pat.indexing_maps(p)[-1] != ir.AffineMap.get_identity(len(groups)):
+            return None
+        for v, m in zip(pat.inputs(p), pat.indexing_maps(p)):
+            q = _producer(v)
+            if q is not None and pat.is_generic(q) and not pat.is_pointwise(q) and pat.map_dims(m) & set(split):
+                return None  # a view between a reduction and its consumer hides that epilogue (softmax's)
+        made = _rewrite(p, split)
+        if made is None:
+            return None
+        views = []
+        for c in made:
+            views += _views_read(_producer(c.operands[0]))
+            for u in list(c.results[0].uses):
+                if pat.op_of(u.owner).name == EXPAND:
+                    _swap(c, pat.op_of(u.owner))
+            if not list(c.results[0].uses):
+                c.erase()
+        return views
+    if p.name == "tensor.concat":
+        dim = ir.IntegerAttr(p.attributes["dim"]).value
+        if dim in split:
+            return None
+        with ir.InsertionPoint(e), e.location:
+            pieces = [_expanded(v, groups, _piece_shape(out, groups, dim, _shape(v)[dim])) for v in p.operands]
+            new_dim = groups[dim][0]
+            cat = tensor.ConcatOp(e.results[0].type, new_dim, pieces)
+        e.results[0].replace_all_uses_with(cat.result)
+        e.erase()
+        p.erase()
+        return [pat.op_of(v.owner) for v in pieces]
+    if p.name == "tensor.extract_slice" and len(p.operands) == 1:
+        offs = list(ir.DenseI64ArrayAttr(p.attributes["static_offsets"]))
+        sizes = list(ir.DenseI64ArrayAttr(p.attributes["static_sizes"]))
+        strides = list(ir.DenseI64ArrayAttr(p.attributes["static_strides"]))
+        src = p.operands[0]
+        if (any(x != 1 for x in strides) or len(sizes) != len(groups) or any(x < 0 for x in offs + sizes)
+                or not ir.RankedTensorType(src.type).has_static_shape):
+            return None
+        if any(offs[j] != 0 or sizes[j] != _shape(src)[j] for j in split):
+            return None  # a slice along a split dim
+        src_shape = [n for j, g in enumerate(groups) for n in ([_shape(src)[j]] if len(g) == 1 else split[j])]
+        x_offs = [o for j, g in enumerate(groups) for o in ([offs[j]] if len(g) == 1 else [0] * len(g))]
+        with ir.InsertionPoint(e), e.location:
+            view = _expanded(src, groups, src_shape)
+            new = pat.op_of(p.clone())
+        new.operands[0] = view
+        new.attributes["static_offsets"] = ir.DenseI64ArrayAttr.get(x_offs)
+        new.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(out)
+        new.attributes["static_strides"] = ir.DenseI64ArrayAttr.get([1] * len(out))
+        new.results[0].set_type(e.results[0].type)
+        e.results[0].replace_all_uses_with(new.results[0])
+        e.erase()
+        p.erase()
+        return [pat.op_of(view.owner)] if _producer(view) is not None and _producer(view).name == EXPAND else []
+    return None
+
+
+def _piece_shape(out: list[int], groups: list[list[int]], dim: int, n: int) -> list[int]:
+    """The expanded shape of a concatenation's piece that is `n` long along (unsplit) `dim`."""
+    return [n if j == dim else out[i] for j, g in enumerate(groups) for i in g]
+
+
+def _views_read(op: ir.Operation) -> list:
+    return [_producer(v) for v in op.operands if _producer(v) is not None and _producer(v).name == EXPAND]
+
+
+
 def _groups(op: ir.Operation) -> list[list[int]]:
     return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
 
@@ -118,6 +214,15 @@ def _expand_generic(g: ir.Operation) -> list | None:
                 return None
     if not split:
         return None
+    return _rewrite(g, split)
+
+
+def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
+    """`g` with loop dims `split` into the given sizes, its operands viewed to match; its results
+    collapsed back. Returns the new collapses, or None if `g` stays as it was."""
+    maps = pat.indexing_maps(g)
+    its = pat.iterator_types(g)
+    operands = list(pat.inputs(g)) + list(pat.outputs(g))
     for m in maps:
         for e in m.results:
             if not isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)) and pat.map_dims(
@@ -149,7 +254,10 @@ def _expand_generic(g: ir.Operation) -> list | None:
             new_maps.append(ir.AffineMap.get(n, 0, exprs))
             if k >= pat.num_inputs(g):
                 out_groups.append(grps)
-            new_vals.append(v if len(shape) == len(_shape(v)) else _expanded(v, grps, shape))
+            if not isinstance(v.type, ir.RankedTensorType) or len(shape) == len(_shape(v)):
+                new_vals.append(v)  # a scalar, or nothing split
+            else:
+                new_vals.append(_expanded(v, grps, shape))
         new = pat.op_of(g.clone())
     for i, v in enumerate(new_vals):
         new.operands[i] = v
@@ -161,7 +269,7 @@ def _expand_generic(g: ir.Operation) -> list | None:
         r.set_type(v.type)
     for o in pat.body_ops(new):
         if o.name == "linalg.index":
-            o.attributes["dim"] = ir.IntegerAttr.get(ir.IndexType.get(), new_pos[ir.IntegerAttr(o.attributes["dim"]).value])
+            o.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), new_pos[ir.IntegerAttr(o.attributes["dim"]).value])
     made = []
     with ir.InsertionPoint(g), g.location:
         for old, r, grps in zip(g.results, new.results, out_groups):

@@ -173,3 +173,37 @@ def test_nanogpt_attention_views_capture():
     torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-5)
     rep = cm.explain(x)
     assert not rep.fallbacks and [k.kind for k in rep.kernels].count("attention") == 1, str(rep)
+
+
+def _rotate_half(x):  # transformers' Llama
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rope_attention(q, k, v, cos, sin):
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_rotary_embeddings_are_computed_in_the_attention_kernel(kv_heads, dtype):
+    """RoPE on q and k (rotate_half by slices and a concatenation) is the attention kernel's query
+    and key prologue, also when q is viewed as (kv group, repeat) heads: one kernel, reading q, k,
+    v, cos and sin once each and writing the output, nothing rotated written in between."""
+    q, k, v = _qkv(2, 4, 19, 19, 16, dtype, hk=kv_heads)
+    cos, sin = (torch.randn(19, 16).to(dtype) for _ in range(2))
+    args = (q, k, v, cos, sin)
+    cm = uniorch.compile(_rope_attention, target="interpret")
+    out = cm(*args)
+    rep = cm.explain(*args)
+    assert [x.kind for x in rep.kernels] == ["attention"], str(rep)
+    assert rep.kernels[0].bytes_read == sum(t.numel() * t.element_size() for t in args), str(rep)
+    assert rep.kernels[0].bytes_written == out.numel() * out.element_size()
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, _rope_attention(*args), rtol=1e-4, atol=1e-5)
+    else:
+        ref64 = _rope_attention(*(t.double() for t in args))
+        eager = _rope_attention(*args)
+        assert (out.double() - ref64).abs().max() <= 2 * (eager.double() - ref64).abs().max() + 1e-2

@@ -110,6 +110,42 @@ def test_normalise_read_by_several_projections_is_each_ones_prologue(dtype, tol,
     assert _rel(cm(fresh), model(fresh)) <= tol
 
 
+class EmbeddingNormQKV(nn.Module):
+    """Token embeddings straight into a pre-norm read by three projections (T5's and Llama's
+    first layer)."""
+
+    def __init__(self, vocab=96, dim=32, norm="rmsnorm"):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.norm = nn.LayerNorm(dim) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
+        self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+
+    def forward(self, ids):
+        h = self.norm(self.emb(ids))
+        return self.q(h), self.k(h), self.v(h)
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_norm_of_an_embedding_is_each_projections_prologue(norm, dtype, tol):
+    """The lookup is a kernel of its own that writes the embeddings (a gather is never a
+    prologue), so each projection reads them and normalises its own tiles: no statistics kernel
+    and no normalised activation written."""
+    torch.manual_seed(3)
+    model = EmbeddingNormQKV(norm=norm).eval().to(dtype)
+    ids = torch.randint(0, 96, (2, 7))
+    rep = uniorch.explain(model, ids, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert sorted(k.kind for k in rep.kernels) == ["contraction"] * 3 + ["pointwise"], rep
+    emb = 2 * 7 * 32 * torch.tensor([], dtype=dtype).element_size()
+    gather = next(k for k in rep.kernels if k.kind == "pointwise")
+    assert gather.bytes_written == emb, rep
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randint(0, 96, (3, 5))
+    for got, want in zip(cm(fresh), model(fresh)):
+        assert _rel(got, want) <= tol
+
+
 class NormUsedTwice(nn.Module):
     """The normalised activation is also returned: its kernel writes it, and the statistics stay
     with it."""

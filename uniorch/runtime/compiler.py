@@ -21,6 +21,7 @@ from uniorch.ir import dims, lower, make_context
 from uniorch.ir.importer import import_graph, node_names
 from uniorch.targets import Target
 
+from .kernel_bytes import kernel_bytes
 from .plan import Kernel, LaunchPlan, PlanError, build_plan, inplace_of
 
 KERNEL_STAGES = ("fused", "scheduled")
@@ -75,33 +76,6 @@ def _nodes_in(op) -> list[str]:
 
     op.walk(visit)
     return list(dict.fromkeys(names))
-
-
-def _nbytes(t) -> int:
-    from uniorch.passes.plan_memory import nbytes
-
-    return nbytes(t)
-
-
-def _kernel_bytes(func) -> tuple[int, int]:
-    """Bytes a kernel reads and writes (its tensor arguments and results, once each); symbolic
-    sizes (uniorch/ir/dims.py) at the capture's sizes."""
-    from uniorch.ir import dims
-
-    if not dims.has_symbols(func):
-        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        return sum(_nbytes(t) for t in ftype.inputs), sum(_nbytes(t) for t in ftype.results)
-    hints = dims.hints(func)
-    block = func.regions[0].blocks[0]
-
-    def size(v) -> int:
-        et = ir.RankedTensorType(v.type).element_type
-        width = max(1, (et.width + 7) // 8) if hasattr(et, "width") else 8
-        return width * dims.hinted(dims.prod(dims.shape(v)), hints)
-
-    ret = list(block.operations)[-1]
-    return (sum(size(a) for a in block.arguments if isinstance(a.type, ir.RankedTensorType)),
-            sum(size(r) for r in ret.operands))
 
 
 def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) -> CompiledGraph:
@@ -223,6 +197,10 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     main = main_func(module)
     kernels: dict[str, Kernel] = {}
     infos: list[KernelInfo] = []
+    calls: dict[str, list] = {}
+    for c in _main_ops(main):
+        if c.name == "func.call":
+            calls.setdefault(ir.FlatSymbolRefAttr(c.attributes["callee"]).value, []).append(c)
     for op in module.body.operations:
         op = op.operation
         if op.name != "func.func" or "uniorch.kernel" not in op.attributes:
@@ -242,7 +220,7 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         sched = {}
         if "uniorch.schedule" in op.attributes:
             sched = {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
-        read, written = _kernel_bytes(op)
+        read, written = kernel_bytes(op, calls.get(name, ()))
         infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
                                 ks.source, read, written))
     try:

@@ -1,0 +1,121 @@
+"""Bytes a kernel moves: its tensor arguments read and its results written, each stored tensor
+counted once per kernel.
+
+A kernel can read one tensor through several arguments: rotate_half's two halves of q next to q
+itself, slices the caller takes as views (`tensor.extract_slice` in the main function, no copy).
+Those arguments cover parts of one buffer, and the kernel's loads of them touch the same memory
+(the same rows, in the same program), so they count as the union of the parts, as Inductor counts
+a buffer once per kernel however many loads read it. Symbolic sizes (uniorch/ir/dims.py) count at
+the capture's sizes, each argument on its own.
+"""
+from __future__ import annotations
+
+from itertools import product
+
+from torch_mlir import ir
+
+from uniorch.ir import dims
+
+_VIEWS = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape")
+
+
+def _nbytes(t) -> int:
+    from uniorch.passes.plan_memory import nbytes
+
+    return nbytes(t)
+
+
+def kernel_bytes(func, calls=()) -> tuple[int, int]:
+    """(read, written) for kernel `func`, called by the `func.call` ops `calls` (their operands say
+    which arguments are views of one buffer; without them each argument counts in full)."""
+    if dims.has_symbols(func):
+        return _symbolic(func)
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    written = sum(_nbytes(t) for t in ftype.results)
+    reads = [_read_bytes(list(c.operands)) for c in calls]
+    return (max(reads) if reads else sum(_nbytes(t) for t in ftype.inputs)), written
+
+
+def _symbolic(func) -> tuple[int, int]:
+    hints = dims.hints(func)
+    block = func.regions[0].blocks[0]
+
+    def size(v) -> int:
+        et = ir.RankedTensorType(v.type).element_type
+        width = max(1, (et.width + 7) // 8) if hasattr(et, "width") else 8
+        return width * dims.hinted(dims.prod(dims.shape(v)), hints)
+
+    ret = list(block.operations)[-1]
+    return (sum(size(a) for a in block.arguments if isinstance(a.type, ir.RankedTensorType)),
+            sum(size(r) for r in ret.operands))
+
+
+def _read_bytes(operands) -> int:
+    by_base: list[tuple[object, list]] = []
+    total = 0
+    for v in operands:
+        if not isinstance(v.type, ir.RankedTensorType):
+            continue
+        found = _box(v)
+        if found is None:
+            total += _nbytes(v.type)
+            continue
+        base, box = found
+        for b, boxes in by_base:
+            if b == base:
+                boxes.append(box)
+                break
+        else:
+            by_base.append((base, [box]))
+    for base, boxes in by_base:
+        t = ir.RankedTensorType(base.type)
+        total += _covered(boxes) * _nbytes(t) // max(1, dims.prod(list(t.shape)))
+    return total
+
+
+def _box(v):
+    """(base, [(lo, hi) per dim of base]): the part of a stored value that v is, through static
+    unit-stride slices and through reshapes that split or merge whole dims; None where v's shape
+    is symbolic."""
+    t = ir.RankedTensorType(v.type)
+    if not t.has_static_shape:
+        return None
+    return _down(v, [(0, n) for n in t.shape])
+
+
+def _down(v, box):
+    """The box `box` of v, as a box of the value v views."""
+    op = None if isinstance(v.owner, ir.Block) else v.owner.operation
+    if op is None or op.name not in _VIEWS or not ir.RankedTensorType(op.operands[0].type).has_static_shape:
+        return v, box
+    src = op.operands[0]
+    shape = list(ir.RankedTensorType(src.type).shape)
+    if op.name == "tensor.extract_slice":
+        offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+        strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+        if len(op.operands) != 1 or len(offsets) != len(box) or any(s != 1 for s in strides) or any(o < 0 for o in offsets):
+            return v, box  # rank-reducing, strided or at symbolic offsets: counted on its own
+        return _down(src, [(lo + o, hi + o) for (lo, hi), o in zip(box, offsets)])
+    groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    out = list(ir.RankedTensorType(v.type).shape)
+    if op.name == "tensor.expand_shape":  # source dim j is v's dims g: whole, or g is one dim
+        if any(len(g) > 1 and any(box[i] != (0, out[i]) for i in g) for g in groups):
+            return v, box
+        return _down(src, [box[g[0]] if len(g) == 1 else (0, shape[j]) for j, g in enumerate(groups)])
+    # collapse: v's dim j is source dims g
+    if any(len(g) > 1 and box[j] != (0, out[j]) for j, g in enumerate(groups)):
+        return v, box
+    return _down(src, [b for j, g in enumerate(groups) for b in ([box[j]] if len(g) == 1 else [(0, shape[i]) for i in g])])
+
+
+def _covered(boxes) -> int:
+    """Elements in the union of boxes (coordinate compression: a handful of boxes per kernel)."""
+    if len(boxes) == 1:
+        return dims.prod([hi - lo for lo, hi in boxes[0]])
+    cuts = [sorted({c for box in boxes for c in box[d]}) for d in range(len(boxes[0]))]
+    cells = [list(zip(c, c[1:])) for c in cuts]
+    n = 0
+    for cell in product(*cells):
+        if any(all(lo <= a and b <= hi for (a, b), (lo, hi) in zip(cell, box)) for box in boxes):
+            n += dims.prod([b - a for a, b in cell])
+    return n
