@@ -207,3 +207,46 @@ def test_rotary_embeddings_are_computed_in_the_attention_kernel(kv_heads, dtype)
         ref64 = _rope_attention(*(t.double() for t in args))
         eager = _rope_attention(*args)
         assert (out.double() - ref64).abs().max() <= 2 * (eager.double() - ref64).abs().max() + 1e-2
+
+
+def _padded_attention(q, k, v, attention_mask):  # transformers' masking_utils, written out
+    b, t = attention_mask.shape
+    pad = attention_mask.bool()
+    allowed = pad[torch.arange(b).view(b, 1, 1, 1), torch.arange(t).view(1, 1, 1, t)] & (torch.arange(t).view(1, 1, t, 1) >= 0)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(allowed, 0.0, float("-inf")))
+
+
+def test_padding_mask_gathered_at_positions_is_computed_in_the_attention_kernel():
+    """A (batch, key) padding mask gathered at arange positions into a (b, 1, q, k) mask, as
+    transformers builds it: the gather reads loop positions, so the attention kernel computes the
+    mask from the (batch, key) mask and no T x T mask goes through memory."""
+    q, k, v = _qkv(2, 4, 21, 21, 16)
+    mask = torch.ones(2, 21, dtype=torch.long)
+    mask[1, torch.randint(1, 21, (6,))] = 0
+    rep = _check(_padded_attention, (q, k, v, mask), 1e-4, 1e-5)
+    assert [x.kind for x in rep.kernels] == ["attention"], str(rep)
+    qkv = 3 * q.numel() * 4
+    assert qkv + mask.numel() * 8 <= rep.kernels[0].bytes_read <= qkv + mask.numel() * 8 + 16, str(rep)
+
+
+def test_bert_padding_mask_is_read_per_token_not_per_score():
+    """transformers' BERT (SDPA) with padded sequences: each attention kernel reads q, k, v and the
+    (batch, token) attention_mask; eager's numbers on the padded batch."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(5)
+    cfg = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64, attn_implementation="sdpa")
+    model = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    ids = torch.randint(0, 96, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad():
+        got, want = cm(input_ids=ids, attention_mask=mask), model(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, rtol=1e-4, atol=1e-5)
+    rep = cm.explain(input_ids=ids, attention_mask=mask)
+    attn = [x for x in rep.kernels if x.kind == "attention"]
+    assert len(attn) == 2, str(rep)
+    for x in attn:
+        assert x.bytes_read == 3 * 3 * 11 * 32 * 4 + mask.numel() * 8, str(rep)
