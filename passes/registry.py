@@ -12,6 +12,7 @@ _PASSES = {
     "uniorch-fuse": "fuse:Fuse",
     "uniorch-fuse-attention": "fuse_attention:FuseAttention",
     "uniorch-fuse-chain": "fuse_chain:FuseChain",
+    "uniorch-fuse-siblings": "fuse_siblings:FuseSiblings",
     "uniorch-fuse-row-stats": "fuse_row_stats:FuseRowStats",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",

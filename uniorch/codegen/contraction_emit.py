@@ -164,11 +164,12 @@ class _Emitter(_Reductions):
                     return self.load(i, idx, ctx)
             raise CodegenError(p.func, "value of an unknown block")
         op = _as_op(owner)
-        if op == p.gen:
+        sib = next((k for k, c in enumerate(p.siblings) if c["gen"] == op), None)
+        if op == p.gen or sib is not None:
             if ctx != "e" or idx != p.acc_layout:
                 raise CodegenError(op, "the contraction result is read at a position other than the one computed")
             ty = _elem(v)
-            acc = "acc" if p.window is None else f"acc_w{self.win}"
+            acc = f"acc_s{sib}" if sib is not None else "acc" if p.window is None else f"acc_w{self.win}"
             text = acc if ty == self.acc_ty else f"{acc}.to({_TL[ty]})"
             name = self.line("e", {"m", "n"}, text, "c")
             return _Val(name, ty, frozenset({"m", "n"}))
@@ -550,16 +551,32 @@ class _Emitter(_Reductions):
                 init = self.value(outs, p.acc_layout, "init")
             finally:
                 self.win = None
-            if init.const is not None:
-                acc_line = f"{acc} = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, self.acc_ty), acc_tl)}"
-            else:
-                t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
-                acc_line = (f"{acc} = {t}" if set(init.cls) == {"m", "n"}
-                            else f"{acc} = tl.broadcast_to({t}, (BLOCK_M, BLOCK_N))")
-            self.pre.append(acc_line)
+            self.pre.append(self._acc_init(acc, init, acc_tl))
             self.loop.append(f"{acc} = tl.dot({at}, {bt}, {acc}{prec})")
 
+        # sibling products (passes/fuse_siblings.py): the same A tile, their own B tile and accumulator
+        main = {k: getattr(p, k) for k in ("gen", "maps", "x", "y")}
+        for k, c in enumerate(p.siblings):
+            for key in main:
+                setattr(p, key, c[key])
+            try:
+                self.pre.append(f"# accumulator of sibling product {k}: outs of the contraction at {_loc(p.gen)}")
+                at, bt = (a_tiles[0], tile("b", None)) if p.shared == "a" else (tile("a", None), b_tiles[0])
+                init = self.value(p.gen.opview.outputs[0], p.acc_layout, "init")
+            finally:
+                for key, val in main.items():
+                    setattr(p, key, val)
+            self.pre.append(self._acc_init(f"acc_s{k}", init, acc_tl))
+            self.loop.append(f"acc_s{k} = tl.dot({at}, {bt}, acc_s{k}{prec})")
+
         return self.assemble(self.stores())
+
+    def _acc_init(self, acc: str, init: _Val, acc_tl: str) -> str:
+        """The accumulator's first value: a constant fill, or the outs tensor (a bias broadcast)."""
+        if init.const is not None:
+            return f"{acc} = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, self.acc_ty), acc_tl)}"
+        t = init.text if init.ty == self.acc_ty else f"{init.text}.to({acc_tl})"
+        return f"{acc} = {t}" if set(init.cls) == {"m", "n"} else f"{acc} = tl.broadcast_to({t}, (BLOCK_M, BLOCK_N))"
 
     def stores(self) -> list[str]:
         """The store of every kernel result, in the output domain (after the K loop)."""

@@ -38,6 +38,8 @@ class _Plan:
     window: "_Window | None" = None  # a pooling of the epilogue computed per window element
     row_stats: bool = False        # per-row sums reduced from the A tile (passes/fuse_row_stats.py)
     row_n: bool = False            # per-row sums of the epilogue, over the output tile's N axis
+    siblings: list = field(default_factory=list)  # products sharing a factor tile (passes/fuse_siblings.py): their _classify
+    shared: str = "a"              # the tile side ("a" or "b") that the siblings' shared first factor is on
 
     @property
     def windows(self) -> int:
@@ -275,6 +277,7 @@ def supports(op) -> bool:
 
 
 ROW_STAT = "uniorch.row_stat"  # passes/fuse_row_stats.py
+SIBLING = "uniorch.sibling"  # passes/fuse_siblings.py
 
 
 def _analyze(kernel) -> _Plan:
@@ -297,13 +300,26 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
     gens = [op for op in ops if op.name == "linalg.generic"]
     contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None
-             and ROW_STAT not in op.attributes]
+             and ROW_STAT not in op.attributes and SIBLING not in op.attributes]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
+    for sib in (op for op in gens if SIBLING in op.attributes):
+        c = _classify(sib)
+        # the shared first factor may be on either tile side (a convolution's input is the B side)
+        plan.shared = "a" if _origin(gen, plan.x) == 0 else "b"
+        side = "a" if _origin(sib, c["x"]) == 0 else "b"
+        if (c["sizes"] != plan.sizes or c["cls"] != plan.cls or c["acc_layout"] != plan.acc_layout
+                or c["dot_types"] != plan.dot_types or side != plan.shared
+                or _origin(gen, plan.x if side == "a" else plan.y) != 0
+                or str(c["maps"][0]) != str(plan.maps[0]) or not _same_factor(sib.operands[0], gen.operands[0])):
+            raise CodegenError(sib, "a sibling product that does not share the first one's factor tile")
+        plan.siblings.append(c)
     plan.row_stats = any(ROW_STAT in op.attributes and not _after(op, gen, ops) for op in gens)
+    if plan.siblings and (plan.row_stats or plan.window is not None):
+        raise CodegenError(gen, "sibling products with row statistics or a pooling")
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
     pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]
@@ -340,6 +356,27 @@ def _analyze(kernel) -> _Plan:
     return plan
 
 
+def _origin(gen, v):
+    """The operand number of `gen` that body value `v` is (through casts in the body), or None."""
+    while not isinstance(v.owner, ir.Block):
+        op = _as_op(v.owner)
+        if op.name not in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp") or len(op.operands) != 1:
+            return None
+        v = op.operands[0]
+    return ir.BlockArgument(v).arg_number if v.owner == gen.regions[0].blocks[0] else None
+
+
+def _same_factor(a, b) -> bool:
+    """The same tensor, or the same tensor widened by one-op generics through the same map: the
+    A tile of one product is the other's."""
+    if a == b:
+        return True
+    pa, pb = _producer(a), _producer(b)
+    return (pa is not None and pb is not None and _pat.is_cast_only(pa, "arith.extf")
+            and _pat.is_cast_only(pb, "arith.extf") and pa.operands[0] == pb.operands[0]
+            and str(a.type) == str(b.type) and [str(m) for m in _maps(pa)] == [str(m) for m in _maps(pb)])
+
+
 def _after(op, gen, ops) -> bool:
     """Whether `op` comes after the contraction `gen` in the kernel (an epilogue op)."""
     i = next(i for i, o in enumerate(ops) if o == gen)
@@ -350,10 +387,11 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
     """Where each value computed over the contraction's output sits: the contraction result and
     every pointwise generic of `ops` after it that reads such a value (a Lin per tensor dim)."""
     gen = plan.gen
-    layouts = {gen.results[0]: plan.acc_layout}
+    products = [gen] + [c["gen"] for c in plan.siblings]
+    layouts = {c.results[0]: plan.acc_layout for c in products}
     after = False
     for op in ops:
-        if op == gen:
+        if any(op == c for c in products):
             after = True
             continue
         if after and op.name in ("tensor.expand_shape", "tensor.collapse_shape") and _known(layouts, op.operands[0]):
