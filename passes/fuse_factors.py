@@ -53,14 +53,16 @@ class FactorJoins:
             return False  # a concat of a concat: the inner one would be computed, not in memory
         if any(self.top(u.owner) in members and pat.op_of(u.owner) != self.top(u.owner) for u in x.results[0].uses):
             return False  # gathered from (a pooling's indices): a gather reads the tensor itself
-        if self.creates_cycle(g, x):
-            return False
         if all(self.top(u.owner) in members for u in x.results[0].uses):
-            return self._adopt(g, x)
+            return False if self.creates_cycle(g, x) else self._adopt(g, x)
         # read elsewhere too (two poolings of one padded input): this kernel gets its own copy of
-        # the op, which costs nothing here, and the original keeps its other readers
-        y, _ = self.clone_for(members, x)
+        # the op, which costs nothing here, and the original keeps its other readers; only the
+        # copy's paths count (the original's other readers may lead back into this kernel)
+        y, redirected = self.clone_for(members, x)
         self.rebuild_graph()
+        if self.creates_cycle(g, y):
+            self.undo_clone(x, y, redirected)
+            return False
         return self._adopt(g, y)
 
     def try_join_concat(self, g: _Group, x: ir.Operation, role: str) -> bool:
@@ -79,6 +81,10 @@ class FactorJoins:
             return False
         members = set(g.ops)
         users = [pat.op_of(u.owner) for u in x.results[0].uses]
+        if users and all(o != g.anchor and o not in g.prologue for o in users) and any(o in members for o in users):
+            # read by the epilogue (ViT's CLS token and patches, plus positions, for the residual):
+            # masked loads of the pieces, as a pointwise kernel reads them; other readers keep theirs
+            return self.join_as_loads(g, x)
         if not users or any(o not in members for o in users):
             return False  # read outside the kernel too: written once by a copy kernel
         if self.creates_cycle(g, x):
