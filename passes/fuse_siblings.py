@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.contraction_plan import SIBLING, same_factor
 
 from .base import Pass, PassContext
 from .fuse_row_stats import ROW_STAT
@@ -27,7 +28,6 @@ from .groups import group_of, join, kind_of, members, renumber, top_level
 from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
-SIBLING = "uniorch.sibling"
 MAX_SIBLINGS = 4
 MAX_SIBLING_N = 256
 
@@ -45,15 +45,17 @@ class FuseSiblings(Pass):
             anchors = [o.operation for o in block.operations if kind_of(o.operation) == "contraction"
                        and (pat.is_contraction(o.operation) or pat.is_convolution(o.operation))]
             taken: set = set()
+            # merging changes only the groups it takes, which are not looked at again
+            plain = [_plain(block, c) for c in anchors]
             for i, c0 in enumerate(anchors):
-                if i in taken or not _plain(block, c0):
+                if i in taken or not plain[i]:
                     continue
                 n = 1
                 for j in range(i + 1, len(anchors)):
                     if n >= MAX_SIBLINGS:
                         break
                     c1 = anchors[j]
-                    if j in taken or not _plain(block, c1) or not _same_shape(c0, c1):
+                    if j in taken or not plain[j] or not _same_shape(c0, c1):
                         continue
                     g0, g1 = group_of(c0), group_of(c1)
                     if _reaches(block, g0, g1) or _reaches(block, g1, g0):
@@ -97,16 +99,6 @@ def _outside(op, gid: int) -> bool:
     return p is None or group_of(p) != gid
 
 
-def same_factor(a, b) -> bool:
-    """The same tensor, or the same tensor widened by one-op generics through the same map."""
-    if a == b:
-        return True
-    pa, pb = _producer(a), _producer(b)
-    return (pa is not None and pb is not None and pat.is_cast_only(pa, "arith.extf") and pat.is_cast_only(pb, "arith.extf")
-            and pa.operands[0] == pb.operands[0] and str(a.type) == str(b.type)
-            and [str(m) for m in pat.indexing_maps(pa)] == [str(m) for m in pat.indexing_maps(pb)])
-
-
 def _same_shape(c0, c1) -> bool:
     """The same first factor through the same map, and the same loops, sizes, maps and types."""
     return (same_factor(c0.operands[0], c1.operands[0])
@@ -139,4 +131,4 @@ def _reaches(block, src: int, dst: int) -> bool:
     return False
 
 
-__all__ = ["FuseSiblings", "SIBLING", "MAX_SIBLINGS", "MAX_SIBLING_N", "same_factor"]
+__all__ = ["FuseSiblings", "SIBLING", "MAX_SIBLINGS", "MAX_SIBLING_N"]

@@ -24,6 +24,7 @@ from torch_mlir.dialects import tensor
 from uniorch.codegen import patterns as pat
 
 from .ir_utils import producer as _producer
+from .view_rewrites import _static_slice
 
 COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
 
@@ -108,14 +109,12 @@ def _bubble(e: ir.Operation) -> list | None:
         e.erase()
         p.erase()
         return [pat.op_of(v.owner) for v in pieces]
-    if p.name == "tensor.extract_slice" and len(p.operands) == 1:
-        offs = list(ir.DenseI64ArrayAttr(p.attributes["static_offsets"]))
-        sizes = list(ir.DenseI64ArrayAttr(p.attributes["static_sizes"]))
-        strides = list(ir.DenseI64ArrayAttr(p.attributes["static_strides"]))
+    if p.name == "tensor.extract_slice":
+        sl = _static_slice(p)
         src = p.operands[0]
-        if (any(x != 1 for x in strides) or len(sizes) != len(groups) or any(x < 0 for x in offs + sizes)
-                or not ir.RankedTensorType(src.type).has_static_shape):
+        if sl is None or not ir.RankedTensorType(src.type).has_static_shape:
             return None
+        offs, sizes = sl
         if any(offs[j] != 0 or sizes[j] != _shape(src)[j] for j in split):
             return None  # a slice along a split dim
         src_shape = [n for j, g in enumerate(groups) for n in ([_shape(src)[j]] if len(g) == 1 else split[j])]

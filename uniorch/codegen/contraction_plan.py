@@ -314,7 +314,7 @@ def _analyze(kernel) -> _Plan:
         if (c["sizes"] != plan.sizes or c["cls"] != plan.cls or c["acc_layout"] != plan.acc_layout
                 or c["dot_types"] != plan.dot_types or side != plan.shared
                 or _origin(gen, plan.x if side == "a" else plan.y) != 0
-                or str(c["maps"][0]) != str(plan.maps[0]) or not _same_factor(sib.operands[0], gen.operands[0])):
+                or str(c["maps"][0]) != str(plan.maps[0]) or not same_factor(sib.operands[0], gen.operands[0])):
             raise CodegenError(sib, "a sibling product that does not share the first one's factor tile")
         plan.siblings.append(c)
     plan.row_stats = any(ROW_STAT in op.attributes and not _after(op, gen, ops) for op in gens)
@@ -366,7 +366,7 @@ def _origin(gen, v):
     return ir.BlockArgument(v).arg_number if v.owner == gen.regions[0].blocks[0] else None
 
 
-def _same_factor(a, b) -> bool:
+def same_factor(a, b) -> bool:
     """The same tensor, or the same tensor widened by one-op generics through the same map: the
     A tile of one product is the other's."""
     if a == b:
