@@ -1,7 +1,7 @@
 """Static kernel report over the model zoo, and its check against per-model ceilings.
 
     python -m uniorch.tools.kernel_report [--dtypes fp32,bf16] [--models a,b] [--jobs N]
-        [--write [DIR]] [--check [CEILINGS]] [--update-ceilings [CEILINGS]]
+        [--write [DIR]] [--check [CEILINGS]] [--update-ceilings [CEILINGS]] [--vs-inductor]
 
 Per zoo model and dtype: kernels, bytes moved against the minimum (inputs read once, outputs
 written once), kernels doing float64 arithmetic, eager fallbacks and kernel kinds. Static: every
@@ -9,6 +9,8 @@ region is compiled to Triton source (`uniorch.api.explain_static`) and no kernel
 the whole zoo takes seconds per model instead of the interpreter's minutes. `--check` exits 1
 naming each model and metric above its ceiling; fusion work lowers the ceilings
 (`--update-ceilings` writes today's values, ratio plus 5 %) so a regression cannot slip back in.
+`--vs-inductor` also compiles each model with torch.compile and sets Inductor's own count of its
+bytes moved beside ours (a few seconds more per model).
 """
 from __future__ import annotations
 
@@ -98,17 +100,23 @@ def _op(name: str) -> str:
     return name.removeprefix("aten.").split(".")[0]
 
 
-def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
-    """One model in one dtype, compiled without launching; `error` says why when it could not be."""
+def _load(name: str, dtype_name: str):
+    model, args, kwargs = PROBES[name]() if name in PROBES else zoo.load(name)
+    cast = None if dtype_name == "fp32" else DTYPES[dtype_name]  # fp32 is the zoo's own: as made
+    model = zoo.model_to(model, "cpu", cast)
+    args, kwargs = zoo.to((args, kwargs), "cpu", cast)
+    return model, args, kwargs
+
+
+def measure(name: str, dtype_name: str, target: str = "interpret", vs_inductor: bool = False) -> dict:
+    """One model in one dtype, compiled without launching; `error` says why when it could not be.
+    With `vs_inductor`, torch.compile's bytes for the same model too (tools/inductor_bytes.py)."""
     from uniorch.api import explain_static
 
     row: dict = {"model": name, "dtype": dtype_name}
     t = time.perf_counter()
     try:
-        model, args, kwargs = PROBES[name]() if name in PROBES else zoo.load(name)
-        cast = None if dtype_name == "fp32" else DTYPES[dtype_name]  # fp32 is the zoo's own: as made
-        model = zoo.model_to(model, "cpu", cast)
-        args, kwargs = zoo.to((args, kwargs), "cpu", cast)
+        model, args, kwargs = _load(name, dtype_name)
         tensors = (*model.parameters(), *model.buffers(), *torch.utils._pytree.tree_leaves((args, kwargs)))
         floats = [x.dtype for x in tensors if isinstance(x, torch.Tensor) and x.is_floating_point()]
         with warnings.catch_warnings():
@@ -131,7 +139,22 @@ def measure(name: str, dtype_name: str, target: str = "interpret") -> dict:
                capture_s=round(rep.timings.get("capture", 0.0), 2), compile_s=round(rep.timings.get("compile", 0.0), 2))
     row["goals"] = {g: bool(test(row)) for g, (_, models, test) in GOALS.items()
                     if (models is None or name in models) and not (g == "no-f64" and row["f64_kernels"] is None)}
+    if vs_inductor:
+        row.update(_inductor(name, dtype_name, row["bytes_moved"]))
     return row
+
+
+def _inductor(name: str, dtype_name: str, ours: int) -> dict:
+    from .inductor_bytes import inductor_bytes
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = inductor_bytes(*_load(name, dtype_name))  # a fresh copy: buffers as made, not as we left them
+    except Exception as err:  # noqa: BLE001 - torch.compile failing on a model is a finding, not a crash
+        return {"inductor_error": f"{type(err).__name__}: {err}".splitlines()[0][:200]}
+    return {"inductor_bytes": got.bytes_moved, "inductor_kernels": got.kernels, "inductor_graphs": got.graphs,
+            "vs_inductor": round(ours / max(1, got.bytes_moved), 4)}
 
 
 def summarize(rep, float64_model: bool = False) -> dict:
@@ -160,8 +183,9 @@ def _one_thread():
     torch.set_num_threads(1)  # the workers share the cores: one op thread each
 
 
-def measure_all(models: list[str], dtypes: list[str], jobs: int = 1, target: str = "interpret") -> list[dict]:
-    tasks = [(m, d, target) for d in dtypes for m in models]
+def measure_all(models: list[str], dtypes: list[str], jobs: int = 1, target: str = "interpret",
+                vs_inductor: bool = False) -> list[dict]:
+    tasks = [(m, d, target, vs_inductor) for d in dtypes for m in models]
     if jobs <= 1 or len(tasks) == 1:
         return [measure(*t) for t in tasks]
     # the slowest first (last report's seconds), so no worker is left alone with a long one at the end
@@ -239,8 +263,10 @@ def meta(seconds: float, target: str) -> dict:
 
 
 def markdown(rows: list[dict], info: dict) -> str:
+    inductor = any("inductor_bytes" in r or "inductor_error" in r for r in rows)
     lines = ["# Kernel report", "",
-             f"Generated by `python -m uniorch.tools.kernel_report --write` at commit {info['commit']} on "
+             f"Generated by `python -m uniorch.tools.kernel_report --write{' --vs-inductor' if inductor else ''}` "
+             f"at commit {info['commit']} on "
              f"{info['date']} (torch {info['torch']}, triton {info['triton']}, target {info['target']}, "
              f"{info['seconds']} s). Static: compiled to Triton source, no kernel launched. Bytes moved are the "
              "kernels' reads and writes; the minimum reads each input and writes each output once.", "",
@@ -252,22 +278,50 @@ def markdown(rows: list[dict], info: dict) -> str:
         named = (f"; met: {', '.join(met)}" if len(met) <= len(missed) else f"; missed: {', '.join(missed)}") \
             if met and missed else ""
         lines.append(f"| {what} | {', '.join(models) if models else 'all'} | {len(met)}/{len(judged)}{named} |")
+    if inductor:
+        lines += ["", "## Against torch.compile", "",
+                  "torch.compile (default mode, Inductor) compiled the same models here, and Inductor counted its "
+                  "own bytes moved the same way: each buffer once per kernel, matmuls and convolutions included "
+                  "as its extern calls (`tools/inductor_bytes.py`). Below 1x uniorch moves fewer bytes.", ""]
+        lines += _versus(rows)
     lines += ["", "## Per model", "",
               "| model | dtype | kernels | MB moved | MB minimum | ratio | f64 kernels | fallbacks | kinds "
-              "| goals missed |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+              "| goals missed |" + (" MB torch.compile | vs torch.compile |" if inductor else ""),
+              "|---|---|---:|---:|---:|---:|---:|---:|---|---|" + ("---:|---:|" if inductor else "")]
     for r in rows:
         if "error" in r or "skipped" in r:
             why = f"error: {r['error']}" if "error" in r else f"skipped: {r['skipped']}"
-            lines.append(f"| {r['model']} | {r['dtype']} | {why.replace('|', '/')} | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['dtype']} | {why.replace('|', '/')} | | | | | | | |"
+                         + (" | |" if inductor else ""))
             continue
         kinds = ", ".join(f"{k} {n}" for k, n in r["kinds"].items())
         missed = ", ".join(g for g, ok in r["goals"].items() if not ok) or "-"
         f64 = "-" if r["f64_kernels"] is None else r["f64_kernels"]
         lines.append(f"| {r['model']} | {r['dtype']} | {r['kernels']} | {r['bytes_moved'] / 1e6:.3f} | "
                      f"{r['bytes_minimum'] / 1e6:.3f} | {r['ratio']:.2f}x | {f64} | {r['fallbacks']} | {kinds} "
-                     f"| {missed} |")
+                     f"| {missed} |" + (_inductor_cells(r) if inductor else ""))
     return "\n".join(lines) + "\n"
+
+
+def _inductor_cells(r: dict) -> str:
+    if "inductor_bytes" not in r:
+        return f" {r.get('inductor_error', '-').replace('|', '/')} | |"
+    return f" {r['inductor_bytes'] / 1e6:.3f} | {r['vs_inductor']:.2f}x |"
+
+
+def _versus(rows: list[dict]) -> list[str]:
+    """Per dtype: geometric mean of uniorch / torch.compile bytes, with the best and worst models."""
+    out = ["| dtype | models | geomean uniorch / torch.compile bytes | fewer bytes | most above |",
+           "|---|---:|---:|---:|---|"]
+    for d in dict.fromkeys(r["dtype"] for r in rows):
+        got = [r for r in rows if r["dtype"] == d and "vs_inductor" in r]
+        if not got:
+            continue
+        gm = math.exp(sum(math.log(r["vs_inductor"]) for r in got) / len(got))
+        worst = sorted(got, key=lambda r: -r["vs_inductor"])[:3]
+        out.append(f"| {d} | {len(got)} | {gm:.2f}x | {sum(r['vs_inductor'] < 1 for r in got)}/{len(got)} | "
+                   + ", ".join(f"{r['model']} {r['vs_inductor']:.2f}x" for r in worst) + " |")
+    return out
 
 
 def _shown(path) -> str:
@@ -288,6 +342,8 @@ def main(argv=None) -> int:
                    help="exit 1 when a model exceeds its ceilings (default docs/perf/ceilings.json)")
     p.add_argument("--update-ceilings", nargs="?", const=str(CEILINGS), metavar="CEILINGS",
                    help="write today's values as the ceilings (ratio +5%%)")
+    p.add_argument("--vs-inductor", action="store_true",
+                   help="also compile each model with torch.compile and report Inductor's bytes moved (slower)")
     a = p.parse_args(argv)
     dtypes = [d for d in a.dtypes.split(",") if d]
     models = [m for m in a.models.split(",") if m] or names()
@@ -295,7 +351,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown dtype or model: {', '.join(unknown)}")
     t = time.perf_counter()
-    rows = measure_all(models, dtypes, a.jobs, a.target)
+    rows = measure_all(models, dtypes, a.jobs, a.target, a.vs_inductor)
     info = meta(time.perf_counter() - t, a.target)
     text = markdown(rows, info)
     print(text)
