@@ -3,8 +3,8 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (symbolic_reshapes, extract_operands,
-split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces)
+rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, extract_operands,
+split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, epilogue_views, scatter_coords)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -19,11 +19,14 @@ from uniorch.ir.stages import run_pipeline_text
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .concat_pieces import hoist_concat_pieces
+from .epilogue_views import merge_epilogue_dims
 from .extract_operands import extracts_as_operands
+from .gather_casts import extract_before_casts
 from .narrow_compares import narrow_compares
 from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
 from .pool_indices import fix_pool_nan_indices
+from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
 from .sink_collapse import bubble_expands, sink_collapses
 from .split_prologue import split_prologues
@@ -52,6 +55,8 @@ class Preprocess(Pass):
         with module.context:
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             fold_symbolic_reshapes(main)  # elementwise fusion's reshape folding leaves pairs too
+            extract_before_casts(main)  # a gather from a widened 16-bit tensor reads the 16 bits
+            assemble_scatter_coords(main)  # a scatter's indices written once, not column by column
             extracts_as_operands(main)  # symbolic broadcasts read by tensor.extract: indexing maps
             split_prologues(main)
             sink_collapses(main)  # grouped-query attention keeps one batch layout
@@ -59,5 +64,6 @@ class Preprocess(Pass):
             pad_after_collapse(main)  # pads meet the convolutions that read them
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             bubble_expands(main)  # ... and a view of rotate_half(q) moves back to q
+            merge_epilogue_dims(main)  # a bias add read through a head-split view: back on the matmul's dims
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits

@@ -1,0 +1,90 @@
+"""Two preprocessing rewrites that keep a tensor from being written twice
+(passes/epilogue_views.py, passes/gather_casts.py), each checked by the kernels' bytes and against
+eager on fresh random inputs.
+
+- A bias add read through a linear layer's head-split view runs on the matmul's dims and rides on
+  the matmul as its epilogue (GPT-NeoX-style partial rotary after an RMSNorm).
+- An adaptive average pooling of a bf16 convolution reads the bf16 output and widens what it
+  gathers: the convolution writes its bf16 result only, not a float32 copy beside it.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+
+
+def _seed():
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+
+class NormLinearHeads(nn.Module):
+    def __init__(self, dim=32, heads=2, part=8):
+        super().__init__()
+        self.h, self.part = heads, part
+        self.norm = nn.RMSNorm(dim, eps=1e-5)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q = self.proj(self.norm(x)).view(b, t, self.h, -1)
+        rot, rest = q[..., : self.part], q[..., self.part:]
+        x1, x2 = rot[..., : self.part // 2], rot[..., self.part // 2:]
+        rot = rot * cos + torch.cat((-x2, x1), -1) * sin
+        return torch.cat((rot, rest), -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_bias_add_behind_a_head_view_is_the_matmul_epilogue(dtype):
+    _seed()
+    model = NormLinearHeads().to(dtype).eval()
+    b, t = 2, 6
+
+    def inputs():
+        return (torch.randn(b, t, 32, dtype=dtype), torch.randn(t, 1, 8, dtype=dtype),
+                torch.randn(t, 1, 8, dtype=dtype))
+
+    cm = uniorch.compile(model, target="interpret")
+    rep = cm.explain(*inputs())
+    assert not rep.fallbacks, str(rep)
+    mm = [k for k in rep.kernels if k.kind == "contraction"]
+    assert len(mm) == 1, str(rep)
+    # the bias is read by the matmul's kernel and by no other
+    readers = [k for k in rep.kernels if any("proj" in where for _, where in k.ops)]
+    assert readers == mm, str(rep)
+    # every kernel after the matmul reads its (b, t, 32) output once at most: no second copy of it
+    act = b * t * 32 * dtype.itemsize
+    assert mm[0].bytes_written == act, str(rep)
+    xs = inputs()
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cm(*xs), model(*xs), **tol)
+
+
+class ConvAdaptivePool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return F.adaptive_avg_pool2d(y, (5, 3)), F.max_pool2d(y, 2)
+
+
+def test_gather_of_a_bf16_tensor_reads_16_bits():
+    _seed()
+    model = ConvAdaptivePool().to(torch.bfloat16).eval()
+    shape = (2, 4, 10, 10)
+    cm = uniorch.compile(model, target="interpret")
+    rep = cm.explain(torch.randn(shape, dtype=torch.bfloat16))
+    assert not rep.fallbacks, str(rep)
+    conv = [k for k in rep.kernels if k.kind == "contraction"]
+    assert len(conv) == 1, str(rep)
+    assert conv[0].bytes_written == 2 * 6 * 10 * 10 * 2, str(rep)  # the bf16 output alone
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    for got, want in zip(cm(x), model(x)):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
