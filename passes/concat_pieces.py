@@ -105,5 +105,8 @@ def _hoist(cat: ir.Operation) -> None:
         ir.Operation.create("linalg.yield", operands=[acc])
     cat.results[0].replace_all_uses_with(sel.results[0])
     cat.erase()
+    erased: list = []
     for g, _, _ in moved:
-        g.erase()
+        if not any(g == e for e in erased):  # one value concatenated with itself: erased once
+            g.erase()
+            erased.append(g)

@@ -4,7 +4,7 @@ Elementwise fusion runs while matmul and convolution are still named ops, so no 
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
 rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, extract_operands,
-split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, epilogue_views, scatter_coords)
+split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords)
 and compare in the type the values have (narrow_compares).
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
 from .sink_collapse import bubble_expands, sink_collapses
 from .split_prologue import split_prologues
+from .stack_pieces import stacks_as_selects
 from .symbolic_reshapes import fold_symbolic_reshapes
 from .view_rewrites import rewrite_views
 
@@ -62,6 +63,7 @@ class Preprocess(Pass):
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
             pad_after_collapse(main)  # pads meet the convolutions that read them
+            stacks_as_selects(main)  # stack of computed pieces: one generic, no copy
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             bubble_expands(main)  # ... and a view of rotate_half(q) moves back to q
             merge_epilogue_dims(main)  # a bias add read through a head-split view: back on the matmul's dims

@@ -290,7 +290,7 @@ def _renumber(e, new_pos: dict, n: int):
         return e
     old_n = max(new_pos) + 1
     sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(new_pos[d]) for d in range(old_n)])
-    return ir.AffineMap.get(old_n, 0, [e]).compose(sub).results[0]
+    return e.compose(sub)  # (AffineMap has no compose in these bindings; AffineExpr does)
 
 
 def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:

@@ -463,6 +463,7 @@ class Layout:
                 elif allow_growth and inf.iters[k] == "parallel":
                     domain = domain.copy() if domain is self.domain else domain
                     got[k] = Aff.dim(domain.add(inf.sizes[k], "parallel"))
+                    used.add(got[k].pure_dim())  # a second new loop of the same size gets its own dim
                 else:
                     return f"loop d{k} (size {inf.sizes[k]}, {inf.iters[k]}) has no place in the domain {self.domain.sizes}"
         loops = [g for g in got]  # type: ignore[misc]
