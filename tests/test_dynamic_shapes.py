@@ -317,3 +317,54 @@ def test_causal_sdpa_over_a_symbolic_length_is_one_flash_kernel():
     (flash,) = [k for k in rep.kernels if k.kind == "attention"]
     keys = next(s for s in (line.split(":")[0] for line in rep.symbolic) if f"range(0, {s}, BLOCK_N)" in flash.source)
     assert f"mask_j = offs_n[None, :] < {keys}" in flash.source
+
+
+def _positions(x, mask):
+    """OPT's and BERT-style position ids: a running count over a padding mask, then used."""
+    pos = torch.cumsum(mask.long(), dim=1) * mask - 1
+    return pos, x.cumsum(-1) * 2
+
+
+def test_scan_over_a_symbolic_length_is_one_compile():
+    """cumsum along a symbolic dim (OPT's positions from the attention mask, at every decode
+    length) is a scan kernel of the symbolic compile: chunks with the carried prefix, since no
+    block is known to hold the row."""
+    cm = uniorch.compile(_positions, target="interpret", dynamic=True)
+    for b, t in [(2, 5), (3, 9), (2, 33)]:
+        x, mask = torch.randn(b, t, 6), torch.rand(b, t) > 0.3
+        got, want = cm(x, mask), _positions(x, mask)
+        assert torch.equal(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+    assert cm.cache_size == 1
+    rep = cm.explain(torch.randn(4, 7, 6), torch.rand(4, 7) > 0.3)
+    assert not rep.fallbacks, str(rep)
+    assert [k.kind for k in rep.kernels].count("scan") == 2, str(rep)
+    assert rep.symbolic
+
+
+def test_min_and_max_of_sizes_decide_where_the_order_is_known():
+    """A slice's end clamped to its dim (`min(INT64_MAX, s)`, as torch-mlir lowers `x[:, a:]`)
+    and clamps whose order holds for every size; an order that depends on the sizes is refused."""
+    from uniorch.ir import dims
+
+    s, t = dims.symbol("s0"), dims.symbol("s1")
+    assert dims._min_max("arith.minsi", 2 ** 63 - 1, s) == s
+    assert dims._min_max("arith.maxsi", s + 1, s) == s + 1
+    assert dims._min_max("arith.minsi", 2 * s, s + 2) == s + 2  # s >= 2
+    assert dims._min_max("arith.maxui", 4, 4) == 4
+    with pytest.raises(dims.UnknownSize):
+        dims._min_max("arith.minsi", s, t)
+
+
+@pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+def test_symbolic_scan_cross_compiles(target, binary):
+    """The scan over a symbolic length through Triton's real stages for a GPU: the binary is
+    built and the kernel takes the length as an integer parameter."""
+    art = uniorch.compile_aot(_positions, (torch.randn(2, 5, 6), torch.rand(2, 5) > 0.3), target, dynamic=True)
+    assert not art.fallbacks, art.fallbacks
+    scans = [k for k in art.kernels if "scan" in k.source.name]
+    assert scans and all(k.source.symbols for k in scans)
+    for k in scans:
+        assert k.asm[binary][:4] == b"\x7fELF"
+        sig = k.asm["ttir"].split("tt.func", 1)[1].split("{", 1)[0]
+        assert sig.count(": i32") + sig.count(": i64") >= len(k.source.symbols), sig

@@ -61,6 +61,8 @@ def pointer_types(kernel) -> list[str]:
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     types = []
     for t in list(ftype.inputs) + list(ftype.results):
+        if not isinstance(t, ir.ShapedType) and "uniorch.arg_dims" in kernel.attributes:
+            continue  # an `index` argument sizing a tensor.empty: a size symbol, not a pointer
         et = str(ir.RankedTensorType(t).element_type)
         if et not in _POINTER:
             raise CodegenError(kernel, f"no Triton pointer type for element type {et}")

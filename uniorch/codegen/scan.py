@@ -16,11 +16,13 @@ import math
 
 from torch_mlir import ir
 
+from uniorch.ir import dims
+
 from . import body as B
 from . import patterns as pat
 from .rows import row_coords, row_params
 from .patterns import recorded_schedule as _sched_from_attr  # noqa: F401 - sort.py and scatter.py import it here
-from .source import CodegenError, KernelSource
+from .source import CodegenError, KernelSource, symbol_dims
 
 ROW_MAX = 4096  # longest row (32-bit elements) scanned in registers; longer rows loop
 LOOP_BLOCK_R = 1024
@@ -66,13 +68,16 @@ class _Scan:
         if not ir.BoolAttr(op.attributes["inclusive"]).value:
             raise CodegenError(op, "exclusive scan (reads the accumulator's initial value)")
         self.args = list(blk.arguments)
+        if dims.has_symbols(self.func):  # `index` arguments only size the outputs' tensor.empty
+            self.args = [a for a in self.args if isinstance(a.type, ir.ShapedType)]
         src = op.operands[0]
         self.input = next((i for i, a in enumerate(self.args) if a == src), None)
         if self.input is None:
             raise CodegenError(op, "the scanned tensor is not a kernel argument")
         self.dim = ir.IntegerAttr(op.attributes["dimension"]).value
-        self.shape = _shape(op.results[0])
-        if _shape(src) != self.shape:
+        # sizes: ints, or expressions of the size symbols (a symbolic compile: uniorch/ir/dims.py)
+        self.shape = dims.shape(op.results[0])
+        if dims.shape(src) != self.shape:
             raise CodegenError(op, "input and output shapes differ")
         self.ty = B.elem_name(op.results[0].type)
         if B.elem_name(src.type) != self.ty:
@@ -87,7 +92,11 @@ class _Scan:
             self.results.append(k)
         self.n = self.shape[self.dim]
         self.outer = [s for d, s in enumerate(self.shape) if d != self.dim]
-        self.rows = math.prod(self.outer) if self.outer else 1
+        self.rows = dims.prod(self.outer) if self.outer else 1
+        self.symbols = dims.kernel_symbols(self.func, [dims.shape(a) for a in self.args]
+                                           + [dims.shape(v) for v in ret.operands])
+        self.symbol_dims = symbol_dims(self.func, self.symbols,
+                                       [dims.shape(a) for a in self.args] + [dims.shape(v) for v in ret.operands])
 
     def _combiner(self) -> str:
         blk = self.op.regions[0].blocks[0]
@@ -109,25 +118,29 @@ def choose_schedule(kernel_func, target: str) -> dict:
     s = _Scan(kernel_func)
     interp = (target or "interpret").split(":", 1)[0] == "interpret"
     limit = ROW_MAX if s.elem_bits() <= 32 else ROW_MAX // 2
-    if _next_pow2(s.n) <= limit:
-        block_r, looped = _next_pow2(s.n), False
+    hints = dims.hints(s.func)  # a symbolic size: tiles for the capture's size
+    n, rows = dims.hinted(s.n, hints), dims.hinted(s.rows, hints)
+    if not dims.is_static(s.n):  # a row of any length: chunks with the carried prefix
+        block_r, looped = min(_next_pow2(n), LOOP_BLOCK_R), True
+    elif _next_pow2(n) <= limit:
+        block_r, looped = _next_pow2(n), False
     else:
         block_r, looped = LOOP_BLOCK_R, True
     budget = 16384 if interp else 4096
-    block_p = max(1, min(_next_pow2(s.rows), budget // block_r, 1024 if interp else 64))
+    block_p = max(1, min(_next_pow2(rows), budget // block_r, 1024 if interp else 64))
     elems = block_p * block_r
     warps = 8 if elems >= 4096 else 4 if elems >= 512 else 2 if elems >= 128 else 1
     if (target or "").startswith("rocm"):
         warps = max(1, warps // 2)
     return {"block_p": block_p, "block_r": block_r, "block_k": 0, "num_warps": warps, "num_stages": 1,
-            "looped": looped, "grid": [_cdiv(s.rows, block_p), 1, 1]}
+            "looped": looped, "grid": [dims.grid_entry(dims.cdiv(s.rows, block_p)), 1, 1]}
 
 
 def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
     s = _Scan(kernel_func)
     sched = schedule or _sched_from_attr(s.func) or choose_schedule(s.func, target)
     block_p, block_r, looped = int(sched["block_p"]), int(sched["block_r"]), bool(sched.get("looped"))
-    if not looped and block_r < s.n:
+    if not looped and (not dims.is_static(s.n) or block_r < s.n):
         raise CodegenError(s.op, f"row of {s.n} does not fit BLOCK_R={block_r} and the schedule is not looped")
     low = s.ty in ("f16", "bf16")
     acc_t = "tl.float32" if low else B.tl_type(s.ty)
@@ -136,9 +149,11 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
     ranks = [len(_shape(a)) for a in s.args]
     out_ranks = [len(s.shape) if k == 0 else len(s.shape) - 1 for k in s.results]
     params = row_params(ranks, out_ranks)
+    params[-2:-2] = s.symbols  # size symbols after the tensors, before the constexprs
 
     # row coordinates: the non-scanned dims, row-major over the linear row index
-    outer_dims, coords = row_coords(len(s.shape), s.dim, s.outer)
+    outer_dims, coords = _row_coords(len(s.shape), s.dim, s.outer)
+    n_code, rows_code = dims.code(s.n), dims.code(s.rows)
 
     def full_offset(prefix, idx) -> str:
         terms = [f"c{d} * {prefix}{idx}_s{d}" for d in range(len(s.shape)) if d != s.dim]
@@ -153,7 +168,7 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
         "@jit", f"def {fn}({', '.join(params)}):",
         f"    # {s.combiner} scan along dim {s.dim} of {s.shape} ({s.ty}), inclusive; at {loc}",
         "    rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]",
-        f"    row_mask = rows < {s.rows}",
+        f"    row_mask = rows < {rows_code}",
     ]
     for d in outer_dims:
         lines.append(f"    c{d} = {coords[d]}")
@@ -162,7 +177,7 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
     def body(ind: str, col0: str) -> list[str]:
         x = f"tl.load(in{s.input}_ptr + {in_off}, mask=mask, other={ident})"
         out = [f"{ind}lane = tl.arange(0, BLOCK_R)[None, :]", f"{ind}cols = {col0}lane",
-               f"{ind}mask = row_mask & (cols < {s.n})",
+               f"{ind}mask = row_mask & (cols < {n_code})",
                f"{ind}x = {x}" + (f".to({acc_t})" if low else ""),
                f"{ind}x = tl.where(mask, x, {ident})",
                f"{ind}y = tl.associative_scan(x, 1, _combine)"]
@@ -182,7 +197,7 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
 
     if looped:
         lines.append(f"    carry = tl.full((BLOCK_P, 1), {ident}, {acc_t})")
-        lines.append(f"    for start in range(0, {s.n}, BLOCK_R):")
+        lines.append(f"    for start in range(0, {n_code}, BLOCK_R):")
         lines += body("        ", "start + ")
     else:
         lines += body("    ", "")
@@ -192,5 +207,21 @@ def generate_scan(kernel_func, target: str, schedule: dict | None = None) -> Ker
             terms = [f"c{d} * out{j}_s{i}" for i, d in enumerate(outer_dims)]
             lines.append(f"    tl.store(out{j}_ptr + {' + '.join(terms) if terms else 'rows * 0'}, {val}, mask=row_mask)")
     source = "\n".join(lines) + "\n"
-    return KernelSource(s.name, fn, source, ranks, out_ranks, (_cdiv(s.rows, block_p),),
-                        {"BLOCK_P": block_p, "BLOCK_R": block_r}, int(sched.get("num_warps", 4)), 1)
+    grid = sched.get("grid") or [dims.grid_entry(dims.cdiv(s.rows, block_p))]
+    return KernelSource(s.name, fn, source, ranks, out_ranks, (grid[0],),
+                        {"BLOCK_P": block_p, "BLOCK_R": block_r}, int(sched.get("num_warps", 4)), 1,
+                        symbols=s.symbols, symbol_dims=s.symbol_dims)
+
+
+def _row_coords(rank: int, dim: int, outer: list) -> tuple[list[int], dict[int, str]]:
+    """rows.row_coords for sizes that may be symbolic: the same row-major split, in code."""
+    if all(dims.is_static(n) for n in outer):
+        return row_coords(rank, dim, outer)
+    outer_dims = [d for d in range(rank) if d != dim]
+    coords, rest = {}, "rows"
+    for j, d in enumerate(outer_dims):
+        inner = dims.prod(outer[j + 1:]) if j + 1 < len(outer) else 1
+        coords[d] = f"({rest}) // {dims.code(inner)}" if inner != 1 else f"({rest})"
+        if j + 1 < len(outer_dims):
+            rest = f"rows % {dims.code(inner)}"
+    return outer_dims, coords

@@ -420,7 +420,33 @@ def index_value(v: ir.Value) -> Size:
         return _simplify(_affine(m.results[0], vals[: m.n_dims], vals[m.n_dims:]))
     if name == "arith.select":
         return index_value(owner.operands[1] if decide(owner.operands[0]) else owner.operands[2])
+    if name in ("arith.minsi", "arith.maxsi", "arith.minui", "arith.maxui"):
+        return _min_max(name, index_value(owner.operands[0]), index_value(owner.operands[1]))
     raise UnknownSize(f"no rule evaluates '{name}' on sizes")
+
+
+_TO_THE_END = 2 ** 62  # slice ends at or past this mean "to the end" (PyTorch writes INT64_MAX)
+
+
+def _min_max(name: str, a: Size, b: Size) -> Size:
+    """min/max of two sizes where the order holds for every value of the symbols: a slice's end
+    clamped to the dim (`min(end, size)`, end often INT64_MAX), a window clamped to the length."""
+    smaller = None
+    if a == b:
+        smaller = a
+    elif isinstance(a, int) and a >= _TO_THE_END:
+        smaller = b
+    elif isinstance(b, int) and b >= _TO_THE_END:
+        smaller = a
+    elif must_lt(a, sympy.Integer(1) * b + 1):
+        smaller = a
+    elif must_lt(b, sympy.Integer(1) * a + 1):
+        smaller = b
+    if smaller is None:
+        raise UnknownSize(f"{name} of {a} and {b}: their order depends on the sizes")
+    if name.startswith("arith.min"):
+        return smaller
+    return b if smaller is a else a
 
 
 def _affine(e, dims: list, syms: list):
