@@ -463,7 +463,10 @@ class Layout:
                 elif allow_growth and inf.iters[k] == "parallel":
                     domain = domain.copy() if domain is self.domain else domain
                     got[k] = Aff.dim(domain.add(inf.sizes[k], "parallel"))
-                    used.add(got[k].pure_dim())  # a second new loop of the same size gets its own dim
+                    # not added to `used`: a second new loop of this size lands on the same dim and
+                    # the op is refused below (a diagonal). Giving it a dim of its own lets a small
+                    # pointwise kernel (RoPE's cos/sin over (t, d)) grow into its (b, h, t, d) reader
+                    # and take it from attention's prologue (Llama: one more kernel), so it stays so
                 else:
                     return f"loop d{k} (size {inf.sizes[k]}, {inf.iters[k]}) has no place in the domain {self.domain.sizes}"
         loops = [g for g in got]  # type: ignore[misc]
