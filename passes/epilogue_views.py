@@ -10,9 +10,13 @@ dims, each operand read through the inverse view (the view's source, or a collap
 operand), and the view moves after it: the add is the contraction's epilogue again.
 
 Only dims every operand reads together, in order, merge (a bias over heads * d, yes; RoPE's cos
-read along d but not heads, no), and only pointwise ops without `linalg.index` are rewritten.
+read along d but not heads, no), and only pointwise ops without `linalg.index` whose other operands
+are broadcasts (a bias, a scale) are rewritten: a full-size operand such as a residual keeps its
+own layout, and rewriting around it cost Swin a kernel.
 """
 from __future__ import annotations
+
+import math
 
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
@@ -112,6 +116,13 @@ def _merge(g: ir.Operation) -> None:
         new_pos[d] = n
         n += 1
     operands = list(pat.inputs(g)) + list(pat.outputs(g))
+    out_n = math.prod(_shape(g.results[0]))
+    viewed = [v for v in pat.inputs(g) if _producer(v) is not None and _producer(v).name == EXPAND
+              and _from_contraction(_producer(v).operands[0])]
+    for v in pat.inputs(g):
+        if isinstance(v.type, ir.RankedTensorType) and not any(v == w for w in viewed) \
+                and math.prod(_shape(v)) >= out_n:
+            return  # a full-size operand (a residual in its own layout, Swin's windows): left as it is
     merged = []
     for v, m in zip(operands, pat.indexing_maps(g)):
         got = _merged_map(m, runs, new_pos, n)
