@@ -32,6 +32,8 @@ def test_graph_break_counts_both_graphs():
 
 def test_report_sets_torch_compile_beside_uniorch():
     row = kr.measure("mlp", "fp32", vs_inductor=True)
-    assert row["inductor_bytes"] > 0 and row["vs_inductor"] == round(row["bytes_moved"] / row["inductor_bytes"], 4)
+    # any compiler reads each input and writes each output once: torch.compile's count is at least
+    # the minimum, which explain derives from the model's tensors, not from Inductor
+    assert row["inductor_bytes"] >= row["bytes_minimum"], row
     text = kr.markdown([row], kr.meta(0.0, "interpret"))
     assert "## Against torch.compile" in text and "--vs-inductor" in text
