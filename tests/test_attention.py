@@ -250,3 +250,21 @@ def test_bert_padding_mask_is_read_per_token_not_per_score():
     assert len(attn) == 2, str(rep)
     for x in attn:
         assert x.bytes_read == 3 * 3 * 11 * 32 * 4 + mask.numel() * 8, str(rep)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_16_bit_scores_scale_moves_off_q_and_k(causal):
+    """SDPA multiplies q and k by sqrt(scale) each in float32; moving both constants onto the scores
+    lets q and k reach tl.dot in 16 bits (the tensor cores on a GPU). fp16 takes that path on the
+    interpreter too (only bf16 is widened there), so its numerics are checked here against float64."""
+    q, k, v = _qkv(2, 2, 45, 45, 32, torch.float16)
+    scale = 0.3 if causal else None
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # noqa: E731
+    cm = uniorch.compile(fn, target="interpret")
+    out = cm(q, k, v)
+    src = [k.source for k in cm.explain(q, k, v).kernels if k.kind == "attention"]
+    assert len(src) == 1 and "qk = qk * " in src[0] and 'input_precision="ieee"' not in src[0], src
+    ref64 = fn(q.double(), k.double(), v.double())
+    err = (out.double() - ref64).abs().max().item()
+    eager_err = (fn(q, k, v).double() - ref64).abs().max().item()
+    assert err <= eager_err + 1e-3, (err, eager_err)

@@ -28,7 +28,7 @@ from uniorch.ir import dims
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
 from .contraction_emit import _Emitter, _Val
-from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
+from .contraction_ir import _TL, _as_op, _producer, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts
 from .contraction_schedule import _pow2, _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
@@ -237,14 +237,22 @@ class _Flash:
         e1.acc_ty = e2.acc_ty = acc_ty
         acc_tl = _TL[acc_ty]
         # scores: q (hoisted), k per tile, the dot, the score epilogue
-        qa = e1.operand("a")
-        kb = e1.operand("b")
+        qk_scale = _score_scale(p1)
+        if self.widen_bf16 and _narrow_of(p1, 0) == "bf16":
+            qk_scale = None  # the interpreter multiplies bf16 in float32: nothing to gain
+        qa = e1.operand("a", unscaled=qk_scale is not None)
+        kb = e1.operand("b", unscaled=qk_scale is not None)
+        if qk_scale is not None:
+            p1.dot_types = tuple(_narrow_of(p1, i) for i in (0, 1))
         qt, kt, _, prec1 = self.dot_operands(e1, qa, kb, self.q, self.k)
         init = e1.value(p1.gen.opview.outputs[0], p1.acc_layout, "init")
         if init.const is None:
             raise CodegenError(p1.gen, "q·kᵀ's accumulator starts from a tensor, not a constant")
         self.k.append(f"acc = {_body.full_expr('(BLOCK_M, BLOCK_N)', _lit(init.const, acc_ty), acc_tl)}")
         self.k.append(f"acc = tl.dot({qt}, {kt}, acc{prec1})")
+        if qk_scale is not None:
+            self.k.append("# the constants that scaled q and k, on the scores instead: 16-bit q and k on the tensor cores")
+            self.k.append(f"acc = acc * {qk_scale!r}")
         if self.eu is not None:
             eu = self.eu
             eu.acc_ty = acc_ty
@@ -267,7 +275,15 @@ class _Flash:
         # values: P·v's B side per key tile
         vb = e2.operand("b")
         pty = p2.dot_types[0]
-        dt2 = "f64" if acc_ty == "f64" else (pty if pty in ("f16", "bf16") and vb.ty == pty
+        if pty == "f32":
+            pty = _rounded_type(self.plan.probs) or pty
+        narrow_v = p2.dot_types[1] if p2.dot_types[1] in ("f16", "bf16") else None
+        if pty == "f32" and narrow_v and all(_elem(r) == narrow_v for r in p2.results):
+            # float32 probabilities (SDPA's math in float32) times 16-bit values into a 16-bit
+            # output: p goes to the tensor cores in 16 bits, as every fused SDPA kernel of eager
+            # does; its rounding (2**-9 relative) is below the output's own
+            pty = narrow_v
+        dt2 = "f64" if acc_ty == "f64" else (pty if pty in ("f16", "bf16") and narrow_v == pty
                                               and not (self.widen_bf16 and pty == "bf16") else "f32")
         vt = vb.text if vb.ty == dt2 else e2.line("b", {"k"}, f"{vb.text}.to({_TL[dt2]})", "b")
         p_text = "p"
@@ -403,3 +419,46 @@ class _Flash:
 
 
 __all__ = ["choose_schedule", "generate_attention"]
+
+
+def _rounded_type(probs) -> str | None:
+    """"bf16"/"f16" when the probabilities are a widening of 16-bit values (a 16-bit model's softmax
+    output: `extf(truncf(p))` in one generic, or a widening generic over the 16-bit tensor), else
+    None. P·v then multiplies 16-bit probabilities by 16-bit values on the tensor cores, as eager
+    does; the kernel rounds its p to 16 bits first, so the product is the one eager computes."""
+    owner = probs.owner
+    if isinstance(owner, ir.Block):
+        return None
+    gen = _as_op(owner)
+    if gen.name != "linalg.generic":
+        return None
+    ops = gen.regions[0].blocks[0].operations
+    v = ops[len(ops) - 1].operands[ir.OpResult(probs).result_number]
+    ext = _producer(v)
+    t = str(ext.operands[0].type) if ext is not None and ext.name == "arith.extf" else None
+    return t if t in ("f16", "bf16") else None
+
+
+def _narrow_of(p, i: int) -> str:
+    """The 16-bit type side i's factor has once its constant scale is moved onto the scores."""
+    sc = p.dot_scaled[i]
+    return p.dot_types[i] if sc is None else sc[3]
+
+
+def _score_scale(p) -> float | None:
+    """The float32 factor q·kᵀ is multiplied by when q's and k's constant scales move onto the
+    scores (SDPA's sqrt(scale) on each), or None: both factors must then be 16-bit of one type,
+    each either scaled or already narrow, and at least one scaled."""
+    import numpy as np
+
+    if all(sc is None for sc in p.dot_scaled):
+        return None
+    types = [_narrow_of(p, i) for i in (0, 1)]
+    if types[0] != types[1] or types[0] not in ("f16", "bf16"):
+        return None
+    f = np.float32(1.0)
+    for sc in p.dot_scaled:
+        if sc is not None:
+            f = f * np.float32(sc[1]) if sc[2] == "arith.mulf" else f / np.float32(sc[1])
+    return float(f)
+

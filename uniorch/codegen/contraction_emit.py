@@ -469,14 +469,19 @@ class _Emitter(_Reductions):
 
     # -- the kernel -----------------------------------------------------------------------------
 
-    def operand(self, side: str) -> _Val:
-        """The [BLOCK_M, BLOCK_K] (side "a") or [BLOCK_K, BLOCK_N] (side "b") dot operand."""
+    def operand(self, side: str, unscaled: bool = False) -> _Val:
+        """The [BLOCK_M, BLOCK_K] (side "a") or [BLOCK_K, BLOCK_N] (side "b") dot operand; with
+        `unscaled`, the 16-bit factor of a factor scaled by a constant (`_Plan.dot_scaled`), the
+        constant left to the caller."""
         p = self.p
         v = p.x if side == "a" else p.y
         dot_ty = p.dot_types[0 if side == "a" else 1]
-        strip = dot_ty != str(v.type)
-        if strip:
-            v = _producer(v).operands[0]
+        scaled = p.dot_scaled[0 if side == "a" else 1]
+        if unscaled and scaled is not None:
+            v, dot_ty = scaled[0], scaled[3]
+        ext = _producer(v)
+        if dot_ty != str(v.type) and ext is not None and ext.name == "arith.extf":
+            v = ext.operands[0]
         gen = p.gen
         body = gen.regions[0].blocks[0]
         body_ops = [_as_op(o) for o in body.operations]

@@ -35,6 +35,7 @@ class _Plan:
     acc_layout: tuple              # Lin per dim of the contraction's result
     layouts: dict = field(default_factory=dict)   # value -> Lin per tensor dim (output-domain values)
     dot_types: tuple = ("f32", "f32")
+    dot_scaled: tuple = (None, None)   # per side: (factor, constant, "arith.mulf"/"divf", its 16-bit type) or None
     window: "_Window | None" = None  # a pooling of the epilogue computed per window element
     row_stats: bool = False        # per-row sums reduced from the A tile (passes/fuse_row_stats.py)
     row_n: bool = False            # per-row sums of the epilogue, over the output tile's N axis
@@ -250,9 +251,32 @@ def _classify(gen) -> dict:
         p = _producer(v)
         if p is not None and p.name == "arith.extf" and str(p.operands[0].type) in ("f16", "bf16"):
             return str(p.operands[0].type)
+        if isinstance(v.owner, ir.Block) and v.owner == body:
+            # a factor that a fused producer widened from 16 bits (a 16-bit LayerNorm's output,
+            # rounded then widened): its float32 values are exact in 16 bits, so the tile goes
+            # to tl.dot narrowed back, without loss
+            narrow = widened_from(gen.operands[ir.BlockArgument(v).arg_number])
+            if narrow is not None:
+                return narrow
         return str(v.type)
 
+    def scaled(v):
+        # (narrow factor, scale, "mulf" | "divf"): a 16-bit factor times a constant (SDPA scales
+        # q and k by sqrt(scale) each); attention moves the constant onto its scores
+        p = _producer(v)
+        if p is None or p.name not in ("arith.mulf", "arith.divf"):
+            return None
+        a, c = p.operands
+        if p.name == "arith.mulf" and not _pat._constant_in_body(c, body):
+            a, c = c, a
+        scale = _const_float(c)
+        narrow = dot_type(a)
+        if scale is None or narrow not in ("f16", "bf16"):
+            return None
+        return (a, scale, p.name, narrow)
+
     dot_types = (dot_type(x), dot_type(y))
+    dot_scaled = (scaled(x), scaled(y))
     for t in dot_types + (str(x.type), str(y.type)):
         if not _is_float(t):
             raise CodegenError(gen, f"contraction factor of type {t} (only floating point is supported)")
@@ -260,7 +284,7 @@ def _classify(gen) -> dict:
         if o.name not in _KNOWN_BODY_OPS:
             raise CodegenError(o, "op not supported in a contraction body")
     return dict(gen=gen, maps=maps, n_in=n_in, sizes=sizes, cls=cls, order=order, x=x, y=y,
-                acc_layout=acc_layout, dot_types=dot_types)
+                acc_layout=acc_layout, dot_types=dot_types, dot_scaled=dot_scaled)
 
 
 
@@ -559,3 +583,43 @@ def _loop_sizes(op) -> list[int]:
     if any(s is None for s in sizes):
         raise CodegenError(op, "a loop dimension's extent is not given by any operand")
     return sizes
+
+
+def widened_from(t) -> str | None:
+    """"bf16"/"f16" when every element of the float32 tensor `t` is the widening of a 16-bit float:
+    its generic yields `arith.extf` of a 16-bit value, or copies (a transpose, a view) such a
+    tensor. Else None."""
+    p = _producer(t)
+    if p is None or str(ir.RankedTensorType(t.type).element_type) != "f32":
+        return None
+    if p.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        return widened_from(p.operands[0])
+    if p.name != "linalg.generic":
+        return None
+    blk = p.regions[0].blocks[0]
+    ops = blk.operations
+    y = ops[len(ops) - 1].operands[ir.OpResult(t).result_number]
+    if isinstance(y.owner, ir.Block) and y.owner == blk:
+        n = ir.BlockArgument(y).arg_number
+        return widened_from(p.operands[n]) if n < len(p.operands) else None
+    ext = _producer(y)
+    if ext is None or ext.name != "arith.extf":
+        return None
+    narrow = str(ext.operands[0].type)
+    return narrow if narrow in ("f16", "bf16") else None
+
+
+def _const_float(v) -> float | None:
+    """The value of a body constant (`arith.constant`, through float casts), rounded to v's type."""
+    p = _producer(v)
+    if p is None:
+        return None
+    if p.name in ("arith.truncf", "arith.extf"):
+        inner = _const_float(p.operands[0])
+        if inner is None:
+            return None
+        return float(np.array(inner, dtype=np.float64).astype({"f32": np.float32, "f64": np.float64}.get(str(v.type), np.float32)))
+    if p.name != "arith.constant" or not isinstance(p.attributes["value"], ir.FloatAttr):
+        return None
+    return float(ir.FloatAttr(p.attributes["value"]).value)
+
