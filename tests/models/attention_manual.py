@@ -18,7 +18,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=-1)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(c // self.heads)
-        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1)
         scores = scores.masked_fill(causal, float("-inf"))
         scores = scores.masked_fill(~keep[:, None, None, :], -1e9)
         attn = torch.softmax(scores, dim=-1)

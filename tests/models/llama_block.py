@@ -36,11 +36,12 @@ class LlamaLayer(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, self.d, 2).float() / self.d))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def rope(self, t, start_pos):
-        pos = torch.arange(start_pos, start_pos + t, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq)
+    def rope(self, t, start_pos, like):
+        pos = torch.arange(start_pos, start_pos + t, dtype=torch.float32, device=like.device)
+        freqs = torch.outer(pos, self.inv_freq.float())
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos()[None, None], emb.sin()[None, None]
+        # in the activations' dtype, as transformers' Llama does (bf16 q and k stay bf16)
+        return emb.cos()[None, None].to(like.dtype), emb.sin()[None, None].to(like.dtype)
 
     def forward(self, x, start_pos: int):
         b, t, c = x.shape
@@ -48,7 +49,7 @@ class LlamaLayer(nn.Module):
         q = self.wq(h).view(b, t, self.h, self.d).transpose(1, 2)
         k = self.wk(h).view(b, t, self.h, self.d).transpose(1, 2)
         v = self.wv(h).view(b, t, self.h, self.d).transpose(1, 2)
-        cos, sin = self.rope(t, start_pos)
+        cos, sin = self.rope(t, start_pos, x)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)

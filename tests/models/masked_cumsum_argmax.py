@@ -12,7 +12,7 @@ class SeqOps(nn.Module):
 
     def forward(self, x, lengths):
         b, t, _ = x.shape
-        mask = torch.arange(t)[None, :] < lengths[:, None]
+        mask = torch.arange(t, device=x.device)[None, :] < lengths[:, None]
         pos = torch.cumsum(mask.long(), dim=1) * mask - 1
         s = self.score(x).squeeze(-1).masked_fill(~mask, float("-inf"))
         p = torch.softmax(s, dim=-1)
@@ -22,7 +22,7 @@ class SeqOps(nn.Module):
         worst = torch.where(mask, s, torch.full_like(s, 1e9)).argmin(-1)
         mx, mx_idx = x.max(dim=1)
         bucket = (pos.clamp(min=0) % self.bins)
-        hist = torch.zeros(b, self.bins).scatter_add(1, bucket, p)
+        hist = torch.zeros(b, self.bins, dtype=p.dtype, device=x.device).scatter_add(1, bucket, p)
         return pooled + mean, best, worst, mx, mx_idx, hist, torch.cumprod(p + 1, -1)
 
 

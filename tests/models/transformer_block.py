@@ -30,8 +30,8 @@ class TinyGPT(nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        x = self.tok(ids) + self.pos(torch.arange(t))
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
+        mask = torch.full((t, t), float("-inf"), device=ids.device).triu(1)
         for blk in self.blocks:
             x = blk(x, mask)
         logits = self.head(self.ln_f(x))

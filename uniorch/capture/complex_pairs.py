@@ -346,8 +346,8 @@ def to_pairs(cg) -> bool:
     vals = [n.meta.get("val") for n in placeholders]
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return False
-    examples = [torch.zeros(list(v.shape) + [2], dtype=REAL_OF[v.dtype]) if v.is_complex()
-                else torch.zeros(v.shape, dtype=v.dtype) for v in vals]
+    examples = [torch.zeros(list(v.shape) + [2], dtype=REAL_OF[v.dtype], device=v.device) if v.is_complex()
+                else torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
     out_node = gm.graph.output_node()
     out_complex = [isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex()
                    for a in out_node.args[0]]

@@ -49,7 +49,7 @@ answer, found by OpInfo), so every sum goes this way too; max mode is not handle
     num_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
     starts = offsets[:num_bags]
     # offset2bag as ATen builds it: mark every bag start, running count - 1 is each index's bag.
-    marks = torch.zeros(n + 1, dtype=indices.dtype).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
+    marks = torch.zeros(n + 1, dtype=indices.dtype, device=indices.device).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
     offset2bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
     keep = (indices != padding_idx).to(weight.dtype)  # padding_idx == -1: no padding index
     rows = weight.index_select(0, indices) * keep[:, None]
@@ -78,7 +78,7 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximu
         return NotImplemented
     n, num_bags = indices.shape[0], grad.shape[0]
     starts = offsets[:num_bags]
-    marks = torch.zeros(n + 1, dtype=indices.dtype).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
+    marks = torch.zeros(n + 1, dtype=indices.dtype, device=indices.device).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
     bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
     rows = grad.index_select(0, bag)
     if mode == 1:
@@ -320,7 +320,7 @@ def _from_torch(names) -> dict:
 # modules with a TABLE of decompositions for one family of ops each
 _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
              "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics", "integer_division",
-             "scalar_compares", "pool_backward", "conv_backward", "cpu_attention")
+             "scalar_compares", "pool_backward", "conv_backward", "fused_attention")
 
 
 def decomposition_table(data_dependent: bool = True) -> dict:

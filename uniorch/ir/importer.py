@@ -54,7 +54,25 @@ def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", 
         importer.import_stateless_graph(graph, func_name=func_name)
     except Exception as exc:
         raise MLIRImportError(f"torch-mlir could not import the captured graph: {type(exc).__name__}: {exc}") from exc
+    _devices_as_cpu(importer.module)
     return importer.module
+
+
+def _devices_as_cpu(module: ir.Module) -> None:
+    """A graph captured on a GPU names its device in factory ops (`scalar_tensor`, `empty_strided`,
+    `arange`... with device=cuda:0), and torch-mlir lowers those for the CPU only ("lowering to
+    torch backend contract failed"). Where the tensors live is the backend's business, not the
+    graph's: every device constant becomes "cpu" in the module (the FX graph, which eager
+    fallbacks run, keeps its own)."""
+    with module.context:
+        cpu = ir.StringAttr.get("cpu")
+
+        def visit(op):
+            if op.name == "torch.constant.device" and ir.StringAttr(op.attributes["value"]).value != "cpu":
+                op.attributes["value"] = cpu
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
 
 
 def import_captured(captured: CapturedGraph, ctx: ir.Context | None = None, func_name: str = "main",

@@ -120,6 +120,25 @@ def rel_errors(got, want) -> tuple[float, float]:
     return worst_max, worst_l2
 
 
+def _per_output(got, want) -> list[str]:
+    """One line per output leaf: its path, dtype and relative error (integer outputs: how many
+    elements differ), so a failure names the output that differs."""
+    lines = []
+    g_flat, _ = pytree.tree_flatten_with_path(got)
+    w_flat, _ = pytree.tree_flatten_with_path(want)
+    for (path, g), (_, w) in zip(g_flat, w_flat):
+        where = pytree.keystr(path) or "out"
+        if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            lines.append(f"{where}: {type(g).__name__} vs {type(w).__name__}")
+            continue
+        if not w.is_floating_point() and not w.is_complex():
+            bad = int((g.detach().cpu().to(w.dtype) != w.detach().cpu()).sum())
+            lines.append(f"{where}: {w.dtype}, {bad} of {w.numel()} elements differ")
+        else:
+            lines.append(f"{where}: {w.dtype}, rel_err {rel_errors(g, w)[0]:.2e}")
+    return lines
+
+
 def judge(got, eager, dtype: torch.dtype, reference64=None) -> dict[str, Any]:
     """Whether a compiled result is correct, and by how much.
 
@@ -131,6 +150,8 @@ def judge(got, eager, dtype: torch.dtype, reference64=None) -> dict[str, Any]:
     err, err_l2 = rel_errors(got, eager)
     out = {"rel_err": err, "rel_err_l2": err_l2, "tolerance": tol, "rule": "eager"}
     out["correct"] = err <= tol
+    if not out["correct"]:
+        out["outputs"] = _per_output(got, eager)  # which output is off, and how
     if not out["correct"] and reference64 is not None and math.isfinite(err):
         _, mine = rel_errors(got, reference64)
         _, theirs = rel_errors(eager, reference64)
