@@ -148,13 +148,14 @@ def table(session: dict) -> str:
                          f"{str(src.get('fallbacks', '-')):>6} {str((j or {}).get('compile_s', '-')):>9}")
     bench = session.get("bench")
     if bench:
-        lines += ["", f"{'workload':18} {'dtype':5} {'eager_ms':>9} {'inductor_ms':>11} {'uniorch_ms':>10} {'correct':>7} {'GB/s':>7}"]
+        lines += ["", f"{'workload':18} {'dtype':5} {'eager_ms':>9} {'inductor_ms':>11} {'uniorch_ms':>10} "
+                      f"{'(device)':>9} {'correct':>7} {'GB/s':>7}"]
         for r in bench.get("results", []):
             def ms(v):
                 return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
             gbps = r.get("achieved_GBps")
             lines.append(f"{r['model']:18} {r['dtype']:5} {ms(r.get('eager_ms')):>9} {ms(r.get('inductor_ms')):>11} "
-                         f"{ms(r.get('uniorch_ms')):>10} {str(r.get('correct')):>7} "
+                         f"{ms(r.get('uniorch_ms')):>10} {ms(r.get('device_ms')):>9} {str(r.get('correct')):>7} "
                          f"{(f'{gbps:.0f}' if isinstance(gbps, (int, float)) else '-'):>7}")
         peaks = f"copy {bench.get('peak_copy_GBps')} GB/s, bf16 matmul {bench.get('peak_bf16_tflops')} TFLOP/s"
         lines.append(f"peaks measured in this run: {peaks}")

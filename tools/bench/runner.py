@@ -139,32 +139,40 @@ def _uniorch_report(cm, args, device: str, row: dict) -> None:
                    eager_saved_bytes=rep.eager_saved_bytes)
     stats = [dict(name=k.name, kind=k.kind, bytes=k.bytes_read + k.bytes_written, ms=None) for k in kernels]
     if device == "cuda":
-        _kernel_times(cm, args, kernels, stats)
+        _kernel_times(cm, args, kernels, stats, row)
     row["kernel_stats"] = stats
 
 
-def _kernel_times(cm, args, kernels, stats: list[dict]) -> None:
+def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
     """Per-kernel device time from the profiler, matched to explain's kernels by Triton function
-    name. Best effort: kernels the profiler names differently keep ms = null."""
+    name, and the device's own view of one call: `device_kernels` (every kernel it ran, ms per
+    call) and `device_ms` (their sum). `uniorch_ms` minus `device_ms` is what the host adds (launch
+    overhead, guards, allocation). Best effort: a profiler failure is recorded in `profile_error`."""
     from torch.profiler import ProfilerActivity, profile
 
+    calls = 5
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
+            for _ in range(calls):
                 cm(*args)
             torch.cuda.synchronize()
-        totals: dict[str, list[float]] = {}
-        for ev in prof.events():
-            t = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", 0)
-            if t:
-                totals.setdefault(ev.name, []).append(t / 1e3)
+        totals: dict[str, float] = {}
+        for ev in prof.key_averages():
+            t = getattr(ev, "device_time_total", None)
+            if t is None:
+                t = getattr(ev, "cuda_time_total", 0)
+            if t and getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
+                totals[ev.key] = totals.get(ev.key, 0.0) + t / 1e3 / calls
+        row["device_kernels"] = [dict(name=n[:80], ms=round(v, 5)) for n, v in
+                                 sorted(totals.items(), key=lambda kv: -kv[1])[:16]]
+        row["device_ms"] = round(sum(totals.values()), 5)
         for k, s in zip(kernels, stats):
             m = re.search(r"def\s+(\w+)\s*\(", k.source or "")
             hits = [v for n, v in totals.items() if m and m.group(1) in n]
             if hits:
-                s["ms"] = sum(sum(v) for v in hits) / 5
-    except Exception:  # noqa: BLE001 - the per-kernel view is optional
-        pass
+                s["ms"] = sum(hits)
+    except Exception as e:  # noqa: BLE001 - the per-kernel view is optional
+        row["profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def _free(device: str) -> None:
