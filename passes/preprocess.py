@@ -3,7 +3,7 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, dot_casts, extract_operands,
+rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, extract_operands,
 split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords)
 and compare in the type the values have (narrow_compares).
 """
@@ -21,7 +21,6 @@ from .ir_utils import main_func
 from .concat_pieces import hoist_concat_pieces
 from .epilogue_views import merge_epilogue_dims
 from .extract_operands import extracts_as_operands
-from .dot_casts import widen_inside_contractions
 from .gather_casts import extract_before_casts
 from .narrow_compares import narrow_compares
 from .narrow_stores import narrow_stores
@@ -68,6 +67,5 @@ class Preprocess(Pass):
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             bubble_expands(main)  # ... and a view of rotate_half(q) moves back to q
             merge_epilogue_dims(main)  # a bias add read through a head-split view: back on the matmul's dims
-            widen_inside_contractions(main)  # a 16-bit matmul's factors reach tl.dot in 16 bits
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits

@@ -590,7 +590,7 @@ def widened_from(t) -> str | None:
     its generic yields `arith.extf` of a 16-bit value, or copies (a transpose, a view) such a
     tensor. Else None."""
     p = _producer(t)
-    if p is None or str(ir.RankedTensorType(t.type).element_type) != "f32":
+    if p is None or not isinstance(t.type, ir.RankedTensorType) or str(t.type.element_type) != "f32":
         return None
     if p.name in ("tensor.expand_shape", "tensor.collapse_shape"):
         return widened_from(p.operands[0])
