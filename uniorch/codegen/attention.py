@@ -237,13 +237,21 @@ class _Flash:
         e1.acc_ty = e2.acc_ty = acc_ty
         acc_tl = _TL[acc_ty]
         # scores: q (hoisted), k per tile, the dot, the score epilogue
-        qk_scale = _score_scale(p1)
-        if self.widen_bf16 and _narrow_of(p1, 0) == "bf16":
-            qk_scale = None  # the interpreter multiplies bf16 in float32: nothing to gain
-        qa = e1.operand("a", unscaled=qk_scale is not None)
-        kb = e1.operand("b", unscaled=qk_scale is not None)
-        if qk_scale is not None:
-            p1.dot_types = tuple(_narrow_of(p1, i) for i in (0, 1))
+        types = [_narrow_of(p1, i) for i in (0, 1)]
+        narrow = [t for t in types if t in ("f16", "bf16")]
+        if len(narrow) == 1 and "f32" in types and p1.dot_scaled[types.index("f32")] is None \
+                and all(_elem(r) == narrow[0] for r in p2.results):
+            # a float32 factor (Llama's q, rotated and scaled by a kernel of its own) beside a 16-bit
+            # one, into a 16-bit output: rounded to 16 bits for the tensor cores, as eager's fused
+            # kernels take q; the rounding (2**-9 relative) is the output's own
+            types = [narrow[0]] * 2
+        narrow_qk = types[0] == types[1] and types[0] in ("f16", "bf16") \
+            and not (self.widen_bf16 and types[0] == "bf16")  # the interpreter multiplies bf16 in float32
+        qk_scale = _score_scale(p1) if narrow_qk else None
+        qa = e1.operand("a", unscaled=narrow_qk)
+        kb = e1.operand("b", unscaled=narrow_qk)
+        if narrow_qk:
+            p1.dot_types = tuple(types)
         qt, kt, _, prec1 = self.dot_operands(e1, qa, kb, self.q, self.k)
         init = e1.value(p1.gen.opview.outputs[0], p1.acc_layout, "init")
         if init.const is None:
@@ -447,14 +455,11 @@ def _narrow_of(p, i: int) -> str:
 
 def _score_scale(p) -> float | None:
     """The float32 factor q·kᵀ is multiplied by when q's and k's constant scales move onto the
-    scores (SDPA's sqrt(scale) on each), or None: both factors must then be 16-bit of one type,
-    each either scaled or already narrow, and at least one scaled."""
+    scores (SDPA's sqrt(scale) on each), or None when neither factor is scaled. The caller checks
+    that both factors, unscaled, are 16-bit of one type."""
     import numpy as np
 
     if all(sc is None for sc in p.dot_scaled):
-        return None
-    types = [_narrow_of(p, i) for i in (0, 1)]
-    if types[0] != types[1] or types[0] not in ("f16", "bf16"):
         return None
     f = np.float32(1.0)
     for sc in p.dot_scaled:

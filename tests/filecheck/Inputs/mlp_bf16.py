@@ -19,3 +19,4 @@ class Sdpa(nn.Module):
 def make_sdpa():
     qkv = [torch.randn(1, 2, 64, 32, dtype=torch.bfloat16) for _ in range(3)]
     return Sdpa(), tuple(qkv)
+
