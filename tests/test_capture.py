@@ -205,3 +205,28 @@ def test_capture_error_names_the_users_exception():
 def test_non_module_non_callable_is_rejected():
     with pytest.raises(uniorch.CaptureError, match="nn.Module or a callable"):
         capture(42, ())
+
+
+def test_reassigned_weight_and_buffer_are_read_at_each_call():
+    """Parameters and buffers are read from the module by attribute path at every call (the call
+    path caches the path, not the tensor): a weight replaced after the first call, or a buffer
+    updated in place, is the one the next call uses."""
+    import uniorch
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+            self.register_buffer("shift", torch.zeros(3))
+
+        def forward(self, x):
+            return self.lin(x) + self.shift
+
+    m = M().eval()
+    cm = uniorch.compile(m, target="interpret")
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(cm(x), m(x))
+    m.lin.weight = torch.nn.Parameter(torch.randn(3, 4))
+    m.shift.add_(torch.randn(3))
+    torch.testing.assert_close(cm(x), m(x))
+    torch.testing.assert_close(cm(x=x), m(x))  # keywords take the general path

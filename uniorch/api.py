@@ -81,6 +81,7 @@ class CompiledModule:
         self._limit = cache_size_limit
         self._dynamic = dynamic
         self._cache: dict = {}
+        self._spec_memo: dict = {}  # positional tensors' metadata -> their _spec
         self._symbolic: list = []  # (SymbolicGuard, _Entry): compiles serving many sizes
         self._varying: dict[int, set[int]] = {}  # automatic dynamic: dims seen with two sizes
         self._rejected: dict = {}  # dims tried symbolic and not kept -> why
@@ -96,6 +97,19 @@ class CompiledModule:
     def target(self) -> Target:
         return self._target
 
+    def _spec(self, args: tuple, kwargs: dict):
+        """`_spec(args, kwargs)`, remembered per tensor metadata for calls of positional tensors
+        only (the common call: pytree's flatten is microseconds a call, a small GPU kernel tens)."""
+        if kwargs or not all(type(a) is torch.Tensor for a in args):
+            return _spec(args, kwargs)
+        fast = tuple((a.shape, a.dtype, a.device.type, a.requires_grad) for a in args)
+        key = self._spec_memo.get(fast)
+        if key is None:
+            if len(self._spec_memo) >= 256:  # sizes that vary call to call: keep it bounded
+                self._spec_memo.clear()
+            key = self._spec_memo[fast] = _spec(args, kwargs)
+        return key
+
     def _cached(self, key) -> Optional[_Entry]:
         entry = self._cache.get(key)
         if entry is not None:
@@ -106,7 +120,7 @@ class CompiledModule:
         return None
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
-        key = _spec(args, kwargs)
+        key = self._spec(args, kwargs)
         entry = self._cached(key)
         if entry is not None:
             return entry

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import re
+import traceback
 from dataclasses import dataclass, field
 
 import torch
@@ -102,6 +103,8 @@ def run_workload(w: Workload, dtype: str, opt: Options) -> dict:
                 _run_backend(name, fn, args, ref, dtype, opt, row)
         except Exception as e:  # noqa: BLE001 - recorded, the next backend runs
             row["errors"][name] = short_error(e)
+            # where it failed, for a run on a machine that is gone once it ends
+            row.setdefault("tracebacks", {})[name] = traceback.format_exc()[-3000:]
         finally:
             _free(opt.device)
     if row["uniorch_ms"] and row["kernels"]:   # all-eager fallback moves no kernel bytes: no figure

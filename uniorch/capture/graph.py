@@ -1,6 +1,7 @@
 """The captured program: a functional core-ATen FX graph plus how to feed it and unpack it."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -38,6 +39,10 @@ class CapturedOp:
     node: str
     target: str  # "aten.mm.default"
     loc: SourceLoc
+
+
+# argument types pytree takes as leaves: a call of only these flattens to its own arguments
+_LEAVES = (torch.Tensor, int, float, bool, str)
 
 
 @dataclass
@@ -81,17 +86,19 @@ class CapturedGraph:
 
     # -- feeding and unpacking ------------------------------------------------------------------
     def flat_inputs(self, args: tuple, kwargs: Optional[dict] = None) -> list[Any]:
-        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
-        if spec != self.in_spec:
-            raise TypeError(f"inputs have structure {spec}, but the capture expects {self.in_spec}")
-        params = dict(self.module.named_parameters(remove_duplicate=False))
-        buffers = dict(self.module.named_buffers(remove_duplicate=False))
+        # the common call, positional tensors and numbers, skips pytree (a few microseconds a call
+        # on a GPU, where a whole small kernel takes tens)
+        if not kwargs and self._flat_positional(args):
+            flat = args
+        else:
+            flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+            if spec != self.in_spec:
+                raise TypeError(f"inputs have structure {spec}, but the capture expects {self.in_spec}")
+        readers = self._state_readers()
         values = []
-        for inp in self.inputs:
-            if inp.kind == "parameter":
-                values.append(params[inp.target])
-            elif inp.kind == "buffer":
-                values.append(buffers[inp.target])
+        for inp, read in zip(self.inputs, readers):
+            if read is not None:  # a parameter or buffer, read from the module at every call
+                values.append(read(self.module))
             elif inp.kind == "constant":
                 values.append(self.constants[inp.target])
             else:
@@ -100,6 +107,27 @@ class CapturedGraph:
                 values[-1] = as_pair(values[-1])
         return values
 
+    def _flat_positional(self, args: tuple) -> bool:
+        """Whether `args` (no kwargs) flatten to themselves under the capture's input structure."""
+        if not all(isinstance(a, _LEAVES) for a in args):
+            return False
+        known = self.__dict__.setdefault("_positional_specs", {})
+        n = len(args)
+        if n not in known:
+            known[n] = pytree.tree_flatten((tuple(range(n)), {}))[1] == self.in_spec
+        return known[n]
+
+    def _state_readers(self) -> list:
+        """Per graph input, a getter of its parameter or buffer from the module (by attribute path,
+        so a weight reassigned after capture is the one read), else None."""
+        ids = tuple(map(id, self.inputs))  # rewrites may replace inputs after a first call
+        cached = self.__dict__.get("_readers")
+        if cached is None or cached[0] != ids:
+            cached = (ids, [operator.attrgetter(i.target) if i.kind in ("parameter", "buffer") else None
+                            for i in self.inputs])
+            self.__dict__["_readers"] = cached
+        return cached[1]
+
     def finish(self, args: tuple, kwargs: Optional[dict], flat_outputs: list[Any]) -> Any:
         """Apply state updates (buffer and input mutations) and rebuild the user's output structure."""
         for spec, value in zip(self.outputs, flat_outputs):  # before any state changes
@@ -107,8 +135,10 @@ class CapturedGraph:
                 verify(spec.target, value)
         flat_outputs = bounded(self.outputs, [as_complex(v) if o.complex_dtype is not None else v
                                               for o, v in zip(self.outputs, flat_outputs)])
-        user_flat = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
-        buffers = dict(self.module.named_buffers(remove_duplicate=False))
+        kinds = {o.kind for o in self.outputs}
+        user_flat = (pytree.tree_leaves((tuple(args), dict(kwargs or {})))
+                     if "user_input_mutation" in kinds or self.aliases.leaves else None)
+        buffers = dict(self.module.named_buffers(remove_duplicate=False)) if "buffer_mutation" in kinds else None
         user_out = []
         with torch.no_grad():
             for spec, value in zip(self.outputs, flat_outputs):
