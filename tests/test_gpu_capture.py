@@ -135,3 +135,35 @@ def test_fused_rnn_cells_match_the_cells(bias):
     torch.testing.assert_close(cy, want_c)
     assert ws.shape == (3, 4 * 7)
 
+
+
+class _Cells(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTMCell(5, 7, bias=False)  # no bias: what torch 2.11's CUDA meta trips on
+        self.gru = torch.nn.GRUCell(7, 7)
+
+    def forward(self, x):
+        h, c = self.lstm(x)
+        return self.gru(h, c)
+
+
+def test_rnn_cells_off_the_cpu_are_captured_as_their_math(monkeypatch):
+    """Cells on a device other than the CPU (meta here, CUDA on a GPU) are traced as capture's own
+    math, which equals the cells; on the CPU ATen's path is traced as before."""
+    from uniorch.capture import rnn_cells
+    from uniorch.capture.trace import capture
+
+    calls = []
+    for fn, impl in list(rnn_cells._CELLS.items()):
+        monkeypatch.setitem(rnn_cells._CELLS, fn, lambda *a, _impl=impl, **k: calls.append(_impl) or _impl(*a, **k))
+    capture(_Cells().to("meta"), (torch.empty(3, 5, device="meta"),))
+    assert len(calls) == 2, calls
+    calls.clear()
+    capture(_Cells(), (torch.randn(3, 5),))
+    assert not calls
+
+    m, x = _Cells(), torch.randn(3, 5)
+    with rnn_cells.CellsAsMath(everywhere=True):
+        got = m(x)
+    torch.testing.assert_close(got, m(x))

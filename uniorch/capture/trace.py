@@ -32,6 +32,7 @@ from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
+from .rnn_cells import CellsAsMath
 from .symbolic_views import collapse_symbolic_views, drop_noop_expands, specialized_sizes_as_ints
 
 
@@ -102,7 +103,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
         with _quiet_tracing(), aliases.recording(module) as found:
-            with NoOutsideWrites():
+            with NoOutsideWrites(), CellsAsMath():
                 ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
             try:
                 ep = ep.run_decompositions(decomposition_table())
