@@ -29,7 +29,8 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
     `no_grad` is inference, as it is for most users)."""
     if not torch.is_grad_enabled():
         return False
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
+    leaves = args if not kwargs and all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves((args, kwargs))
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
         return True
     return (isinstance(model, torch.nn.Module) and model.training
             and any(p.requires_grad for p in model.parameters()))
