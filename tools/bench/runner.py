@@ -161,6 +161,8 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
             row.setdefault("_missed", {})[name] = out   # judged against float64 after the loop
     if backend.uniorch:
         _uniorch_report(compiled, args, opt.device, row)
+    elif opt.device == "cuda" and row["kind"] != "train":
+        _other_device_times(name, compiled, args, row)
     row[f"{name}_ms"] = median_ms(lambda: compiled(*args), opt.device, opt.warmup, opt.iters)
 
 
@@ -179,26 +181,31 @@ def _uniorch_report(cm, args, device: str, row: dict) -> None:
     row["kernel_stats"] = stats
 
 
+def device_times(call, args, calls: int = 5) -> dict[str, float]:
+    """The profiler's CUDA kernels of `calls` calls of `call(*args)`: kernel name -> ms per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call(*args)
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None)
+        if t is None:
+            t = getattr(ev, "cuda_time_total", 0)
+        if t and getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
+            totals[ev.key] = totals.get(ev.key, 0.0) + t / 1e3 / calls
+    return totals
+
+
 def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
     """Per-kernel device time from the profiler, matched to explain's kernels by Triton function
     name, and the device's own view of one call: `device_kernels` (every kernel it ran, ms per
     call) and `device_ms` (their sum). `uniorch_ms` minus `device_ms` is what the host adds (launch
     overhead, guards, allocation). Best effort: a profiler failure is recorded in `profile_error`."""
-    from torch.profiler import ProfilerActivity, profile
-
-    calls = 5
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                cm(*args)
-            torch.cuda.synchronize()
-        totals: dict[str, float] = {}
-        for ev in prof.key_averages():
-            t = getattr(ev, "device_time_total", None)
-            if t is None:
-                t = getattr(ev, "cuda_time_total", 0)
-            if t and getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
-                totals[ev.key] = totals.get(ev.key, 0.0) + t / 1e3 / calls
+        totals = device_times(cm, args)
         row["device_kernels"] = [dict(name=n[:80], ms=round(v, 5)) for n, v in
                                  sorted(totals.items(), key=lambda kv: -kv[1])[:16]]
         row["device_ms"] = round(sum(totals.values()), 5)
@@ -209,6 +216,19 @@ def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
                 s["ms"] = sum(hits)
     except Exception as e:  # noqa: BLE001 - the per-kernel view is optional
         row["profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def _other_device_times(name: str, compiled, args, row: dict) -> None:
+    """torch.compile's and eager's kernels of one call, as `<name>_device_ms` and
+    `<name>_device_kernels`: set beside uniorch's, a gap in wall time reads as host time or as
+    kernel time. Best effort, as `_kernel_times`."""
+    try:
+        totals = device_times(compiled, args)
+        row[f"{name}_device_kernels"] = [dict(name=n[:80], ms=round(v, 5)) for n, v in
+                                         sorted(totals.items(), key=lambda kv: -kv[1])[:8]]
+        row[f"{name}_device_ms"] = round(sum(totals.values()), 5)
+    except Exception as e:  # noqa: BLE001
+        row[f"{name}_profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def _free(device: str) -> None:
