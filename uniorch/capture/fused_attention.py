@@ -47,18 +47,9 @@ def _flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=N
     """PyTorch's decomposition for the output (what inference has always used: its flash-kernel
     fusion and its masked-row and grouped-query handling), and the log-sum-exp computed here, in
     the op's layout; unused at inference, it is dead code there. With dropout the op stays whole."""
-    from torch._decomp import decomposition_table
-
     if dropout_p:
         return NotImplemented
-    out = decomposition_table[aten._scaled_dot_product_flash_attention_for_cpu.default](
-        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
-    scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-    hq, hk = query.shape[-3], key.shape[-3]
-    if hq != hk:
-        key = key.repeat_interleave(hq // hk, dim=-3)
-    s = _scores(query, key, is_causal, attn_mask, scale, _acc(query.dtype))
-    lse = torch.logsumexp(s, -1).to(torch.float32 if query.dtype != torch.float64 else query.dtype)
+    out, lse = _math(query, key, value, is_causal, attn_mask, scale)
     return out, lse.transpose(1, 2).contiguous().transpose(1, 2)  # (batch, length, heads) in memory
 
 
@@ -90,7 +81,8 @@ def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, 
 
 
 def _math(query, key, value, is_causal, attn_mask, scale):
-    """(output, log-sum-exp over keys in float32), both (batch, heads, queries[, ...])."""
+    """(output, log-sum-exp over keys in float32), both (batch, heads, queries[, ...]): PyTorch's
+    decomposition of its CPU kernel for the output, the log-sum-exp from the scores here."""
     from torch._decomp import decomposition_table
 
     mask, causal = attn_mask, is_causal

@@ -28,8 +28,8 @@ from uniorch.ir import dims
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
 from .contraction_emit import _Emitter, _Val
-from .contraction_ir import _TL, _as_op, _producer, kernel_parts, _elem, _iterators, _lit, _loc, _shape
-from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts
+from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
+from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
@@ -284,7 +284,7 @@ class _Flash:
         vb = e2.operand("b")
         pty = p2.dot_types[0]
         if pty == "f32":
-            pty = _rounded_type(self.plan.probs) or pty
+            pty = widened_from(self.plan.probs) or pty  # a 16-bit softmax's output, widened
         narrow_v = p2.dot_types[1] if p2.dot_types[1] in ("f16", "bf16") else None
         if pty == "f32" and narrow_v and all(_elem(r) == narrow_v for r in p2.results):
             # float32 probabilities (SDPA's math in float32) times 16-bit values into a 16-bit
@@ -427,24 +427,6 @@ class _Flash:
 
 
 __all__ = ["choose_schedule", "generate_attention"]
-
-
-def _rounded_type(probs) -> str | None:
-    """"bf16"/"f16" when the probabilities are a widening of 16-bit values (a 16-bit model's softmax
-    output: `extf(truncf(p))` in one generic, or a widening generic over the 16-bit tensor), else
-    None. P·v then multiplies 16-bit probabilities by 16-bit values on the tensor cores, as eager
-    does; the kernel rounds its p to 16 bits first, so the product is the one eager computes."""
-    owner = probs.owner
-    if isinstance(owner, ir.Block):
-        return None
-    gen = _as_op(owner)
-    if gen.name != "linalg.generic":
-        return None
-    ops = gen.regions[0].blocks[0].operations
-    v = ops[len(ops) - 1].operands[ir.OpResult(probs).result_number]
-    ext = _producer(v)
-    t = str(ext.operands[0].type) if ext is not None and ext.name == "arith.extf" else None
-    return t if t in ("f16", "bf16") else None
 
 
 def _narrow_of(p, i: int) -> str:
