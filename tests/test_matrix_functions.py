@@ -13,11 +13,15 @@ def test_matrix_exp_compiles_and_matches_eager():
     a = torch.randn(2, 4, 4)
     assert not cm.explain(a).fallbacks
     for scale in (0.01, 1.0, 8.0):  # no squaring, a few, several
-        a = torch.randn(2, 4, 4) * scale
+        a = torch.randn(32, 4, 4) * scale
         exact = torch.linalg.matrix_exp(a.double())
-        ours, eagers = (cm(a).double() - exact).abs().max(), (torch.linalg.matrix_exp(a).double() - exact).abs().max()
-        # errors scale with the result's norm, for eager too: as close to float64 as eager, or nearly
-        assert ours <= 2 * eagers + 1e-6 * exact.abs().max(), (scale, ours, eagers)
+        norm = exact.abs().amax((-1, -2))
+        ours, eagers = ((r.double() - exact).abs().amax((-1, -2)) / norm for r in (cm(a), torch.linalg.matrix_exp(a)))
+        # rounding after several squarings is chaotic, per matrix, for eager too (a reimplementation
+        # of ATen's own polynomial is 10x eager's error on 1% of single draws): compare over a batch,
+        # the typical error and the worst
+        assert ours.median() <= 1.25 * eagers.median(), (scale, ours.median(), eagers.median())
+        assert ours.max() <= 8 * eagers.max(), (scale, ours.max(), eagers.max())
 
 
 def test_huge_norms_run_eagerly():

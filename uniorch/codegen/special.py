@@ -488,7 +488,8 @@ HELPERS["_hermite_h"] = _polynomial("_hermite_h", "x + x", "tl.fma(x + x, q, -((
 HELPERS["_hermite_he"] = _polynomial("_hermite_he", "x", "tl.fma(x, q, -(k * p))", [], limit=True)
 HELPERS["_laguerre_l"] = _polynomial("_laguerre_l", "1.0 - x", "(((k + k) + (1.0 - x)) * q - k * p) / (k + 1.0)",
                                      [("tl.abs(x) == 0.0", "1.0")])
-HELPERS["_legendre_p"] = _polynomial("_legendre_p", "x", "((k + k + 1.0) * x * q - k * p) / (k + 1.0)",
+# (fused as compilers contract ATen's `(k + k + 1) * x * q - k * p`: one rounding decides where it overflows)
+HELPERS["_legendre_p"] = _polynomial("_legendre_p", "x", "tl.fma((k + k + 1.0) * x, q, -(k * p)) / (k + 1.0)",
                                      [("tl.abs(x) == 1.0", "tl.where((x > 0) | even, 1.0, -1.0)")])
 
 HELPERS.update(_IGAMMA_HELPERS)
