@@ -62,9 +62,34 @@ def bubble_expands(func_op: ir.Operation) -> None:
     budget = 10 * len(list(block.operations))
     while work and budget > 0:
         budget -= 1
-        made = _bubble(work.pop())
+        e = work.pop()
+        if not _merge_twins(e, work):
+            continue
+        made = _bubble(e)
         if made is not None:
             work.extend(made)
+
+
+def _merge_twins(e: ir.Operation, work: list) -> bool:
+    """Equal views of a generated table become `e` (RoPE concatenates its frequencies with
+    themselves: two views of one table), so the table's producer has one reader and can move
+    behind it. False when `e` itself is gone."""
+    if not list(e.results[0].uses):
+        e.erase()
+        return False
+    src = _producer(e.operands[0])
+    if src is None or not _generates(src):
+        return True  # (views of other values keep their own readers' layouts: GQA's k and v)
+    for u in list(e.operands[0].uses):
+        twin = pat.op_of(u.owner)
+        if twin != e and twin.name == EXPAND and twin.results[0].type == e.results[0].type \
+                and _groups(twin) == _groups(e):
+            e.move_after(src)  # before every twin's reader
+            twin.results[0].replace_all_uses_with(e.results[0])
+            if twin in work:
+                work.remove(twin)
+            twin.erase()
+    return True
 
 
 def _bubble(e: ir.Operation) -> list | None:
@@ -76,7 +101,8 @@ def _bubble(e: ir.Operation) -> list | None:
         return None
     groups, out = _groups(e), _shape(e.results[0])
     split = {j: [out[i] for i in g] for j, g in enumerate(groups) if len(g) > 1}
-    if p.name != "tensor.concat" and not any(sum(n != 1 for n in sizes) > 1 for sizes in split.values()):
+    if (p.name != "tensor.concat" and not any(sum(n != 1 for n in sizes) > 1 for sizes in split.values())
+            and not _generates(p)):
         return None  # only unit dims added (a bias viewed for its broadcast): upstream's to fold
     if pat.is_pointwise(p):
         if pat.indexing_maps(p)[-1] != ir.AffineMap.get_identity(len(groups)):
@@ -190,6 +216,17 @@ def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
     return False
 
 
+def _generates(p: ir.Operation) -> bool:
+    """A pointwise table computed from its loop indices and smaller tensors (RoPE's positions
+    times frequencies): moved behind a view that only adds unit dims, it is recomputed in the
+    kernel reading it (attention's query prologue) instead of written as a kernel of its own."""
+    if not pat.is_pointwise(p) or not any(o.name == "linalg.index" for o in pat.body_ops(p)):
+        return False
+    rank = len(pat.iterator_types(p))
+    return all(not isinstance(v.type, ir.ShapedType) or len(m.results) < rank
+               for v, m in zip(pat.inputs(p), pat.indexing_maps(p)))
+
+
 def _expand_generic(g: ir.Operation) -> list | None:
     """`g` over the uncollapsed dims of the collapses it reads (where they split parallel loop dims
     only); its results collapsed back. Returns the new collapses, or None if `g` stays as it was."""
@@ -228,8 +265,9 @@ def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
                     ir.AffineMap.get(m.n_dims, 0, [e])) & set(split):
                 return None  # a split dim inside an expression (d1 + d2): not rewritten
     for o in pat.body_ops(g):
-        if o.name == "linalg.index" and ir.IntegerAttr(o.attributes["dim"]).value in split:
-            return None
+        d = ir.IntegerAttr(o.attributes["dim"]).value if o.name == "linalg.index" else None
+        if d in split and sum(n != 1 for n in split[d]) > 1:
+            return None  # the index of a dim split in two: not rewritten
     new_pos, n = {}, 0
     for d in range(len(its)):
         new_pos[d] = n
@@ -268,7 +306,10 @@ def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
         r.set_type(v.type)
     for o in pat.body_ops(new):
         if o.name == "linalg.index":
-            o.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), new_pos[ir.IntegerAttr(o.attributes["dim"]).value])
+            d = ir.IntegerAttr(o.attributes["dim"]).value
+            # a dim split into unit dims and one more: its index is that one's
+            at = next((i for i, n in enumerate(split[d]) if n != 1), 0) if d in split else 0
+            o.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), new_pos[d] + at)
     made = []
     with ir.InsertionPoint(g), g.location:
         for old, r, grps in zip(g.results, new.results, out_groups):

@@ -209,6 +209,30 @@ def test_rotary_embeddings_are_computed_in_the_attention_kernel(kv_heads, dtype)
         assert (out.double() - ref64).abs().max() <= 2 * (eager.double() - ref64).abs().max() + 1e-2
 
 
+def _rope_table_attention(q, k, v, inv_freq):  # Llama's table from positions and frequencies, viewed
+    # as (1, 1, t, d) for the heads (a view between the table and the concatenation)
+    freqs = torch.outer(torch.arange(q.shape[2], dtype=torch.float32), inv_freq.float())
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return _rope_attention(q, k, v, emb.cos()[None, None].to(q.dtype), emb.sin()[None, None].to(q.dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_rotary_table_is_computed_in_the_attention_kernel(dtype):
+    """The table itself (positions times inverse frequencies, concatenated with itself) is
+    recomputed in the attention kernel from the frequencies: one kernel, no table written."""
+    q, k, v = _qkv(2, 4, 19, 19, 16, dtype)
+    inv_freq = (1.0 / (10000.0 ** (torch.arange(0, 16, 2).float() / 16))).to(dtype)
+    args = (q, k, v, inv_freq)
+    cm = uniorch.compile(_rope_table_attention, target="interpret")
+    out = cm(*args)
+    rep = cm.explain(*args)
+    assert [x.kind for x in rep.kernels] == ["attention"], str(rep)
+    assert rep.kernels[0].bytes_read == sum(t.numel() * t.element_size() for t in args), str(rep)
+    ref64 = _rope_table_attention(*(t.double() for t in args))
+    eager = _rope_table_attention(*args)
+    assert (out.double() - ref64).abs().max() <= 2 * (eager.double() - ref64).abs().max() + 1e-5
+
+
 def _padded_attention(q, k, v, attention_mask):  # transformers' masking_utils, written out
     b, t = attention_mask.shape
     pad = attention_mask.bool()
