@@ -8,9 +8,12 @@ programs load each tile of the shared factor once and feed it to every sibling's
 accumulator each, each with its own second factor, epilogue and stores
 (codegen/contraction_emit.py). The sibling's anchor keeps its op and is marked `uniorch.sibling`.
 
-Only plain contraction groups merge: no prologue computing the shared factor (each group would
-hold its own copy of it), no row statistics or pooling, and no path from one group to the other
-(the merged kernel would wait on itself). At most `MAX_SIBLINGS` products share a kernel, each at
+Plain contraction groups merge: no prologue computing the shared factor, no row statistics or
+pooling, and no path from one group to the other (the merged kernel would wait on itself). Groups
+whose first factor a prologue computes merge too when the prologues are the same ops on the same
+tensors: fusion clones a pre-norm (LayerNorm, RMSNorm, with its row statistics) into each of q, k
+and v; the later products then read the first one's normalised tile, their copies are erased, and
+the kernel computes the statistics once (ViT, Llama, T5). At most `MAX_SIBLINGS` products share a kernel, each at
 most `MAX_SIBLING_N` output columns per row tile, so the accumulators stay in registers.
 """
 from __future__ import annotations
@@ -47,19 +50,34 @@ class FuseSiblings(Pass):
             taken: set = set()
             # merging changes only the groups it takes, which are not looked at again
             plain = [_plain(block, c) for c in anchors]
+            shared = [_plain(block, c, prologue=True) for c in anchors]
             for i, c0 in enumerate(anchors):
-                if i in taken or not plain[i]:
+                if i in taken or not (plain[i] or shared[i]):
                     continue
                 n = 1
                 for j in range(i + 1, len(anchors)):
                     if n >= MAX_SIBLINGS:
                         break
                     c1 = anchors[j]
-                    if j in taken or not plain[j] or not _same_shape(c0, c1):
+                    if j in taken:
                         continue
                     g0, g1 = group_of(c0), group_of(c1)
+                    if plain[i] and plain[j]:
+                        if not _same_shape(c0, c1):
+                            continue
+                    elif shared[i] and shared[j] and _same_prologue(block, c0, c1):
+                        if not _same_shape(c0, c1, factor=False):
+                            continue
+                    else:
+                        continue
                     if _reaches(block, g0, g1) or _reaches(block, g1, g0):
                         continue
+                    if c0.operands[0] != c1.operands[0]:  # one prologue feeds both products
+                        dead = _prologue(block, c1)
+                        c1.operands[0] = c0.operands[0]
+                        for o in reversed(dead):
+                            if not any(list(r.uses) for r in o.results):
+                                o.erase()
                     for o in members(block)[g1]:
                         join(o, g0)
                     c1.attributes[SIBLING] = ir.UnitAttr.get()
@@ -70,18 +88,26 @@ class FuseSiblings(Pass):
                 renumber(block)
 
 
-def _plain(block, c) -> bool:
+def _plain(block, c, prologue: bool = False) -> bool:
     """c's group: a contraction reading its first factor from memory (no prologue computes it),
-    no row statistics, no pooling, no other reduction, and few enough output columns."""
+    no row statistics, no pooling, no other reduction, and few enough output columns. With
+    `prologue`: a prologue may compute the first factor, with row statistics (LayerNorm), when
+    nothing else in the group reduces (pre-norm q, k and v: `_same_prologue` decides)."""
     gid = group_of(c)
     ops = members(block)[gid]
     if SIBLING in c.attributes or any(SIBLING in o.attributes for o in ops):
         return False
     p = _producer(c.operands[0])
-    if p is not None and group_of(p) == gid and not (pat.is_cast_only(p, "arith.extf") and _outside(p, gid)):
+    computed = p is not None and group_of(p) == gid and not (pat.is_cast_only(p, "arith.extf") and _outside(p, gid))
+    if computed != prologue:
         return False  # a prologue computes it (a 16-bit input widened on load is the same in each)
+    before = _prologue(block, c) if prologue else []
     for o in ops:
-        if o != c and pat.is_generic(o) and ("reduction" in pat.iterator_types(o) or ROW_STAT in o.attributes):
+        if o == c or not pat.is_generic(o):
+            continue
+        if ROW_STAT in o.attributes and any(o == b for b in before):
+            continue  # the prologue's statistics: computed from the shared A tile
+        if "reduction" in pat.iterator_types(o) or ROW_STAT in o.attributes:
             return False
     n = 1
     out_dims = pat.map_dims(pat.indexing_maps(c)[-1])
@@ -94,14 +120,101 @@ def _plain(block, c) -> bool:
     return n <= MAX_SIBLING_N
 
 
+def _prologue(block, c) -> list:
+    """The ops of c's group that its first factor is computed from, in block order."""
+    gid = group_of(c)
+    out, stack = [], [c.operands[0]]
+    while stack:
+        p = _producer(stack.pop())
+        if p is None or group_of(top_level(p)) != gid:
+            continue
+        p = top_level(p)
+        if any(p == o for o in out):
+            continue
+        out.append(p)
+        stack.extend(p.operands)
+    order = [o.operation for o in block.operations]
+    return sorted(out, key=lambda o: next(i for i, x in enumerate(order) if x == o))
+
+
+def _same_prologue(block, c0, c1) -> bool:
+    """c0's and c1's first factors are computed by equal ops from the same tensors (fusion cloned
+    one prologue into each group), and c0's comes first in the block (c1 can read it)."""
+    p0, p1 = _prologue(block, c0), _prologue(block, c1)
+    if not p0 or len(p0) != len(p1):
+        return False
+    order = [o.operation for o in block.operations]
+    pos = lambda o: next(i for i, x in enumerate(order) if x == o)  # noqa: E731
+    if pos(p0[-1]) > pos(c1):
+        return False
+    return _same_value(c0.operands[0], c1.operands[0], group_of(c0), group_of(c1))
+
+
+def _same_value(v0, v1, g0: int, g1: int) -> bool:
+    if v0 == v1:
+        return True
+    p0, p1 = _producer(v0), _producer(v1)
+    if p0 is None or p1 is None or group_of(top_level(p0)) != g0 or group_of(top_level(p1)) != g1:
+        return False
+    if not _same_op(p0, p1):
+        return False
+    if _result_no(p0, v0) != _result_no(p1, v1):
+        return False
+    return all(_same_value(a, b, g0, g1) for a, b in zip(p0.operands, p1.operands))
+
+
+def _result_no(op, v) -> int:
+    return next(i for i, r in enumerate(op.results) if r == v)
+
+
+def _same_op(a, b) -> bool:
+    """Same name, attributes (uniorch's annotations aside), types and body; operands not compared."""
+    if a.name != b.name or len(a.operands) != len(b.operands) or len(a.results) != len(b.results):
+        return False
+    if [str(r.type) for r in a.results] != [str(r.type) for r in b.results]:
+        return False
+    attrs = lambda o: sorted((n, str(o.attributes[n])) for n in _names(o) if not n.startswith("uniorch."))  # noqa: E731
+    if attrs(a) != attrs(b) or len(a.regions) != len(b.regions):
+        return False
+    for ra, rb in zip(a.regions, b.regions):
+        ba, bb = list(ra.blocks), list(rb.blocks)
+        if len(ba) != len(bb):
+            return False
+        for x, y in zip(ba, bb):
+            ox, oy = [o.operation for o in x.operations], [o.operation for o in y.operations]
+            if len(ox) != len(oy) or [str(t.type) for t in x.arguments] != [str(t.type) for t in y.arguments]:
+                return False
+            for i, (u, w) in enumerate(zip(ox, oy)):
+                if not _same_op(u, w):
+                    return False
+                for va, vb in zip(u.operands, w.operands):
+                    if va == vb:
+                        continue  # the same value from outside the body
+                    if isinstance(va.owner, ir.Block) and isinstance(vb.owner, ir.Block):
+                        if va.arg_number != vb.arg_number:
+                            return False
+                        continue
+                    if isinstance(va.owner, ir.Block) or isinstance(vb.owner, ir.Block):
+                        return False
+                    ia = next((k for k, o in enumerate(ox) if o == va.owner), None)
+                    ib = next((k for k, o in enumerate(oy) if o == vb.owner), None)
+                    if ia is None or ia != ib or _result_no(va.owner, va) != _result_no(vb.owner, vb):
+                        return False
+    return True
+
+
+def _names(op) -> list[str]:
+    return [x if isinstance(x, str) else x.name for x in op.attributes]
+
+
 def _outside(op, gid: int) -> bool:
     p = _producer(op.operands[0])
     return p is None or group_of(p) != gid
 
 
-def _same_shape(c0, c1) -> bool:
+def _same_shape(c0, c1, factor: bool = True) -> bool:
     """The same first factor through the same map, and the same loops, sizes, maps and types."""
-    return (same_factor(c0.operands[0], c1.operands[0])
+    return ((not factor or same_factor(c0.operands[0], c1.operands[0]))
             and pat.iterator_types(c0) == pat.iterator_types(c1) and pat.loop_sizes(c0) == pat.loop_sizes(c1)
             and [str(m) for m in pat.indexing_maps(c0)] == [str(m) for m in pat.indexing_maps(c1)]
             and str(c0.results[0].type) == str(c1.results[0].type)

@@ -117,3 +117,45 @@ def test_convolutions_of_one_input_with_biases():
     rep = cm.explain(x)
     assert not rep.fallbacks, rep.fallbacks
     assert [k.kind for k in rep.kernels] == ["contraction"], str(rep)
+
+
+class PreNormQKV(QKV):
+    """ViT's and GPT-style pre-norm attention inputs: LayerNorm, then three separate projections."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__(dim, heads)
+        self.norm = nn.LayerNorm(dim)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return super().forward(self.norm(x))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("shape", [(2, 9, 32), (3, 70, 48)])
+def test_projections_of_one_layernorm_share_its_prologue(dtype, tol, shape):
+    """Each projection computes the norm in its prologue (its statistics from the row tile); the
+    three prologues are the same ops, so the products are siblings of one: one kernel reading x
+    once, computing the statistics once, writing q, k and v."""
+    torch.manual_seed(6)
+    model = PreNormQKV(shape[-1]).eval().to(dtype)
+    x = torch.randn(*shape, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert [k.kind for k in rep.kernels] == ["contraction"], str(rep)
+    assert rep.kernels[0].bytes_read == _nbytes(x, *model.parameters()), str(rep)
+    assert rep.kernels[0].bytes_written == 3 * _nbytes(x), str(rep)
+    cm = uniorch.compile(model, target="interpret")
+    fresh = torch.randn(*shape, dtype=dtype) * 2 + 0.5
+    for got, want in zip(cm(fresh), model(fresh)):
+        assert _rel(got, want) <= tol
+
+
+def test_pre_norm_siblings_cross_compile():
+    torch.manual_seed(7)
+    model = PreNormQKV(64).eval()
+    art = uniorch.compile_aot(model, (torch.randn(2, 33, 64),), "cuda:sm_90", fallback="error")
+    assert [k.kind for k in art.kernels] == ["contraction"], [k.kind for k in art.kernels]
+    assert art.kernels[0].asm["cubin"][:4] == b"\x7fELF"
+    assert art.kernels[0].source.source.count("tl.dot(") == 3

@@ -342,8 +342,8 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(sib, "a sibling product that does not share the first one's factor tile")
         plan.siblings.append(c)
     plan.row_stats = any(ROW_STAT in op.attributes and not _after(op, gen, ops) for op in gens)
-    if plan.siblings and (plan.row_stats or plan.window is not None):
-        raise CodegenError(gen, "sibling products with row statistics or a pooling")
+    if plan.siblings and plan.window is not None:
+        raise CodegenError(gen, "sibling products with a pooling")
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
     pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]
