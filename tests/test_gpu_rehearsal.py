@@ -22,7 +22,7 @@ def test_rehearsal_runs_every_stage_offline(tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     session = json.loads((out / "session.json").read_text())
-    assert list(session["stages"]) == ["env", "conformance", "zoo", "aot", "bench"], log[-3000:]
+    assert list(session["stages"]) == ["env", "conformance", "zoo", "aot", "bench", "host"], log[-3000:]
     assert {name: st["status"] for name, st in session["stages"].items()} == dict.fromkeys(session["stages"], "ok")
     # what the rehearsal had to do for real: the pack unpacked, uniorch installed offline
     assert "unpacking torch_mlir-" in log and "installing uniorch" in log, log[-3000:]
@@ -37,6 +37,10 @@ def test_rehearsal_runs_every_stage_offline(tmp_path):
     bench = session["bench"]
     assert bench["results"] and all(r["correct"] for r in bench["results"]), bench["results"]
     assert all(r["fallbacks"] == 0 for r in bench["results"]), bench["results"]
+    # the host profile: a compiled call's host time beside eager's, and where it goes
+    host = session["host"]["rows"]
+    assert host and all(r["host_us"] > 0 and r["eager_host_us"] > 0 and r["kernels"] >= 1 for r in host), host
+    assert "by cumulative time" in (out / "session.log").read_text()
     # the table is the last thing printed
     tail = proc.stdout.strip().splitlines()
     assert any(line.startswith("stage") for line in tail[-30:]), proc.stdout[-3000:]
