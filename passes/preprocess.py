@@ -29,6 +29,7 @@ from .pool_indices import fix_pool_nan_indices
 from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
 from .sink_collapse import bubble_expands, sink_collapses
+from .split_reduction import split_reductions
 from .split_prologue import split_prologues
 from .stack_pieces import stacks_as_selects
 from .symbolic_reshapes import fold_symbolic_reshapes
@@ -67,5 +68,6 @@ class Preprocess(Pass):
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation
             bubble_expands(main)  # ... and a view of rotate_half(q) moves back to q
             merge_epilogue_dims(main)  # a bias add read through a head-split view: back on the matmul's dims
+            split_reductions(main)  # a weight gradient's long sum over the batch: partials, then their sum
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
