@@ -12,8 +12,11 @@ a small reduction generic adds the partials to the original accumulator (bias or
 
     out = init + sum_s (sum_k a[s, k] * b[s, k])
 
-Only a reduction dim that is already a loop of its own and read plainly (the batch of a weight
-gradient: not inside `oh + kh`) splits, with 4 to 64 partials; the outputs are float32 or float64
+A reduction dim that is already a loop of its own and read plainly (the batch of a weight
+gradient: not inside `oh + kh`) splits, with 4 to 64 partials; a matmul's one long reduction dim
+(a linear layer's weight gradient, summed over batch x tokens rows) is first split in two through
+views of its operands (sink_collapse's loop split, the views moved above a transposed factor so
+the matmul still reads it in place), then over the first part; the outputs are float32 or float64
 (the partials are in the accumulator's type, so nothing is rounded twice); the reduction left in
 each partial stays long (`MIN_PER_PARTIAL`). Sums in another order than one long loop: the result
 differs from eager's by rounding only.
@@ -39,24 +42,64 @@ def split_reductions(func_op: ir.Operation) -> None:
     for op in [o.operation for o in block.operations]:
         if pat.is_generic(op) and len(op.results) == 1:
             d = _split_dim(op)
+            if d is None:
+                op, d = _split_loop(op, block)
             if d is not None:
                 _split(op, d)
+
+
+def _split_loop(op: ir.Operation, block):
+    """A matmul whose one long reduction dim (a linear layer's weight gradient: batch x tokens) is
+    read plainly: that dim split in two, (partials, rest), through views of its operands
+    (sink_collapse's loop split); (the new op, the partials' dim) or (op, None)."""
+    from .sink_collapse import _bubble, _rewrite
+
+    if not pat.is_contraction(op) or not _few_outputs_long_sum(op):
+        return op, None
+    sizes, its = pat.loop_sizes(op), pat.iterator_types(op)
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if len(red) != 1:
+        return op, None
+    d = red[0]
+    parts = next((p for p in (64, 32, 16, 8, 4) if sizes[d] % p == 0 and sizes[d] // p >= MIN_PER_PARTIAL), None)
+    if parts is None:
+        return op, None
+    order = [o.operation for o in block.operations]
+    at, before = next(i for i, o in enumerate(order) if o == op), len(order)
+    if _rewrite(op, {d: [parts, sizes[d] // parts]}) is None:
+        return op, None
+    # the rewritten op is the last one inserted where `op` was (its operands' views before it)
+    order = [o.operation for o in block.operations]
+    new = order[at + len(order) - before]
+    # a transposed factor (dyᵀ) is read in place by the matmul, but not through a view: the views
+    # move above such producers (bubble_expands), as they would have before the split
+    work = [pat.op_of(v.owner) for v in pat.inputs(new) if not isinstance(v.owner, ir.Block)
+            and pat.op_of(v.owner).name == "tensor.expand_shape"]
+    while work:
+        work.extend(_bubble(work.pop()) or [])
+    return new, d  # d: the partials' dim; d + 1 the rest
+
+
+def _few_outputs_long_sum(op: ir.Operation) -> bool:
+    out_t = ir.RankedTensorType(op.results[0].type)
+    if not out_t.has_static_shape or str(out_t.element_type) not in ("f32", "f64"):
+        return False
+    sizes, its = pat.loop_sizes(op), pat.iterator_types(op)
+    if not all(isinstance(s, int) for s in sizes):
+        return False
+    outputs = math.prod(s for s, it in zip(sizes, its) if it == "parallel")
+    reduction = math.prod(s for s, it in zip(sizes, its) if it == "reduction")
+    return outputs <= MAX_OUTPUTS and reduction >= MIN_REDUCTION
 
 
 def _split_dim(op: ir.Operation) -> int | None:
     """The reduction dim to split `op` over, or None when it stays one generic."""
     if not (pat.is_contraction(op) or pat.is_convolution(op)):
         return None
-    out_t = ir.RankedTensorType(op.results[0].type)
-    if not out_t.has_static_shape or str(out_t.element_type) not in ("f32", "f64"):
+    if not _few_outputs_long_sum(op):
         return None
     sizes, its = pat.loop_sizes(op), pat.iterator_types(op)
-    if not all(isinstance(s, int) for s in sizes):
-        return None
-    outputs = math.prod(s for s, it in zip(sizes, its) if it == "parallel")
     reduction = math.prod(s for s, it in zip(sizes, its) if it == "reduction")
-    if outputs > MAX_OUTPUTS or reduction < MIN_REDUCTION:
-        return None
     maps = pat.indexing_maps(op)
     n_in = pat.num_inputs(op)
     best = None

@@ -48,6 +48,26 @@ def test_product_summed_over_its_batch_splits():
     assert _err(cm(a, b), ref64) <= 2 * _err(_batch_sum(a, b), ref64) + 1e-5
 
 
+def _linear_weight_grad(x, dy):
+    return dy.t() @ x
+
+
+def test_linear_weight_gradient_splits_its_rows():
+    """A classifier head's weight gradient: 10 x 32 outputs summed over 8192 rows, one reduction
+    dim: it is split in two (16 partials of 512 rows) through views of x and dy, and dyᵀ is still
+    read in place by the matmul (no transposed copy kernel)."""
+    torch.manual_seed(4)
+    x, dy = torch.randn(8192, 32), torch.randn(8192, 10)
+    rep = uniorch.explain(_linear_weight_grad, x, dy, target="interpret")
+    assert [k.kind for k in rep.kernels] == ["contraction", "reduction"], str(rep)
+    assert int(str(rep.kernels[0].schedule["grid"]).strip("[]").split(",")[1]) == 16, rep.kernels[0].schedule
+    assert rep.kernels[0].bytes_read == (x.numel() + dy.numel()) * 4, str(rep)
+    cm = uniorch.compile(_linear_weight_grad, target="interpret")
+    x, dy = torch.randn(8192, 32) * 2, torch.randn(8192, 10)
+    ref64 = _linear_weight_grad(x.double(), dy.double())
+    assert _err(cm(x, dy), ref64) <= 2 * _err(_linear_weight_grad(x, dy), ref64) + 1e-5
+
+
 def test_short_reductions_and_many_outputs_stay_one_kernel():
     torch.manual_seed(2)
     conv = torch.nn.Conv2d(8, 8, 3, padding=1).eval()  # forward: K = 72 products per output
