@@ -43,6 +43,18 @@ def test_cli_cpu_smoke(tmp_path):
     assert "geomean speedup of uniorch" in proc.stdout
 
 
+def test_autotuned_backend_runs(tmp_path):
+    """uniorch_autotune: the first call tunes the contraction tiles (forced on the interpreter here)."""
+    cmd = [sys.executable, "-m", "uniorch.tools.bench", "--device", "cpu", "--dtype", "fp32", "--quick",
+           "--models", "matmul_bias_gelu", "--backends", "eager,uniorch_autotune", "--out", str(tmp_path), "--no-plot"]
+    env = dict(os.environ, UNIORCH_AUTOTUNE="force")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = tmp_path.glob("*-cpu.json")
+    (row,) = json.loads(path.read_text())["results"]
+    assert row["uniorch_autotune_ms"] > 0 and row["checks"]["uniorch_autotune"] is True, row
+
+
 def test_bf16_chain_runs_as_kernels(tmp_path):
     """bf16 gelu/silu hold bf16 constants; where the interpreter could not build them (Triton 3.6)
     every kernel fell back to eager and the row still read correct, only its fallbacks told."""

@@ -73,11 +73,39 @@ def _uniorch(fn, device):
     return uniorch.compile(fn, target="auto")
 
 
+class FirstCallTuned:
+    """A compiled callable whose first call (the compile) runs with UNIORCH_AUTOTUNE=1, so its
+    contraction kernels are tuned (uniorch/runtime/autotune.py); later calls are plain calls."""
+
+    def __init__(self, compiled):
+        self.compiled, self.tuned = compiled, False
+
+    def __call__(self, *args, **kwargs):
+        if self.tuned:
+            return self.compiled(*args, **kwargs)
+        old = os.environ.get("UNIORCH_AUTOTUNE")
+        if old != "force":  # (force: tuned on the CPU targets too, for tests)
+            os.environ["UNIORCH_AUTOTUNE"] = "1"
+        try:
+            return self.compiled(*args, **kwargs)
+        finally:
+            self.tuned = True
+            if old is None:
+                os.environ.pop("UNIORCH_AUTOTUNE", None)
+            else:
+                os.environ["UNIORCH_AUTOTUNE"] = old
+
+    def __getattr__(self, name):  # explain, step, ... of the compiled object
+        return getattr(self.compiled, name)
+
+
 BACKENDS: dict[str, Backend] = {b.name: b for b in [
     Backend("eager", lambda fn, device: fn),
     Backend("inductor", _inductor(None)),
     Backend("inductor_max_autotune", _inductor("max-autotune")),
     Backend("uniorch", _uniorch, uniorch=True),
+    # uniorch with its contraction tiles measured at the first call (off the CPU targets: uniorch)
+    Backend("uniorch_autotune", lambda fn, device: FirstCallTuned(_uniorch(fn, device))),
 ]}
 
 

@@ -30,13 +30,17 @@ class TrainStep:
             mode = "max-autotune" if backend == "inductor_max_autotune" else None
             self.forward = torch.compile(self.model, mode=mode) if mode else torch.compile(self.model)
             self.opt, self.step_fn = opt, torch.compile(opt.step)
-        elif backend == "uniorch":
+        elif backend in ("uniorch", "uniorch_autotune"):
             import uniorch
 
             target = "interpret" if device == "cpu" else "auto"
             self.forward = uniorch.compile(self.model, target)
             self.opt = uniorch.compile(opt, target)
             self.step_fn = self.opt.step
+            if backend == "uniorch_autotune":  # the first step compiles both halves: tuned then
+                from .backends import FirstCallTuned
+
+                self.forward = FirstCallTuned(self.forward)
         else:
             raise ValueError(f"no training step for backend {backend!r}")
 

@@ -210,7 +210,7 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
             raise RegionError("codegen", ir.StringAttr(op.attributes["uniorch.unsupported"]).value, _nodes_in(op) or all_nodes)
         try:
             ks = generate(op, str(target))
-            fn = backend.load(ks) if run else None
+            fn = _load(op, ks, target, backend) if run else None
         except CodegenError as err:
             raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
         except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
@@ -235,6 +235,28 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type)
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def _load(op, ks, target: Target, backend):
+    """The kernel's launcher: the backend's, or with UNIORCH_AUTOTUNE the fastest of a few tile
+    configurations, measured at the first call (runtime/autotune.py)."""
+    from . import autotune
+
+    if not (autotune.enabled(target) and autotune.tunable(op, inplace_of(op))):
+        return backend.load(ks)
+    cands = autotune.candidates(op, str(target), generate)
+    if len(cands) < 2:
+        return backend.load(ks)
+    device = _device_name(backend.device_type)
+    return autotune.AutotunedLauncher(ks.name, cands, backend.load, device)
+
+
+def _device_name(device_type: str) -> str:
+    import torch
+
+    if device_type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return device_type
 
 
 def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
