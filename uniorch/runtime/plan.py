@@ -87,7 +87,7 @@ class LaunchPlan:
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
-        device = inputs[0].device if inputs else (self.device or torch.device("cpu"))
+        device = device_of(inputs, self.device)
         if self.seeds:  # PyTorch's generator: torch.manual_seed makes a run reproducible
             inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64).to(device)]
         slots[: self.num_inputs] = inputs
@@ -382,4 +382,16 @@ def _const_step(op, d, blobs=None):
     return run
 
 
-__all__ = ["LaunchPlan", "Kernel", "PlanError", "build_plan", "CodegenError"]
+def device_of(inputs: list, default=None):
+    """Where the kernels run: the first input off the CPU (a CPU scalar tensor may come first, as
+    PyTorch lets 0-d CPU tensors join GPU ops), else the CPU, else `default` without inputs."""
+    for t in inputs:
+        dev = getattr(t, "device", None)
+        if dev is not None and dev.type != "cpu":
+            return dev
+    if inputs:
+        return torch.device("cpu")
+    return default or torch.device("cpu")
+
+
+__all__ = ["LaunchPlan", "Kernel", "PlanError", "build_plan", "CodegenError", "device_of"]
