@@ -17,7 +17,8 @@ from torch_mlir.dialects import arith, linalg, tensor
 
 from uniorch.codegen import patterns as pat
 
-from .split_prologue import _clone_into, _parallel
+from .ir_utils import iterator_types_attr
+from .split_prologue import _clone_into
 
 # inputs an op of a piece cannot be fused with where it is: read from memory, as the slices are
 _SLICES = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape")
@@ -77,7 +78,7 @@ def _hoist(cat: ir.Operation) -> None:
         sel = ir.Operation.create(
             "linalg.generic", results=[out_t], operands=[new_cat, empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
-                        "iterator_types": _parallel(out_t.rank),
+                        "iterator_types": iterator_types_attr(["parallel"] * out_t.rank),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
             regions=1)
     et = out_t.element_type

@@ -23,6 +23,7 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
 from .ir_utils import producer as _producer
 from .sink_collapse import EXPAND, _groups, _reassociation, _shape
 
@@ -139,8 +140,7 @@ def _merge(g: ir.Operation) -> None:
     for i, v in enumerate(vals):
         new.operands[i] = v
     new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m, _ in merged])
-    new.attributes["iterator_types"] = ir.Attribute.parse(
-        "[" + ", ".join("#linalg.iterator_type<parallel>" for _ in range(n)) + "]")
+    new.attributes["iterator_types"] = iterator_types_attr(["parallel"] * n)
     new.results[0].set_type(vals[-1].type)
     with ir.InsertionPoint(g), g.location:
         back = tensor.ExpandShapeOp(g.results[0].type, new.results[0], _reassociation(out_grps), [],

@@ -122,6 +122,7 @@ def _plain(block, c, prologue: bool = False) -> bool:
 
 def _prologue(block, c) -> list:
     """The ops of c's group that its first factor is computed from, in block order."""
+    at = {o.operation: i for i, o in enumerate(block.operations)}
     gid = group_of(c)
     out, stack = [], [c.operands[0]]
     while stack:
@@ -133,8 +134,7 @@ def _prologue(block, c) -> list:
             continue
         out.append(p)
         stack.extend(p.operands)
-    order = [o.operation for o in block.operations]
-    return sorted(out, key=lambda o: next(i for i, x in enumerate(order) if x == o))
+    return sorted(out, key=at.__getitem__)
 
 
 def _same_prologue(block, c0, c1) -> bool:
@@ -143,9 +143,8 @@ def _same_prologue(block, c0, c1) -> bool:
     p0, p1 = _prologue(block, c0), _prologue(block, c1)
     if not p0 or len(p0) != len(p1):
         return False
-    order = [o.operation for o in block.operations]
-    pos = lambda o: next(i for i, x in enumerate(order) if x == o)  # noqa: E731
-    if pos(p0[-1]) > pos(c1):
+    at = {o.operation: i for i, o in enumerate(block.operations)}
+    if at[p0[-1]] > at[c1]:
         return False
     return _same_value(c0.operands[0], c1.operands[0], group_of(c0), group_of(c1))
 
@@ -173,7 +172,8 @@ def _same_op(a, b) -> bool:
         return False
     if [str(r.type) for r in a.results] != [str(r.type) for r in b.results]:
         return False
-    attrs = lambda o: sorted((n, str(o.attributes[n])) for n in _names(o) if not n.startswith("uniorch."))  # noqa: E731
+    attrs = lambda o: sorted((a.name, str(a.attr)) for a in (o.attributes[i] for i in range(len(o.attributes)))  # noqa: E731
+                             if not a.name.startswith("uniorch."))
     if attrs(a) != attrs(b) or len(a.regions) != len(b.regions):
         return False
     for ra, rb in zip(a.regions, b.regions):
@@ -201,10 +201,6 @@ def _same_op(a, b) -> bool:
                     if ia is None or ia != ib or _result_no(va.owner, va) != _result_no(vb.owner, vb):
                         return False
     return True
-
-
-def _names(op) -> list[str]:
-    return [x if isinstance(x, str) else x.name for x in op.attributes]
 
 
 def _outside(op, gid: int) -> bool:

@@ -11,6 +11,11 @@ def producer(v: ir.Value):
     return None if isinstance(v.owner, ir.Block) else getattr(v.owner, "operation", v.owner)
 
 
+def iterator_types_attr(kinds) -> ir.Attribute:
+    """A linalg.generic's `iterator_types` for `kinds` ("parallel" / "reduction", in loop order)."""
+    return ir.Attribute.parse("[" + ", ".join(f"#linalg.iterator_type<{k}>" for k in kinds) + "]")
+
+
 def main_func(module: ir.Module):
     for op in module.body.operations:
         op = op.operation  # block iteration yields OpViews, and FuncOp's `.name` is its symbol

@@ -21,7 +21,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
-from .split_prologue import _clone_into, _parallel
+from .ir_utils import iterator_types_attr
+from .split_prologue import _clone_into
 
 _NARROW_TYPES = ("bf16", "f16")
 
@@ -208,7 +209,7 @@ def _cast(v: ir.Value, ty: ir.Type, cast: str) -> ir.Value:
     g = ir.Operation.create(
         "linalg.generic", results=[ty], operands=[v, empty],
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * 2),
-                    "iterator_types": _parallel(rank),
+                    "iterator_types": iterator_types_attr(["parallel"] * rank),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
         regions=1)
     loc = ir.Location.current

@@ -15,8 +15,9 @@ from torch_mlir.dialects import arith, linalg, tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
 from .ir_utils import producer as _producer
-from .split_prologue import _clone_into, _parallel
+from .split_prologue import _clone_into
 
 
 def assemble_scatter_coords(func_op: ir.Operation) -> int:
@@ -96,7 +97,7 @@ def _rewrite(scatter: ir.Operation) -> bool:
         new = ir.Operation.create(
             "linalg.generic", results=[t], operands=ins + [empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-                        "iterator_types": _parallel(2),
+                        "iterator_types": iterator_types_attr(["parallel"] * 2),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(ins), 1])},
             regions=1)
         body = pat.body(g)

@@ -23,6 +23,7 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
 from .ir_utils import producer as _producer
 from .view_rewrites import _static_slice
 
@@ -80,15 +81,15 @@ def _merge_twins(e: ir.Operation, work: list) -> bool:
     src = _producer(e.operands[0])
     if src is None or not _generates(src):
         return True  # (views of other values keep their own readers' layouts: GQA's k and v)
-    for u in list(e.operands[0].uses):
-        twin = pat.op_of(u.owner)
-        if twin != e and twin.name == EXPAND and twin.results[0].type == e.results[0].type \
-                and _groups(twin) == _groups(e):
-            e.move_after(src)  # before every twin's reader
-            twin.results[0].replace_all_uses_with(e.results[0])
-            if twin in work:
-                work.remove(twin)
-            twin.erase()
+    twins = [t for t in (pat.op_of(u.owner) for u in e.operands[0].uses)
+             if t != e and t.name == EXPAND and t.results[0].type == e.results[0].type and _groups(t) == _groups(e)]
+    if twins:
+        e.move_after(src)  # before every twin's reader
+    for twin in twins:
+        twin.results[0].replace_all_uses_with(e.results[0])
+        if twin in work:
+            work.remove(twin)
+        twin.erase()
     return True
 
 
@@ -256,6 +257,12 @@ def _expand_generic(g: ir.Operation) -> list | None:
 def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
     """`g` with loop dims `split` into the given sizes, its operands viewed to match; its results
     collapsed back. Returns the new collapses, or None if `g` stays as it was."""
+    done = split_loops(g, split)
+    return None if done is None else done[1]
+
+
+def split_loops(g: ir.Operation, split: dict[int, list[int]]):
+    """`_rewrite`, returning (the new generic, the new collapses), or None."""
     maps = pat.indexing_maps(g)
     its = pat.iterator_types(g)
     operands = list(pat.inputs(g)) + list(pat.outputs(g))
@@ -299,8 +306,7 @@ def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
     for i, v in enumerate(new_vals):
         new.operands[i] = v
     new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
-    new.attributes["iterator_types"] = ir.Attribute.parse(
-        "[" + ", ".join(f"#linalg.iterator_type<{t}>" for t in new_its) + "]")
+    new.attributes["iterator_types"] = iterator_types_attr(new_its)
     outs = new_vals[pat.num_inputs(g):]
     for r, v in zip(new.results, outs):
         r.set_type(v.type)
@@ -320,7 +326,7 @@ def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
             old.replace_all_uses_with(c.result)
             made.append(pat.op_of(c.operation))
     g.erase()
-    return made
+    return new, made
 
 
 def _renumber(e, new_pos: dict, n: int):

@@ -17,6 +17,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
+
 
 def split_prologues(func_op: ir.Operation) -> None:
     block = func_op.regions[0].blocks[0]
@@ -121,10 +123,6 @@ def _elem(t: ir.Type) -> ir.Type:
     return ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t
 
 
-def _parallel(n: int) -> ir.Attribute:
-    return ir.Attribute.parse("[" + ", ".join(["#linalg.iterator_type<parallel>"] * n) + "]")
-
-
 def _prologue(op, value, ops, args, maps, sizes) -> ir.Operation:
     """A pointwise generic over the dims `args` index, computing `value` as the body did."""
     dims = _dims(maps, args)
@@ -144,7 +142,7 @@ def _prologue(op, value, ops, args, maps, sizes) -> ir.Operation:
             "linalg.generic", results=[ir.RankedTensorType.get([sizes[d] for d in dims], et)],
             operands=[ins[a] for a in args] + [empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in in_maps]),
-                        "iterator_types": _parallel(len(dims)),
+                        "iterator_types": iterator_types_attr(["parallel"] * len(dims)),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(args), 1])},
             regions=1)
     blk = pat.body(op)

@@ -30,6 +30,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
+
 # few outputs: under this many output elements (16 tiles of 64x64) a GPU has few programs to run
 MAX_OUTPUTS = 64 * 64 * 16
 MIN_REDUCTION = 8192     # products summed per output before a split pays for its second kernel
@@ -43,16 +45,16 @@ def split_reductions(func_op: ir.Operation) -> None:
         if pat.is_generic(op) and len(op.results) == 1:
             d = _split_dim(op)
             if d is None:
-                op, d = _split_loop(op, block)
+                op, d = _split_loop(op)
             if d is not None:
                 _split(op, d)
 
 
-def _split_loop(op: ir.Operation, block):
+def _split_loop(op: ir.Operation):
     """A matmul whose one long reduction dim (a linear layer's weight gradient: batch x tokens) is
     read plainly: that dim split in two, (partials, rest), through views of its operands
     (sink_collapse's loop split); (the new op, the partials' dim) or (op, None)."""
-    from .sink_collapse import _bubble, _rewrite
+    from .sink_collapse import _bubble, split_loops
 
     if not pat.is_contraction(op) or not _few_outputs_long_sum(op):
         return op, None
@@ -64,13 +66,10 @@ def _split_loop(op: ir.Operation, block):
     parts = next((p for p in (64, 32, 16, 8, 4) if sizes[d] % p == 0 and sizes[d] // p >= MIN_PER_PARTIAL), None)
     if parts is None:
         return op, None
-    order = [o.operation for o in block.operations]
-    at, before = next(i for i, o in enumerate(order) if o == op), len(order)
-    if _rewrite(op, {d: [parts, sizes[d] // parts]}) is None:
+    done = split_loops(op, {d: [parts, sizes[d] // parts]})
+    if done is None:
         return op, None
-    # the rewritten op is the last one inserted where `op` was (its operands' views before it)
-    order = [o.operation for o in block.operations]
-    new = order[at + len(order) - before]
+    new = done[0]
     # a transposed factor (dyᵀ) is read in place by the matmul, but not through a view: the views
     # move above such producers (bubble_expands), as they would have before the split
     work = [pat.op_of(v.owner) for v in pat.inputs(new) if not isinstance(v.owner, ir.Block)
@@ -134,7 +133,7 @@ def _split(op: ir.Operation, d: int) -> None:
         part.attributes["indexing_maps"] = ir.ArrayAttr.get(
             [ir.AffineMapAttr.get(m) for m in maps[:n_in]] + [ir.AffineMapAttr.get(part_map)])
         new_its = ["parallel" if k == d else it for k, it in enumerate(its)]
-        part.attributes["iterator_types"] = _iterators(new_its)
+        part.attributes["iterator_types"] = iterator_types_attr(new_its)
         part.results[0].set_type(part_t)
         # (upstream's cache of a named op's maps describes the op before the split)
         for name in ("uniorch.group", "uniorch.kind", "uniorch.domain", "linalg.memoized_indexing_maps"):
@@ -143,10 +142,6 @@ def _split(op: ir.Operation, d: int) -> None:
         total = _sum_partials(part.results[0], op.operands[n_in], out_t)
     op.results[0].replace_all_uses_with(total)
     op.erase()
-
-
-def _iterators(its: list[str]) -> ir.Attribute:
-    return ir.Attribute.parse("[" + ", ".join(f"#linalg.iterator_type<{t}>" for t in its) + "]")
 
 
 def _zeros(t: ir.RankedTensorType) -> ir.Value:
@@ -160,7 +155,7 @@ def _zeros(t: ir.RankedTensorType) -> ir.Value:
         "linalg.generic", results=[t], operands=[cst, empty],
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, [])),
                                                        ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))]),
-                    "iterator_types": _iterators(["parallel"] * rank),
+                    "iterator_types": iterator_types_attr(["parallel"] * rank),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
         regions=1)
     blk = fill.regions[0].blocks.append(elem, elem, arg_locs=[ir.Location.unknown()] * 2)
@@ -179,7 +174,7 @@ def _sum_partials(partials: ir.Value, init: ir.Value, out_t: ir.RankedTensorType
     red = ir.Operation.create(
         "linalg.generic", results=[out_t], operands=[partials, init],
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(in_map), ir.AffineMapAttr.get(out_map)]),
-                    "iterator_types": _iterators(["parallel"] * rank + ["reduction"]),
+                    "iterator_types": iterator_types_attr(["parallel"] * rank + ["reduction"]),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
         regions=1)
     blk = red.regions[0].blocks.append(elem, elem, arg_locs=[ir.Location.unknown()] * 2)

@@ -18,7 +18,8 @@ from uniorch.codegen import patterns as pat
 
 from .ir_utils import producer as _producer
 from .sink_collapse import EXPAND, _groups, _reassociation, _shape
-from .split_prologue import _clone_into, _parallel
+from .ir_utils import iterator_types_attr
+from .split_prologue import _clone_into
 
 MAX_PIECES = 4  # each lane computes every piece: a stack of a few
 
@@ -109,7 +110,7 @@ def _rewrite(cat: ir.Operation) -> bool:
         new = ir.Operation.create(
             "linalg.generic", results=[st], operands=ins + [empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-                        "iterator_types": _parallel(n + 1),
+                        "iterator_types": iterator_types_attr(["parallel"] * (n + 1)),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(ins), 1])},
             regions=1)
         nb = new.regions[0].blocks.append(*types, et, arg_locs=[cat.location] * (len(types) + 1))

@@ -23,6 +23,8 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
+from .ir_utils import iterator_types_attr
+
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
@@ -44,10 +46,6 @@ def rewrite_views(func_op: ir.Operation) -> None:
 
 def _owner(v: ir.Value):
     return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
-
-
-def _parallel(n: int) -> ir.Attribute:
-    return ir.Attribute.parse("[" + ", ".join(["#linalg.iterator_type<parallel>"] * n) + "]")
 
 
 def _empty_like(t: ir.RankedTensorType) -> ir.Value:
@@ -78,7 +76,7 @@ def _fill_through_reshape(view: ir.Operation) -> None:
     new.results[0].set_type(t)
     maps = [ir.AffineMap.get(n, 0, []) for _ in pat.inputs(new)] + [ir.AffineMap.get_identity(n)]
     new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-    new.attributes["iterator_types"] = _parallel(n)
+    new.attributes["iterator_types"] = iterator_types_attr(["parallel"] * n)
     view.results[0].replace_all_uses_with(new.results[0])
     view.erase()
     if not list(fill.results[0].uses):
@@ -169,7 +167,7 @@ def _transpose_through_collapse(view: ir.Operation) -> None:
     nt.results[0].set_type(out_t)
     maps = [ir.AffineMap.get(n, 0, exprs), ir.AffineMap.get_identity(n)]
     nt.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-    nt.attributes["iterator_types"] = _parallel(n)
+    nt.attributes["iterator_types"] = iterator_types_attr(["parallel"] * n)
     view.results[0].replace_all_uses_with(nt.results[0])
     view.erase()
     t.erase()

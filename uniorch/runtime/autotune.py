@@ -48,10 +48,9 @@ def tunable(op: ir.Operation, inplace) -> bool:
 def candidates(op: ir.Operation, target: str, generate: Callable) -> list[tuple[tuple, Any]]:
     """[(config, KernelSource)]: the recorded schedule's first, then the set for its dtype."""
     attr = ir.DictAttr(op.attributes["uniorch.schedule"])
-    base = {k: ir.IntegerAttr(attr[k]).value for k in ("block_m", "block_n", "block_k", "group_m",
-                                                          "num_warps", "num_stages")}
+    base = {k: ir.IntegerAttr(attr[k]).value for k in ("block_m", "block_n", "block_k", "num_warps", "num_stages")}
     first = (base["block_m"], base["block_n"], base["block_k"], base["num_warps"], base["num_stages"])
-    narrow = "bf16" in str(op.attributes["function_type"]) or "f16" in str(op.attributes["function_type"])
+    narrow = _tensor_core_dots(op)
     out, seen = [], set()
     for cfg in [first] + (NARROW if narrow else FP32):
         bm, bn, bk, warps, stages = cfg
@@ -61,8 +60,8 @@ def candidates(op: ir.Operation, target: str, generate: Callable) -> list[tuple[
             bm = bm if base["block_m"] >= top_mn else min(bm, base["block_m"])
             bn = bn if base["block_n"] >= top_mn else min(bn, base["block_n"])
             bk = bk if base["block_k"] >= top_k else min(bk, base["block_k"])
-        sched = dict(base, block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages)
-        op.attributes["uniorch.schedule"] = _dict_attr(sched, op.context)
+        op.attributes["uniorch.schedule"] = _with(attr, block_m=bm, block_n=bn, block_k=bk,
+                                                  num_warps=warps, num_stages=stages)
         try:
             ks = generate(op, target)
         except Exception:  # noqa: BLE001 - a candidate codegen refuses (a row split over tiles)
@@ -77,9 +76,19 @@ def candidates(op: ir.Operation, target: str, generate: Callable) -> list[tuple[
     return out
 
 
-def _dict_attr(values: dict, ctx) -> ir.DictAttr:
-    i64 = ir.IntegerType.get_signless(64, ctx)
-    return ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in values.items()}, context=ctx)
+def _tensor_core_dots(op: ir.Operation) -> bool:
+    """16-bit factors on both sides, as the schedule decides its tile ranges (contraction_schedule)."""
+    from uniorch.codegen.contraction_plan import _analyze
+
+    return all(t in ("f16", "bf16") for t in _analyze(op).dot_types)
+
+
+def _with(attr: ir.DictAttr, **values) -> ir.DictAttr:
+    """The recorded schedule with `values` in place of its own."""
+    i64 = ir.IntegerType.get_signless(64, attr.context)
+    entries = {a.name: a.attr for a in attr}
+    entries.update({k: ir.IntegerAttr.get(i64, v) for k, v in values.items()})
+    return ir.DictAttr.get(entries, context=attr.context)
 
 
 def _cache_path() -> str:
@@ -128,7 +137,6 @@ class AutotunedLauncher:
             match = [i for i, (cfg, _) in enumerate(cands) if list(cfg) == list(cached)]
             if match:
                 self.chosen = self._load(cands[match[0]][1])
-        self.kernel = cands[0][1]  # what the plan reports (grid of the default schedule)
 
     def __call__(self, inputs: list, outputs: list, sizes=None) -> None:
         if self.chosen is None:

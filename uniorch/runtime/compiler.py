@@ -252,8 +252,6 @@ def _load(op, ks, target: Target, backend):
 
 
 def _device_name(device_type: str) -> str:
-    import torch
-
     if device_type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return device_type
