@@ -404,6 +404,7 @@ def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str
         kernels[e["func"]] = Kernel(e["func"], ks, backend.load_compiled(ck), inplace_of(funcs[e["func"]]), funcs[e["func"]])
     plan = build_plan(module, main, kernels, lambda kernel, ins, outs, sizes=None: kernel.fn(ins, outs)
                       if sizes is None else kernel.fn(ins, outs, sizes))
+    plan.device = device  # a region whose inputs are all CPU scalars, or none, still runs on the target
     eager = None
     if reg.get("eager"):
         eager = fx.GraphModule(torch.nn.Module(), load_graph(_read_json(path, reg["eager"]), device, check_schemas))

@@ -113,9 +113,21 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
             specs.append((shape, val.dtype))
     compiled = compile_module(module, target, run, specs, all_nodes, timings)
     out = next(n for n in gm.graph.nodes if n.op == "output")
-    compiled.out_dtypes = [getattr(a.meta.get("val"), "dtype", None) if isinstance(a, torch.fx.Node) else None
-                           for a in torch.fx.graph.map_arg(out.args[0], lambda n: n) or ()]
+    returned = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    results = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in returned]
+    compiled.out_dtypes = [getattr(v, "dtype", None) for v in results]
+    compiled.plan.device = _recorded_device(results, target)
     return compiled
+
+
+def _recorded_device(results: list, target: Target):
+    """Where a region's results live when none of its inputs says (runtime/plan.py `device_of`): the
+    device the capture recorded for them, else the target's."""
+    for v in results:
+        dev = getattr(v, "device", None)
+        if isinstance(v, torch.Tensor) and dev is not None:
+            return dev
+    return torch.device(target.backend.device_type)
 
 
 def _example_shape(val) -> tuple | None:

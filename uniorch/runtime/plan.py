@@ -383,15 +383,21 @@ def _const_step(op, d, blobs=None):
 
 
 def device_of(inputs: list, default=None):
-    """Where the kernels run: the first input off the CPU (a CPU scalar tensor may come first, as
-    PyTorch lets 0-d CPU tensors join GPU ops), else the CPU, else `default` without inputs."""
+    """Where the kernels run: the first input off the CPU; else the CPU if a CPU tensor with
+    elements is among them; else `default` (the device the capture recorded for the region's
+    results). 0-d CPU tensors decide nothing: PyTorch lets such scalars join GPU ops, and a region
+    computed from them and loop indices alone (a causal mask's `arange`s) belongs on the GPU."""
+    cpu = False
     for t in inputs:
         dev = getattr(t, "device", None)
-        if dev is not None and dev.type != "cpu":
+        if dev is None:
+            continue
+        if dev.type != "cpu":
             return dev
-    if inputs:
+        cpu = cpu or t.dim() > 0
+    if cpu or default is None:
         return torch.device("cpu")
-    return default or torch.device("cpu")
+    return default
 
 
 __all__ = ["LaunchPlan", "Kernel", "PlanError", "build_plan", "CodegenError", "device_of"]
