@@ -64,12 +64,26 @@ def through_backend(cg, target, all_nodes: list[str]):
     from .backends.sdk import BackendError
     from .runtime.compiler import RegionError
 
+    from .runtime.resources import MAX_REFITS, refit, schedule_text, shared_limit
+
     backend = target.backend
+    limit = shared_limit(target)
     t = time.perf_counter()
     for info in cg.kernels:
         try:
             kernel = cg.plan.kernels[info.name]
-            cg.compiled[info.name] = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
+            ck = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
+            # over the arch's shared memory it would fail at its first launch there: smaller, as
+            # the trial launch does against the driver's limit (runtime/resources.py)
+            for _ in range(MAX_REFITS):
+                if limit is None or int(ck.metadata.get("shared") or 0) <= limit:
+                    break
+                if refit(kernel, str(target)) is None:
+                    raise BackendError(f"{target}: kernel {info.name} needs {ck.metadata.get('shared')} bytes of "
+                                       f"shared memory at its smallest tiles; {target.arch} has {limit}")
+                info.source, info.schedule = kernel.source.source, schedule_text(kernel.func_op)
+                ck = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
+            cg.compiled[info.name] = ck
         except BackendError as err:
             raise RegionError("backend", str(err), info.nodes or all_nodes) from None
     cg.timings["backend stages"] = time.perf_counter() - t

@@ -31,6 +31,7 @@ from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
+from .patterns import recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
@@ -142,6 +143,21 @@ def choose_schedule(kernel, target: str) -> dict:
     return _schedule(_analyze(kernel), target)
 
 
+def _with_recorded(plan: AttnPlan, s: dict) -> dict:
+    """`s` with the tiles, warps and stages recorded on the kernel, when they differ: a kernel
+    refitted to the device's shared memory (runtime/resources.py) is generated again from them."""
+    recorded = recorded_schedule(plan.p1.func) or {}
+    keys = ("block_m", "block_n", "num_warps", "num_stages")
+    if all(recorded.get(k, s[k]) == s[k] for k in keys):
+        return s
+    s = dict(s, **{k: int(recorded[k]) for k in keys if k in recorded})
+    for k in ("block_m", "block_n"):
+        if s[k] < 16 or s[k] & (s[k] - 1):
+            raise CodegenError(plan.p1.func, f"schedule {k} = {s[k]} (tl.dot needs a power of two >= 16)")
+    s["grid"] = [dims.grid_entry(dims.cdiv(plan.p1.M, s["block_m"])), dims.grid_entry(plan.p1.B), 1]
+    return s
+
+
 class _Part(_Emitter):
     """One contraction of the pair, emitting into the flash kernel's sections. `rename` maps the
     contraction emitter's index and mask names onto the kernel's (its N is the keys for q·kᵀ, the
@@ -189,7 +205,7 @@ def _indexed(rename: dict, name: str) -> str:
 
 def generate_attention(kernel, target: str) -> KernelSource:
     plan = _analyze(kernel)
-    s = _schedule(plan, target)
+    s = _with_recorded(plan, _schedule(plan, target))
     return _Flash(plan, s, target).build()
 
 

@@ -60,7 +60,7 @@ def candidates(op: ir.Operation, target: str, generate: Callable) -> list[tuple[
             bm = bm if base["block_m"] >= top_mn else min(bm, base["block_m"])
             bn = bn if base["block_n"] >= top_mn else min(bn, base["block_n"])
             bk = bk if base["block_k"] >= top_k else min(bk, base["block_k"])
-        op.attributes["uniorch.schedule"] = _with(attr, block_m=bm, block_n=bn, block_k=bk,
+        op.attributes["uniorch.schedule"] = schedule_with(attr, block_m=bm, block_n=bn, block_k=bk,
                                                   num_warps=warps, num_stages=stages)
         try:
             ks = generate(op, target)
@@ -83,7 +83,7 @@ def _tensor_core_dots(op: ir.Operation) -> bool:
     return all(t in ("f16", "bf16") for t in _analyze(op).dot_types)
 
 
-def _with(attr: ir.DictAttr, **values) -> ir.DictAttr:
+def schedule_with(attr: ir.DictAttr, **values) -> ir.DictAttr:
     """The recorded schedule with `values` in place of its own."""
     i64 = ir.IntegerType.get_signless(64, attr.context)
     entries = {a.name: a.attr for a in attr}
@@ -183,4 +183,4 @@ def measure(fn, inputs, outputs, sizes, reps: int = 10) -> float:
     return (time.perf_counter() - t0) / (reps if cuda else 1)
 
 
-__all__ = ["enabled", "tunable", "candidates", "AutotunedLauncher", "measure", "NARROW", "FP32"]
+__all__ = ["enabled", "tunable", "candidates", "AutotunedLauncher", "measure", "schedule_with", "NARROW", "FP32"]

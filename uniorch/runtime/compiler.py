@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 from torch_mlir import ir
@@ -244,7 +245,8 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     timings["codegen"] = time.perf_counter() - t
     if run:
         t = time.perf_counter()
-        _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type)
+        _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type,
+                      lambda kernel: _refit(kernel, str(target), backend.load))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
 
@@ -269,39 +271,62 @@ def _device_name(device_type: str) -> str:
     return device_type
 
 
-def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
+def _refit(kernel: Kernel, target: str, load) -> Optional[dict]:
+    from .resources import refit
+
+    return refit(kernel, target, load)
+
+
+def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable] = None) -> None:
     """Runs the plan once on made-up inputs of the right shapes, so a kernel that Triton rejects
-    at its first launch is found now, with its name, and only its ATen ops fall back."""
+    at its first launch is found now, with its name, and only its ATen ops fall back. One rejected
+    for its shared memory is first generated again smaller (`refit`, runtime/resources.py)."""
     if specs is None:
         return
     # compiling must not move the caller's random stream (made-up inputs, random ops' seeds)
     with torch.random.fork_rng(devices=None if device == "cuda" else []):
-        _trial_launch_forked(plan, specs, infos, device)
+        _trial_launch_forked(plan, specs, infos, device, refit)
 
 
-def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str) -> None:
+def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable]) -> None:
+    from .resources import MAX_REFITS, out_of_shared_memory, schedule_text
+
     inputs = []
     for shape, dtype in specs:
         # zeros for integers: always valid as indices; floats random so no kernel sees only zeros
         make = torch.randn if dtype.is_floating_point else torch.zeros
         inputs.append(make(tuple(shape), dtype=dtype, device=device))
-    failed: list[str] = []
+    refits = 0
+    while True:
+        failed: list = []
 
-    def launch(kernel: Kernel, ins, outs, sizes=None):
+        def launch(kernel: Kernel, ins, outs, sizes=None):
+            try:
+                _launch(kernel, ins, outs, sizes)
+            except Exception as err:  # noqa: BLE001 - Triton raises many kinds
+                failed.append((kernel, err))
+                info = infos.get(kernel.name)
+                raise RegionError("launch", f"{kernel.name}: {type(err).__name__}: {err}",
+                                  info.nodes if info else []) from None
+
+        saved = plan.launch
+        plan.launch = launch
         try:
-            _launch(kernel, ins, outs, sizes)
-        except Exception as err:  # noqa: BLE001 - Triton raises many kinds
-            failed.append(kernel.name)
+            with torch.no_grad():
+                plan(inputs)
+            return
+        except RegionError:
+            if not failed or refit is None or refits >= MAX_REFITS or not out_of_shared_memory(failed[0][1]):
+                raise
+            kernel = failed[0][0]
+            if refit(kernel) is None:
+                raise
+            refits += 1
             info = infos.get(kernel.name)
-            raise RegionError("launch", f"{kernel.name}: {type(err).__name__}: {err}", info.nodes if info else []) from None
-
-    saved = plan.launch
-    plan.launch = launch
-    try:
-        with torch.no_grad():
-            plan(inputs)
-    finally:
-        plan.launch = saved
+            if info is not None:
+                info.source, info.schedule = kernel.source.source, schedule_text(kernel.func_op)
+        finally:
+            plan.launch = saved
 
 
 def to_kernel_stage(module: ir.Module, stage: str, target: Target) -> ir.Module:
