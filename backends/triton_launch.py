@@ -1,9 +1,23 @@
 """Launching a uniorch kernel through Triton's JIT (kernels compiled ahead of time launch through
-the vendor driver instead: `binary_launch`)."""
+the vendor driver instead: `binary_launch`).
+
+The first launch of each argument specialization goes through `JITFunction.run`, which binds the
+arguments, specializes them, looks the compiled kernel up (compiling it the first time) and
+launches it. Later launches with the same specialization call the compiled kernel's launcher
+directly, as Inductor's generated code does. H200 run 3 measured what that saves: 98 us of host
+time per call of a one-kernel LayerNorm whose kernel takes 69 us (eager: 19 us), and 504 us for a
+9-kernel BERT layer, about half of it in `JITFunction.run`.
+
+The key of the direct path is Triton's own specialization of every argument (its
+`native_specialize_impl`: a pointer's 16-byte alignment, an integer equal to 1, divisible by 16
+or past 32 bits), with the current device, so a launch reuses exactly the kernel Triton would
+have picked. Launch hooks (a profiler's `launch_enter_hook`) take Triton's own path, which calls
+them.
+"""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable, Optional
 
 from .sdk import tensor_args
 
@@ -20,11 +34,96 @@ class TritonLauncher:
 
     def __init__(self, kernel, fn: Any):
         self.kernel, self.fn = kernel, fn
+        self._direct: dict = {}  # specialization key -> the compiled kernel's launch
+        self._tail = constexpr_tail(fn, kernel)
+        self._specialize = _specializer(fn) if self._tail is not None else None
 
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
         ks = self.kernel
+        grid = ks.launch_grid(ks.size_args(inputs, outputs, sizes)) if ks.symbols else ks.grid
+        args = tensor_args(ks, inputs, outputs, sizes)
+        key = None
+        if self._specialize is not None:
+            key = self._specialize(args)
+            launch = self._direct.get(key)
+            if launch is not None:
+                launch(grid, args)
+                return
         with TRITON_LANGUAGE_LOCK:
-            grid = ks.launch_grid(ks.size_args(inputs, outputs, sizes)) if ks.symbols else ks.grid
-            self.fn[grid](*tensor_args(ks, inputs, outputs, sizes), **ks.constexprs, num_warps=ks.num_warps,
-                             num_stages=ks.num_stages)
+            compiled = self.fn[grid](*args, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)
+        if key is not None and compiled is not None:
+            self._direct[key] = _direct_launch(compiled, self._tail)
+
+
+def constexpr_tail(fn, kernel) -> Optional[tuple]:
+    """The values of `kernel`'s constexpr parameters in the order of `fn`'s signature, where they
+    come after every runtime argument (as uniorch generates them): what follows the runtime
+    arguments in the launcher's argument list. None where that does not hold."""
+    names = list(getattr(fn, "arg_names", None) or ())
+    n = len(kernel.constexprs)
+    if not names or n > len(names) or set(names[len(names) - n:]) != set(kernel.constexprs):
+        return None
+    return tuple(kernel.constexprs[name] for name in names[len(names) - n:])
+
+
+def _specializer(fn) -> Optional[Callable]:
+    """(args) -> the key of Triton's specialization on the current device, for a JITFunction on a
+    GPU; None for the interpreter, or where this Triton lacks what the direct path needs."""
+    if not hasattr(fn, "device_caches") or not hasattr(fn, "arg_names"):
+        return None  # the interpreter's function: nothing to skip
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.runtime.driver import driver
+    except ImportError:
+        return None
+    try:
+        backend = _backend_class(driver.active)
+        current = driver.active.get_current_device
+    except Exception:  # noqa: BLE001 - no GPU driver active: Triton's own path raises its error
+        return None
+    if backend is None:
+        return None
+
+    def key(args: list) -> tuple:
+        return (current(),) + tuple(native_specialize_impl(backend, a, False, True, True) for a in args)
+
+    return key
+
+
+def _backend_class(active) -> Optional[type]:
+    """The compiler backend class whose specialization Triton's binder uses for this driver."""
+    from triton.compiler.compiler import make_backend
+
+    try:
+        return type(make_backend(active.get_current_target()))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _direct_launch(compiled, tail: tuple) -> Callable:
+    """(grid, args) -> None: `compiled`'s launcher, called as `JITFunction.run` calls it."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    compiled._init_handles()
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    active = driver.active
+    runtime = knobs.runtime
+
+    def launch(grid, args):
+        if runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None:
+            compiled[_grid3(grid)](*args, *tail)  # the hooks want their metadata: Triton's own path
+            return
+        g = _grid3(grid)
+        stream = active.get_current_stream(active.get_current_device())
+        run(g[0], g[1], g[2], stream, function, packed, None, None, None, *args, *tail)
+
+    return launch
+
+
+def _grid3(grid) -> tuple:
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+
+
+__all__ = ["TritonLauncher", "TRITON_LANGUAGE_LOCK", "constexpr_tail"]

@@ -129,13 +129,13 @@ def triton_launch_rows(device: str, calls: int) -> list[dict]:
             host, wall = _per_call(lambda: fn[(1,)](x, 1024, *extra, BLOCK=1024), (), calls, device)
             rows.append({"launch": label, "host_us": round(host, 2), "wall_us": round(wall, 2)})
             runner = None
-            try:  # CompiledKernel[grid](*args): the launcher without JITFunction's binding and cache lookup
+            try:  # CompiledKernel[grid](*args, *constexprs): the launcher without JITFunction's binding
                 runner = compiled[(1, 1, 1)]
-                runner(x, 1024, *extra)
+                runner(x, 1024, *extra, 1024)
             except Exception as err:  # noqa: BLE001 - an API this Triton lacks is a result, not a failure
                 rows.append({"launch": label.replace("jit", "compiled kernel"), "error": f"{type(err).__name__}: {err}"})
             if runner is not None:
-                host, wall = _per_call(lambda: runner(x, 1024, *extra), (), calls, device)
+                host, wall = _per_call(lambda: runner(x, 1024, *extra, 1024), (), calls, device)
                 rows.append({"launch": label.replace("jit", "compiled kernel"), "host_us": round(host, 2),
                              "wall_us": round(wall, 2)})
         _sync(device)

@@ -1,0 +1,88 @@
+"""The direct launch path of JIT-compiled kernels (backends/triton_launch.py), checked against
+Triton's own binder without a GPU: after the first launch, uniorch calls the compiled kernel's
+launcher with its runtime arguments and then the constexprs in signature order, keyed by
+Triton's specialization of each argument. Both must be what `JITFunction.run` computes, for
+every kind of kernel uniorch generates (with and without size symbols), in the Triton installed
+and in the GPU machine's (the compat run)."""
+import pytest
+import torch
+from torch import nn
+
+from uniorch.aot import compile_aot
+from uniorch.backends.sdk import tensor_args
+from uniorch.backends.triton_launch import TritonLauncher, constexpr_tail
+from uniorch.runtime import loader
+
+
+class Block(nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(d), nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.fc(self.norm(x)))
+        return x + self.proj(h).softmax(-1) * x.cumsum(-1)
+
+
+def _kernels(dynamic):
+    torch.manual_seed(0)
+    art = compile_aot(Block().eval(), (torch.randn(4, 24, 64),), target="cuda:sm_90", dynamic=dynamic)
+    assert len(art.kernels) >= 3
+    kernels = [k.source for k in art.kernels]
+    assert any(ks.symbols for ks in kernels) == dynamic
+    return kernels
+
+
+def _binder(fn):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    return backend, create_function_from_signature(fn.signature, fn.params, backend)
+
+
+def _example_args(ks, sizes, offset):
+    """Tensors of the kernel's ranks (dtype and values do not matter to binding), one of them
+    starting `offset` elements into its storage (alignment is part of the specialization)."""
+    ins = [torch.zeros(64 * 64 * 8)[offset:offset + 5 ** r].view(*(5,) * r) if r else torch.zeros(())
+           for r in ks.input_ranks]
+    outs = [torch.zeros((3,) * r) for r in ks.output_ranks]
+    return tensor_args(ks, ins, outs, sizes if ks.symbols else None)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_direct_arguments_are_what_triton_binds(dynamic, offset):
+    from triton._C.libtriton import native_specialize_impl
+
+    for ks in _kernels(dynamic):
+        fn = loader.load(ks, interpret=False)
+        tail = constexpr_tail(fn, ks)
+        assert tail is not None, ks.name
+        backend, binder = _binder(fn)
+        sizes = [16 + i for i in range(len(ks.symbols))]
+        args = _example_args(ks, sizes, offset)
+        bound, specialization, _ = binder(*args, **ks.constexprs, num_warps=ks.num_warps,
+                                          num_stages=ks.num_stages)
+        values = list(bound.values())
+        assert len(values) == len(args) + len(tail), ks.name
+        assert all(a is b for a, b in zip(values, args)), ks.name
+        assert tuple(values[len(args):]) == tail, ks.name
+        ours = [native_specialize_impl(type(backend), a, False, True, True) for a in args]
+        assert [tuple(s) for s in specialization[:len(args)]] == [tuple(s) for s in ours], ks.name
+
+
+def test_the_interpreter_keeps_tritons_path():
+    ks = _kernels(False)[0]
+    fn = loader.load(ks, interpret=True)
+    launcher = TritonLauncher(ks, fn)
+    assert launcher._specialize is None
+
+
+def test_without_a_gpu_driver_there_is_no_direct_path():
+    ks = _kernels(False)[0]
+    launcher = TritonLauncher(ks, loader.load(ks, interpret=False))
+    if not torch.cuda.is_available():
+        assert launcher._specialize is None
