@@ -36,7 +36,7 @@ class TritonLauncher:
         self.kernel, self.fn = kernel, fn
         self._direct: dict = {}  # specialization key -> the compiled kernel's launch
         self._tail = constexpr_tail(fn, kernel)
-        self._specialize = _specializer(fn) if self._tail is not None else None
+        self._specialize = _specializer(fn) if self._tail is not None and _direct_wanted() else None
 
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
@@ -47,13 +47,40 @@ class TritonLauncher:
         if self._specialize is not None:
             key = self._specialize(args)
             launch = self._direct.get(key)
-            if launch is not None:
-                launch(grid, args)
+            if launch is not None and launch(grid, args):
                 return
+            if key in self._direct:  # the direct launch was refused: Triton's path from then on
+                key = None
         with TRITON_LANGUAGE_LOCK:
             compiled = self.fn[grid](*args, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)
         if key is not None and compiled is not None:
-            self._direct[key] = _direct_launch(compiled, self._tail)
+            self._direct[key] = _checked(_direct_launch(compiled, self._tail), self._direct, key)
+
+
+def _direct_wanted() -> bool:
+    import os
+
+    from uniorch import config
+
+    assert "UNIORCH_TRITON_LAUNCH" in config.KNOBS
+    return os.environ.get("UNIORCH_TRITON_LAUNCH", "").strip().lower() != "jit"
+
+
+def _checked(launch: Callable, table: dict, key) -> Callable:
+    """`launch` returning True; on its first call, if the launcher refuses the argument list (a
+    Triton that calls it differently: a TypeError, raised before anything runs), False, and the key
+    goes to Triton's own path for good."""
+
+    def first(grid, args) -> bool:
+        try:
+            launch(grid, args)
+        except TypeError:
+            table[key] = None
+            return False
+        table[key] = lambda g, a: launch(g, a) or True
+        return True
+
+    return first
 
 
 def constexpr_tail(fn, kernel) -> Optional[tuple]:

@@ -86,3 +86,19 @@ def test_without_a_gpu_driver_there_is_no_direct_path():
     launcher = TritonLauncher(ks, loader.load(ks, interpret=False))
     if not torch.cuda.is_available():
         assert launcher._specialize is None
+
+
+def test_a_refused_direct_launch_goes_back_to_tritons_path():
+    from uniorch.backends.triton_launch import _checked
+
+    table, calls = {}, []
+
+    def refused(grid, args):
+        raise TypeError("function takes exactly 16 arguments (15 given)")
+
+    table["k"] = _checked(refused, table, "k")
+    assert table["k"]((1,), []) is False and table["k"] is None
+
+    table["k"] = _checked(lambda grid, args: calls.append(grid), table, "k")
+    assert table["k"]((2,), []) is True and table["k"]((3,), []) is True
+    assert calls == [(2,), (3,)]

@@ -12,6 +12,8 @@ KNOBS = {
                                "numbers, as Inductor's fallback_random (default: kernels draw from a seed of PyTorch's generator)",
     "UNIORCH_AUTOTUNE": "1: contraction kernels on a GPU try a few tile configurations at their first call and keep "
                         "the fastest, cached on disk (runtime/autotune.py); force: on the CPU targets too (tests)",
+    "UNIORCH_TRITON_LAUNCH": "jit: every GPU launch goes through Triton's JITFunction.run (default: after the first, the "
+                             "compiled kernel's launcher directly, backends/triton_launch.py)",
     "UNIORCH_TRITON_ADAPTER": "Ascend's triton-adapter-opt for the cann and cpu backends (default: the venv's bin/, then PATH)",
     # read by scripts/setup.sh, listed here so every knob is in one place
     "UNIORCH_TORCH_VERSION": "torch version scripts/setup.sh installs when .venv has none (default 2.13.0)",
