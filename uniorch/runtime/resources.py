@@ -33,7 +33,7 @@ SHARED_MEMORY = {
     "gfx908": 65536, "gfx90a": 65536, "gfx940": 65536, "gfx941": 65536, "gfx942": 65536, "gfx950": 163840,
     "gfx1100": 65536, "gfx1101": 65536, "gfx1200": 65536, "gfx1201": 65536,
 }
-REFITTED = ("attention", "contraction")  # the kernels that stage loads through shared memory
+REFITTED = ("attention", "chain", "contraction")  # the kernels that stage loads through shared memory
 MAX_REFITS = 8
 
 
@@ -59,7 +59,7 @@ def smaller(kind: str, sched: dict) -> Optional[dict]:
     """The next rung down from `sched`, or None when the smallest is reached."""
     if int(sched.get("num_stages", 1)) > 1:
         return dict(sched, num_stages=int(sched["num_stages"]) - 1)
-    along = ("block_n", "block_m") if kind == "attention" else ("block_k", "block_n", "block_m")
+    along = ("block_n", "block_m") if kind in ("attention", "chain") else ("block_k", "block_n", "block_m")
     for key in along:
         if int(sched.get(key, 0)) > 16:
             return dict(sched, **{key: int(sched[key]) // 2})
