@@ -31,7 +31,7 @@ from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
-from .patterns import recorded_schedule
+from .patterns import dot_precision, recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
@@ -243,8 +243,7 @@ class _Flash:
             dt = "f32"
         at = a.text if a.ty == dt else part.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
         bt = b.text if b.ty == dt else part.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
-        prec = ', input_precision="ieee"' if dt in ("f32", "f64") else ""
-        return at, bt, dt, prec
+        return at, bt, dt, dot_precision(self.plan.p1.func, dt)
 
     def build(self) -> KernelSource:
         p1, p2, s = self.plan.p1, self.plan.p2, self.s
@@ -315,7 +314,7 @@ class _Flash:
             p_text = f"p.to({_TL[pty]})" if dt2 == pty else f"p.to({_TL[pty]}).to({_TL[dt2]})"
         elif dt2 != "f32":
             p_text = f"p.to({_TL[dt2]})"
-        prec2 = ', input_precision="ieee"' if dt2 in ("f32", "f64") else ""
+        prec2 = dot_precision(p1.func, dt2)
         stores = e2.stores()
         return self.assemble(s_text, p_text, vt, prec2, stores)
 

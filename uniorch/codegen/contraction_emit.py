@@ -17,6 +17,7 @@ from .contraction_ir import (
 from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
+from .patterns import dot_precision
 
 
 def _vendor(target) -> str:
@@ -529,7 +530,7 @@ class _Emitter(_Reductions):
             dt = ta
         else:
             dt = "f32"
-        prec = ', input_precision="ieee"' if dt in ("f32", "f64") else ""
+        prec = dot_precision(p.func, dt)
 
         def tile(side: str, w) -> str:
             self.win = w

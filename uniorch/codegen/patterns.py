@@ -58,6 +58,22 @@ def recorded_schedule(func) -> dict | None:
     return out
 
 
+FP32_DOT = "uniorch.fp32_dot"  # on a kernel: Triton's input_precision for its float32 dots
+
+
+def dot_precision(func, dt: str) -> str:
+    """The `input_precision` argument of a `tl.dot` over `dt` operands in kernel `func`: float32
+    dots are exact ("ieee", FMA units) unless the compile recorded PyTorch's float32 matmul
+    precision allowing TF32 (`uniorch.fp32_dot`); float64 ones are always exact."""
+    if dt == "f64":
+        return ', input_precision="ieee"'
+    if dt != "f32":
+        return ""
+    attrs = op_of(func).attributes
+    mode = ir.StringAttr(attrs[FP32_DOT]).value if FP32_DOT in attrs else "ieee"
+    return f', input_precision="{mode}"'
+
+
 def is_generic(op) -> bool:
     return op_of(op).name == GENERIC
 

@@ -204,6 +204,7 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("passes", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["passes"] = time.perf_counter() - t
+    _record_fp32_precision(module, target)
 
     t = time.perf_counter()
     backend = target.backend
@@ -249,6 +250,23 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
                       lambda kernel: _refit(kernel, str(target), backend.load))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def _record_fp32_precision(module: ir.Module, target: Target) -> None:
+    """PyTorch's float32 matmul precision, as eager and Inductor read it when they run or compile:
+    "highest" (the default) keeps float32 dots exact; "high" or "medium" (or
+    `torch.backends.cuda.matmul.allow_tf32 = True`) lets them use TF32 tensor cores, on NVIDIA
+    GPUs from sm_80. Read once, at compile time, onto each kernel (codegen/patterns.py
+    `dot_precision`)."""
+    from uniorch.codegen.patterns import FP32_DOT
+
+    if torch.get_float32_matmul_precision() == "highest" or target.vendor != "cuda" or target.interpret:
+        return
+    digits = "".join(c for c in target.arch if c.isdigit())
+    if not digits or int(digits) < 80:
+        return
+    for op in kernel_functions(module):
+        op.attributes[FP32_DOT] = ir.StringAttr.get("tf32", module.context)
 
 
 def _load(op, ks, target: Target, backend):
