@@ -62,6 +62,8 @@ def test_the_choice_is_cached_on_disk(tuning, monkeypatch):
     assert calls == [], "a cached choice was measured again"
     (tuner,) = _launchers(cm)
     assert tuner.chosen is not None
+    (report,) = autotune.choices(cm).values()  # the cached choice is reported as chosen
+    assert report["chosen"] == next(iter(cache.values())) and report["seconds"] == {}
 
 
 def test_off_by_default_and_on_cpu_targets(monkeypatch):

@@ -53,6 +53,10 @@ def test_autotuned_backend_runs(tmp_path):
     (path,) = tmp_path.glob("*-cpu.json")
     (row,) = json.loads(path.read_text())["results"]
     assert row["uniorch_autotune_ms"] > 0 and row["checks"]["uniorch_autotune"] is True, row
+    # what tuning picked, for the next schedule defaults: one kernel, its candidates measured
+    (choice,) = row["autotune_choices"].values()
+    assert choice["chosen"] in [json.loads(k.replace("(", "[").replace(")", "]")) for k in choice["seconds"]]
+    assert len(choice["seconds"]) >= 3 and choice["default"] == list(choice["default"])
 
 
 def test_bf16_chain_runs_as_kernels(tmp_path):

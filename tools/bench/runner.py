@@ -153,6 +153,10 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
     compiled, seconds, out = cold_compile(backend, fn, args, opt.device, opt.cache_root)
     if name != "eager":
         row[f"{name}_compile_s"] = seconds
+        if name == "uniorch_autotune":
+            from uniorch.runtime.autotune import choices
+
+            row["autotune_choices"] = choices(getattr(compiled, "compiled", compiled))
         err = training.rel_error(out, ref) if row["kind"] == "train" else rel_error(out, ref)
         row["rel_err"][name] = err
         row["rel_err_l2"][name] = rel_error_l2(out, ref)

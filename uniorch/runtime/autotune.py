@@ -131,12 +131,14 @@ class AutotunedLauncher:
         self.name, self.cands, self._load, self.device = name, cands, load, device
         self.key = cache_key(cands[0][1].source, device)
         self.chosen = None
+        self.choice = None  # (block_m, block_n, block_k, num_warps, num_stages) of the chosen one
         self.timings: dict = {}
         cached = _read_cache().get(self.key)
         if cached is not None:
             match = [i for i, (cfg, _) in enumerate(cands) if list(cfg) == list(cached)]
             if match:
                 self.chosen = self._load(cands[match[0]][1])
+                self.choice = cands[match[0]][0]
 
     def __call__(self, inputs: list, outputs: list, sizes=None) -> None:
         if self.chosen is None:
@@ -160,8 +162,26 @@ class AutotunedLauncher:
                 best, best_t = (cfg, fn), t
         if best is None:
             raise RuntimeError(f"autotune {self.name}: no candidate ran ({self.timings})")
-        self.chosen = best[1]
+        self.chosen, self.choice = best[1], best[0]
         _write_choice(self.key, list(best[0]))
+
+    def report(self) -> dict:
+        """What was chosen and what each candidate measured (seconds per launch, or its error)."""
+        return {"default": list(self.cands[0][0]), "chosen": list(self.choice) if self.choice else None,
+                "seconds": {k: v for k, v in self.timings.items()}}
+
+
+def choices(compiled) -> dict:
+    """kernel name -> `AutotunedLauncher.report()` for every tuned kernel of a `uniorch.compile`d
+    callable's compiles (for the benchmark's record of what tuning picked)."""
+    out = {}
+    for entry in getattr(compiled, "_cache", {}).values():
+        program = getattr(entry, "program", None)
+        for r, region in enumerate(getattr(program, "regions", None) or []):
+            for name, kernel in region.plan.kernels.items():
+                if isinstance(kernel.fn, AutotunedLauncher):
+                    out[name if r == 0 else f"r{r}.{name}"] = kernel.fn.report()
+    return out
 
 
 def measure(fn, inputs, outputs, sizes, reps: int = 10) -> float:
@@ -183,4 +203,5 @@ def measure(fn, inputs, outputs, sizes, reps: int = 10) -> float:
     return (time.perf_counter() - t0) / (reps if cuda else 1)
 
 
-__all__ = ["enabled", "tunable", "candidates", "AutotunedLauncher", "measure", "schedule_with", "NARROW", "FP32"]
+__all__ = ["enabled", "tunable", "candidates", "choices", "AutotunedLauncher", "measure", "schedule_with", "NARROW",
+           "FP32"]
