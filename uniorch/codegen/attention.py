@@ -267,7 +267,7 @@ class _Flash:
         kb = e1.operand("b", unscaled=narrow_qk)
         if narrow_qk:
             p1.dot_types = tuple(types)
-        qt, kt, _, prec1 = self.dot_operands(e1, qa, kb, self.q, self.k)
+        qt, kt, e1.dot_dt, prec1 = self.dot_operands(e1, qa, kb, self.q, self.k)
         init = e1.value(p1.gen.opview.outputs[0], p1.acc_layout, "init")
         if init.const is None:
             raise CodegenError(p1.gen, "q·kᵀ's accumulator starts from a tensor, not a constant")
@@ -438,6 +438,7 @@ class _Flash:
             name=name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=tuple(s["grid"]), constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols, symbol_dims=symbol_dims(p1.func, symbols, shapes),
+            relayout=e1.fma_relayout(),  # k with its keys innermost for exact float32 q·kᵀ
         )
 
 

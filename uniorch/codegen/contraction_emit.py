@@ -18,6 +18,7 @@ from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_si
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
 from .patterns import dot_precision
+from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 
 def _vendor(target) -> str:
@@ -27,7 +28,6 @@ def _vendor(target) -> str:
         return parse_target(target or "interpret").vendor
     except TargetError:
         return ""
-from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 
 class _Emitter(_Reductions):
@@ -40,6 +40,10 @@ class _Emitter(_Reductions):
         # backend's lowering (Ascend's adapter, then upstream MLIR) of a dot whose bf16 operand is
         # a broadcast row gave values ~1e10 (every M=1 bf16 matmul)
         self.widen_bf16 = self.interpret or _vendor(target) == "cpu"
+        self.target = target
+        self.b_loads: list = []     # [(input index, index per dim)] loaded into the B tile
+        self.a_inputs: set = set()  # inputs loaded into the A tile
+        self.dot_dt = None          # the tl.dot operand type
         self.pre: list[str] = []    # before the K loop
         self.loop: list[str] = []   # inside the K loop
         self.post: list[str] = []   # after the K loop
@@ -338,6 +342,10 @@ class _Emitter(_Reductions):
         if fill is not None:
             other = fill.text
         text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
+        if ctx == "b":
+            self.b_loads.append((i, idx))
+        elif ctx == "a":
+            self.a_inputs.add(i)
         name = self.line(ctx, cls, text, f"{ctx}_in{i}_")
         zero_other = fill is None or fill.const == 0
         return _Val(name, ty, frozenset(cls),
@@ -531,6 +539,7 @@ class _Emitter(_Reductions):
         else:
             dt = "f32"
         prec = dot_precision(p.func, dt)
+        self.dot_dt = dt
 
         def tile(side: str, w) -> str:
             self.win = w
@@ -708,7 +717,35 @@ class _Emitter(_Reductions):
             grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols,
             symbol_dims=symbol_dims(p.func, symbols, [_shape(a) for a in p.args] + [_shape(r) for r in p.results]),
+            relayout=self.fma_relayout(),
         )
+
+    def fma_relayout(self) -> list:
+        """[(input, dim order)]: B factors the launch plan lays out with their N dim innermost
+        before the kernel runs (runtime/plan.py), for exact float32 dots on a GPU.
+
+        Exact float32 dots run on FMA units, which read the B tile along N; a factor stored with K
+        innermost (a linear layer's weight, [N, K]) is read across it. H200 run 3: x @ w.T took
+        4.9 ms where the same sizes as x @ w took 1.5 ms per 68 GFLOP (14 against 46 TFLOP/s);
+        Inductor calls cuBLAS there. A copy of the factor costs a read and a write of it, a few
+        microseconds for a weight against milliseconds of dot, so only products of at least 256
+        rows (compute-bound) get it; tensor-core dots (16-bit, TF32) read K-major tiles natively."""
+        p = self.p
+        if self.interpret or _vendor(self.target) not in ("cuda", "rocm") or self.dot_dt != "f32":
+            return []
+        if "ieee" not in dot_precision(p.func, "f32") or not isinstance(p.M, int) or p.M < 256:
+            return []
+        orders: dict = {}
+        for i, idx in self.b_loads:
+            classes = [self.lin_cls(lin) for lin in idx]
+            n_dims = [j for j, c in enumerate(classes) if c == {"n"}]
+            if i in self.a_inputs or len(idx) < 2 or len(n_dims) != 1 or not any(c == {"k"} for c in classes):
+                orders[i] = None  # read by both tiles, or not one plain N dim: as it is
+                continue
+            order = [j for j in range(len(idx)) if j != n_dims[0]] + n_dims
+            orders[i] = order if orders.get(i, order) == order else None
+        return [(i, order) for i, order in sorted(orders.items())
+                if order is not None and order != list(range(len(order)))]  # not N innermost already
 
     def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
         """Definitions of the needed per-dimension indices of class `c` from the flat offsets."""

@@ -235,6 +235,8 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         if "uniorch.schedule" in op.attributes:
             sched = {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
         read, written = kernel_bytes(op, calls.get(name, ()))
+        copied = _relayout_bytes(op, ks)  # factors copied to another layout before it: read and written once
+        read, written = read + copied, written + copied
         infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
                                 ks.source, read, written))
     try:
@@ -250,6 +252,21 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
                       lambda kernel: _refit(kernel, str(target), backend.load))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def _relayout_bytes(op, ks) -> int:
+    """Bytes of the inputs the plan lays out anew before the kernel (KernelSource.relayout), at
+    their static sizes (0 for symbolic ones)."""
+    total = 0
+    args = op.regions[0].blocks[0].arguments
+    for i, _ in ks.relayout:
+        t = ir.RankedTensorType(args[i].type)
+        if all(d >= 0 for d in t.shape):
+            n = 1
+            for d in t.shape:
+                n *= d
+            total += n * max(1, t.element_type.width // 8 if hasattr(t.element_type, "width") else 4)
+    return total
 
 
 def _record_fp32_precision(module: ir.Module, target: Target) -> None:
