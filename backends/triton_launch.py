@@ -57,6 +57,19 @@ class TritonLauncher:
             self._direct[key] = _checked(_direct_launch(compiled, self._tail), self._direct, key)
 
 
+    def warmup(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
+        """Compiles the kernel for these arguments without launching it: under Triton's
+        AsyncCompileMode (runtime/compiler.py `_compile_ahead`), the compile is queued on its
+        executor and this returns at once."""
+        if not hasattr(self.fn, "warmup") or not hasattr(self.fn, "device_caches"):
+            return  # the interpreter compiles nothing ahead
+        ks = self.kernel
+        grid = ks.launch_grid(ks.size_args(inputs, outputs, sizes)) if ks.symbols else ks.grid
+        args = tensor_args(ks, inputs, outputs, sizes)
+        with TRITON_LANGUAGE_LOCK:
+            self.fn.warmup(*args, grid=grid, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)
+
+
 def _direct_wanted() -> bool:
     import os
 

@@ -1,0 +1,51 @@
+"""Kernels compiled all at once before the trial launch (runtime/compiler.py `_compile_ahead`):
+the plan runs once with every launch replaced by the launcher's `warmup`, under Triton's
+AsyncCompileMode, so Triton's compiles share a thread pool instead of running in turn. Without a
+GPU, the plan's side is checked: every kernel is warmed once with the arguments its launch would
+get, none is launched, and the plan's launch is restored."""
+import torch
+from torch import nn
+
+import uniorch
+from uniorch.runtime.compiler import _compile_ahead
+
+
+class _Recorder:
+    def __init__(self, real, log, name):
+        self.real, self.log, self.name = real, log, name
+
+    def warmup(self, inputs, outputs, sizes=None):
+        self.log.append((self.name, [tuple(t.shape) for t in inputs], [tuple(t.shape) for t in outputs]))
+
+    def __call__(self, inputs, outputs, sizes=None):
+        raise AssertionError(f"{self.name} launched while compiling ahead")
+
+
+def test_every_kernel_is_warmed_once_and_none_launched():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 300), nn.GELU(), nn.Linear(300, 32), nn.Softmax(-1)).eval()
+    model.requires_grad_(False)
+    x = torch.randn(8, 32)
+    cm = uniorch.compile(model, target="interpret")
+    ref = cm(x)
+    program = next(iter(cm._cache.values())).program
+    (region,) = program.regions
+    (wrapper,) = [m for m in program.module.children() if getattr(m, "compiled", None) is region]
+    inputs = [torch.randn(tuple(n.meta["val"].shape)) for n in wrapper.eager.graph.nodes if n.op == "placeholder"]
+    plan = region.plan
+    assert len(plan.kernels) >= 2
+    log, real = [], {}
+    for name, k in plan.kernels.items():
+        real[name] = k.fn
+        k.fn = _Recorder(k.fn, log, name)
+    launch = plan.launch
+    _compile_ahead(plan, inputs, workers=2)
+    assert plan.launch is launch
+    assert sorted(n for n, _, _ in log) == sorted(plan.kernels), log
+    for name, k in plan.kernels.items():
+        k.fn = real[name]
+    torch.testing.assert_close(cm(x), ref)
+
+
+def test_tritons_async_compile_is_there():
+    from triton.runtime._async_compile import AsyncCompileMode  # noqa: F401 - 3.6 and newer
