@@ -100,3 +100,10 @@ def test_training_step_workloads(tmp_path):
         assert row["eager_ms"] > 0 and row["uniorch_ms"] > 0
     skipped = runner.run_workload(WORKLOADS["mlp_train"], "bf16", opt)
     assert "fp32 only" in skipped["errors"]["setup"]
+
+
+def test_graphed_backend_runs(tmp_path):
+    """uniorch_graphs: compiled with cuda_graphs=True (on the CPU the plan runs as without it)."""
+    opt = runner.Options("cpu", ["eager", "uniorch_graphs"], warmup=1, iters=2, cache_root=str(tmp_path))
+    row = runner.run_workload(WORKLOADS["gelu_silu_chain"], "fp32", opt)
+    assert row["errors"] == {} and row["checks"]["uniorch_graphs"] is True, row

@@ -74,8 +74,9 @@ class CompiledModule:
     """What `uniorch.compile` returns: called like the model, compiled once per input spec."""
 
     def __init__(self, model_or_fn: Any, target: Target, fallback: str, cache_size_limit: int,
-                 dynamic: Optional[bool] = None):
+                 dynamic: Optional[bool] = None, cuda_graphs: bool = False):
         self._model = model_or_fn
+        self._cuda_graphs = cuda_graphs
         self._target = target
         self._fallback = fallback
         self._limit = cache_size_limit
@@ -143,7 +144,8 @@ class CompiledModule:
             entry = self._compile_symbolic(args, kwargs, key, why, baseline)
             if entry is not None:
                 return entry
-            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
+                                   cuda_graphs=self._cuda_graphs)
             self._cache[key] = entry
             if why:
                 self.recompiles.append(f"{why}; compiled for these sizes only" + self._rejected_note())
@@ -188,7 +190,8 @@ class CompiledModule:
         if tried in self._rejected:
             return None
         try:
-            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims)
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims,
+                                   cuda_graphs=self._cuda_graphs)
             guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
         except Exception as err:  # noqa: BLE001 - a bug of ours in the symbolic path: the static compile still serves
             if self._fallback == "error":
@@ -331,7 +334,8 @@ class CompiledModule:
             return rep
         entry = self.entry(args, kwargs)
         if entry is None:
-            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback)
+            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
+                                   cuda_graphs=self._cuda_graphs)
         rep = _report(entry, self._target, args, kwargs)
         rep.recompiles = list(self.recompiles)
         return rep
@@ -352,9 +356,10 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
 
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True,
-                   dynamic: Optional[dict] = None) -> _Entry:
+                   dynamic: Optional[dict] = None, cuda_graphs: bool = False) -> _Entry:
     """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
-    `dynamic`: flat argument index -> dims captured with symbolic sizes."""
+    `dynamic`: flat argument index -> dims captured with symbolic sizes. `cuda_graphs`: regions
+    replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py)."""
     from .errors import CaptureError
 
     timings = {}
@@ -374,13 +379,18 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
 
         region = functools.partial(compile_graph, run=False)
     program = compile_program(captured.graph_module, target, fallback, compile_region=region)
+    if cuda_graphs and launch:
+        from .runtime.cuda_graphs import attach
+
+        attach(program)
     timings["compile"] = time.perf_counter() - t
     timings.update({f"  {k}": v for k, v in program.timings.items()})
     return _Entry(captured, program, timings)
 
 
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
-            cache_size_limit: int = DEFAULT_CACHE_LIMIT, dynamic: Optional[bool] = None) -> CompiledModule:
+            cache_size_limit: int = DEFAULT_CACHE_LIMIT, dynamic: Optional[bool] = None,
+            cuda_graphs: bool = False) -> CompiledModule:
     """Returns a callable with the model's signature and outputs, running uniorch's kernels.
 
     model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
@@ -395,6 +405,10 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     to PyTorch than the static compile); True: every dim symbolic from the first call; False: never.
     `torch._dynamo.mark_dynamic(t, d)` makes a dim symbolic from the first call. `explain` lists
     the symbolic sizes and why each recompile happened.
+    cuda_graphs: from the second call, each compiled region's launches replay as one CUDA graph
+    (as torch.compile's mode="reduce-overhead"; runtime/cuda_graphs.py): inputs are copied into
+    the graph's buffers unless they stay at one address, and outputs are copies, so they outlive
+    later calls. Regions with random ops, symbolic sizes or CPU inputs launch as without it.
     """
     if fallback not in ("eager", "error"):
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
@@ -414,7 +428,7 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
         return compiled if optimizer is None else compiled.step
     if dynamic not in (None, True, False):
         raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
-    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit, dynamic)
+    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit, dynamic, cuda_graphs)
 
 
 # -- explain ---------------------------------------------------------------------------------------
@@ -495,19 +509,23 @@ def _where_model() -> str:
     return "every op runs eagerly"
 
 
-BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit")
+BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit", "cuda_graphs")
 
 
 def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: dict | None = None,
                   mode: str | None = None, **kwargs):
     """torch.compile(model, backend="uniorch", options={...}): Dynamo's graph is compiled like any
-    function, with `uniorch.compile`'s keywords (target, fallback, cache_size_limit) as options.
+    function, with `uniorch.compile`'s keywords (target, fallback, cache_size_limit, cuda_graphs)
+    as options.
 
     Registered through the `torch_dynamo_backends` entry point. torch.compile passes its `options=`
-    dict as one keyword (and `mode=` when given: Inductor's tuning modes, nothing to do here); a
-    key uniorch does not know is an error naming it, not a silently ignored setting.
+    dict as one keyword, and `mode=` when given: "reduce-overhead" means CUDA graphs, as for
+    Inductor (`cuda_graphs=True`); Inductor's tuning modes have nothing to do here. A key uniorch
+    does not know is an error naming it, not a silently ignored setting.
     """
     opts = {**(options or {}), **kwargs}
+    if mode == "reduce-overhead":
+        opts.setdefault("cuda_graphs", True)
     unknown = sorted(k for k in opts if k not in BACKEND_OPTIONS)
     if unknown:
         raise ValueError(f"torch.compile(backend='uniorch'): unknown option(s) {', '.join(map(repr, unknown))}; "

@@ -62,15 +62,16 @@ def _inductor(mode: str | None):
     return wrap
 
 
-def _uniorch(fn, device):
+def _uniorch(fn, device, cuda_graphs: bool = False):
     import uniorch
     from uniorch.backends.cpu import CpuBackend
 
     # CPU tensors run on the cpu backend (native code), or on the interpreter where Ascend's adapter
     # is missing; on a GPU "auto" picks the device's backend
     if device == "cpu":
-        return uniorch.compile(fn, target="cpu" if CpuBackend.is_available() else "interpret")
-    return uniorch.compile(fn, target="auto")
+        return uniorch.compile(fn, target="cpu" if CpuBackend.is_available() else "interpret",
+                               cuda_graphs=cuda_graphs)
+    return uniorch.compile(fn, target="auto", cuda_graphs=cuda_graphs)
 
 
 class FirstCallTuned:
@@ -106,6 +107,8 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in [
     Backend("uniorch", _uniorch, uniorch=True),
     # uniorch with its contraction tiles measured at the first call (off the CPU targets: uniorch)
     Backend("uniorch_autotune", lambda fn, device: FirstCallTuned(_uniorch(fn, device))),
+    # uniorch with its launches replayed as CUDA graphs (as torch.compile's reduce-overhead)
+    Backend("uniorch_graphs", lambda fn, device: _uniorch(fn, device, cuda_graphs=True), uniorch=True),
 ]}
 
 

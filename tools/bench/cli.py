@@ -34,7 +34,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", nargs="+", default=["fp32,bf16"], help="fp32,bf16")
     p.add_argument("--models", nargs="+", help=f"default: all of {', '.join(WORKLOADS)}")
-    p.add_argument("--backends", nargs="+", help=f"of {', '.join(BACKENDS)}; default all but uniorch_autotune "
+    p.add_argument("--backends", nargs="+", help=f"of {', '.join(BACKENDS)}; default all but uniorch_autotune and uniorch_graphs "
                    "(and on cpu without inductor_max_autotune, whose CPU autotuning takes minutes per matmul)")
     p.add_argument("--quick", action="store_true", help="fewer timed calls and smaller peak probes")
     p.add_argument("--sizes", choices=["cpu", "gpu"], help="override the device's workload sizes")
@@ -48,7 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a.models = _split(a.models) or list(WORKLOADS)
     # by default: not the tuned ones where they cannot tune (max-autotune on a CPU), nor uniorch's
     # tuning (minutes of measurements per model; ask for it by name)
-    a.backends = _split(a.backends) or [b for b in BACKENDS if b != "uniorch_autotune"
+    a.backends = _split(a.backends) or [b for b in BACKENDS if b not in ("uniorch_autotune", "uniorch_graphs")
                                         and not (a.device == "cpu" and b == "inductor_max_autotune")]
     for name, known, what in [(a.dtype, DTYPES, "dtype"), (a.models, WORKLOADS, "model"), (a.backends, BACKENDS, "backend")]:
         bad = [n for n in name if n not in known]

@@ -84,6 +84,14 @@ def workload_row(name: str, dtype_name: str, device: str, sizes: str, calls: int
         row["host_us"], row["wall_us"] = _per_call(cm, args, calls, device)
         row["eager_host_us"], row["eager_wall_us"] = _per_call(model, args, calls, device)
         text = _profile(cm, args, profile_calls)
+        # the same with the launches replayed as CUDA graphs (uniorch.compile(..., cuda_graphs=True))
+        graphed = uniorch.compile(model, target=target, cuda_graphs=True)
+        for _ in range(3):
+            graphed(*args)
+        _sync(device)
+        row["graphs_host_us"], row["graphs_wall_us"] = _per_call(graphed, args, calls, device)
+        row["graphs_replays"] = sum(getattr(r.graphs, "replays", 0) for e in graphed._cache.values()
+                                    for r in e.program.regions)
     return row, f"===== {name} {dtype_name} ({row['kernels']} kernels) =====\n{text}\n"
 
 
@@ -176,13 +184,15 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "host_profile.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("\n".join(texts), flush=True)  # (into session.log in a GPU run: one file fewer to bring back)
-    print(f"{'workload':22} {'kernels':>7} {'host us':>9} {'wall us':>9} {'eager host':>10} {'eager wall':>10}")
+    print(f"{'workload':22} {'kernels':>7} {'host us':>9} {'wall us':>9} {'eager host':>10} {'eager wall':>10} "
+          f"{'graph host':>10} {'graph wall':>10}")
     for r in result["rows"]:
         if "error" in r:
             print(f"{r['model'] + ' ' + r['dtype']:22} error: {r['error'][:80]}")
             continue
         print(f"{r['model'] + ' ' + r['dtype']:22} {r['kernels']:7d} {r['host_us']:9.1f} {r['wall_us']:9.1f} "
-              f"{r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f}")
+              f"{r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f} {r['graphs_host_us']:10.1f} "
+              f"{r['graphs_wall_us']:10.1f}")
     for r in result["triton_launch"]:
         print("triton launch:", json.dumps(r))
     return 0 if all("error" not in r for r in result["rows"]) else 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch_mlir import ir
@@ -59,9 +59,10 @@ class CompiledGraph:
     compiled: dict = field(default_factory=dict)
     # per output, the dtype PyTorch gives it; MLIR's signless integers cannot say uint8 from int8
     out_dtypes: list = field(default_factory=list)
+    graphs: Any = None  # the plan replayed as a CUDA graph (runtime/cuda_graphs.py), when asked for
 
     def __call__(self, *inputs):
-        outs = self.plan(list(inputs))
+        outs = (self.graphs or self.plan)(list(inputs))
         if self.out_dtypes:
             outs = [o.view(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d
                     and o.element_size() == d.itemsize else o for o, d in zip(outs, self.out_dtypes)]
