@@ -117,3 +117,18 @@ def test_torch_compile_reduce_overhead_means_cuda_graphs():
         cm = torch_backend(gm, [x], **{**kwargs, "options": {**kwargs.get("options", {}), "target": "interpret"}})
         assert cm._cuda_graphs is want, kwargs
         torch.testing.assert_close(cm(x)[0] if isinstance(cm(x), tuple) else cm(x), f(x))
+
+
+def test_a_failed_capture_falls_back_to_plain_launches():
+    class Refusing(FakeGraphs):
+        def capture(self, run, pool):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    torch.manual_seed(3)
+    model = nn.Linear(16, 8).eval().requires_grad_(False)
+    cm, (region,) = _graphed(model, torch.randn(4, 16))
+    region.graphs = GraphedPlan(region.plan, Refusing())
+    for _ in range(3):
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(cm(x), model(x))
+    assert "capture failed" in region.graphs.why_not and region.graphs.captures == 0

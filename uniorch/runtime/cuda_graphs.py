@@ -87,11 +87,15 @@ class GraphedPlan:
         if self.graph is None and self.previous is None:
             self.previous = addresses  # the first call: kernels compile, launches settle
             return self.plan(inputs)
-        if self.graph is None:
-            self._capture(inputs, [a == b for a, b in zip(addresses, self.previous)])
-        elif any(keep and t.data_ptr() != s.data_ptr() for keep, t, s in zip(self.by_address, inputs, self.static)):
-            # an input read in place has moved (a weight reassigned): record the launches again
-            self._capture(inputs, self.by_address)
+        try:
+            if self.graph is None:
+                self._capture(inputs, [a == b for a, b in zip(addresses, self.previous)])
+            elif any(keep and t.data_ptr() != s.data_ptr() for keep, t, s in zip(self.by_address, inputs, self.static)):
+                # an input read in place has moved (a weight reassigned): record the launches again
+                self._capture(inputs, self.by_address)
+        except Exception as err:  # noqa: BLE001 - a launch path that cannot be captured: plain launches
+            self.why_not, self.graph = f"capture failed: {type(err).__name__}: {err}", None
+            return self.plan(inputs)
         for keep, t, s in zip(self.by_address, inputs, self.static):
             if not keep:
                 s.copy_(t)
