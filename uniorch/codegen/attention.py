@@ -27,6 +27,7 @@ from uniorch.ir import dims
 
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
+from .causal_bound import causal_offset
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
@@ -318,6 +319,20 @@ class _Flash:
         stores = e2.stores()
         return self.assemble(s_text, p_text, vt, prec2, stores)
 
+    def _causal_stop(self, body: list, loop: list, score_lines: list) -> str | None:
+        """The key loop's end for a causal mask (codegen/causal_bound.py), or None. Not on the
+        interpreter, whose loops need Python integers for their bounds (Triton 3.6's)."""
+        if self.interpret or self.plan.chain:
+            return None
+        queries = [ln.split(" =")[0] for ln in body if ln.split("#")[0].strip().endswith("= offs_m[:, None]")]
+        keys = [ln.split(" =")[0] for ln in loop if ln.split("#")[0].strip().endswith("= offs_n[None, :]")]
+        if len(queries) != 1 or len(keys) != 1:
+            return None
+        c = causal_offset(score_lines, queries[0], keys[0], "qk")
+        if c is None:
+            return None
+        return f"tl.minimum({dims.code(self.plan.p1.N)}, pid_m * BLOCK_M + BLOCK_M + {c})"
+
     def assemble(self, s_text, p_text, v_text, prec2, stores) -> KernelSource:
         p1, p2, s, e1, e2 = self.plan.p1, self.plan.p2, self.s, self.e1, self.e2
         name = p1.name
@@ -390,6 +405,11 @@ class _Flash:
         loop += e1.text(self.k)
         loop += e1.text(self.sc)
         loop.append(f"s = {e1.rename_text(s_text)}")
+        stop = self._causal_stop(body, loop, e1.text(self.sc) + [loop[-1]])
+        if stop is not None:
+            body[-1] = f"for start_n in range(0, {stop}, BLOCK_N):"
+            body.insert(len(body) - 1, "# keys past the diagonal of this query tile score -inf (proved from the "
+                                       "score lines): not visited")
         if self.plan.chain:
             # the hidden activation of this tile goes straight into the second product; columns
             # past the hidden size are 0 (their W2 rows are masked too, but act(0 + b) need not be)
