@@ -77,3 +77,13 @@ def test_the_gpu_kernel_computes_what_eager_does(lq, lk):
     q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
     ref = _causal(*(t.double() for t in (q2, k2, v2)))
     torch.testing.assert_close(cm(q2, k2, v2).double(), ref, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("target, binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+def test_the_bounded_loop_compiles_to_gpu_binaries(target, binary):
+    from uniorch.aot import compile_aot
+
+    q = k = v = torch.randn(1, 2, 256, 64, dtype=torch.bfloat16)
+    art = compile_aot(_causal, (q, k, v), target=target)
+    (kernel,) = [x for x in art.kernels if x.kind == "attention"]
+    assert "pid_m * BLOCK_M + BLOCK_M" in kernel.asm["triton"] and kernel.asm[binary] and not art.fallbacks
