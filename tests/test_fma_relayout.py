@@ -1,5 +1,5 @@
 """Exact float32 dots on a GPU read a linear layer's weight with its output dim innermost
-(codegen/contraction_emit.py `fma_relayout`, runtime/plan.py): H200 run 3 measured x @ w.T at
+(codegen/fma_relayout.py, runtime/plan.py): H200 run 3 measured x @ w.T at
 14 TFLOP/s where the same sizes as x @ w ran at 46. Which kernels get it is decided in codegen
 (checked on the KernelSource for a GPU target, no GPU needed); the plan's copy is checked on the
 interpreter: the kernel receives the weight with the new strides and computes what eager does."""

@@ -62,9 +62,9 @@ def through_backend(cg, target, all_nodes: list[str]):
     """Every kernel of a compiled (not loaded) region through the backend's stages to its last."""
     from .backends.driver import compile_kernel
     from .backends.sdk import BackendError
+    from .codegen.patterns import schedule_text
     from .runtime.compiler import RegionError
-
-    from .runtime.resources import MAX_REFITS, refit, schedule_text, shared_limit
+    from .runtime.resources import refit, shared_limit
 
     backend = target.backend
     limit = shared_limit(target)
@@ -75,9 +75,7 @@ def through_backend(cg, target, all_nodes: list[str]):
             ck = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
             # over the arch's shared memory it would fail at its first launch there: smaller, as
             # the trial launch does against the driver's limit (runtime/resources.py)
-            for _ in range(MAX_REFITS):
-                if limit is None or int(ck.metadata.get("shared") or 0) <= limit:
-                    break
+            while limit is not None and int(ck.metadata.get("shared") or 0) > limit:
                 if refit(kernel, str(target)) is None:
                     raise BackendError(f"{target}: kernel {info.name} needs {ck.metadata.get('shared')} bytes of "
                                        f"shared memory at its smallest tiles; {target.arch} has {limit}")

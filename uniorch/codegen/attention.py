@@ -32,6 +32,7 @@ from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
+from .fma_relayout import fma_relayout
 from .patterns import dot_precision, recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
@@ -458,7 +459,7 @@ class _Flash:
             name=name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=tuple(s["grid"]), constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols, symbol_dims=symbol_dims(p1.func, symbols, shapes),
-            relayout=e1.fma_relayout(),  # k with its keys innermost for exact float32 q·kᵀ
+            relayout=fma_relayout(e1),  # k with its keys innermost for exact float32 q·kᵀ
         )
 
 

@@ -17,6 +17,7 @@ from .contraction_ir import (
 from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
+from .fma_relayout import fma_relayout
 from .patterns import dot_precision
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
@@ -717,35 +718,8 @@ class _Emitter(_Reductions):
             grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols,
             symbol_dims=symbol_dims(p.func, symbols, [_shape(a) for a in p.args] + [_shape(r) for r in p.results]),
-            relayout=self.fma_relayout(),
+            relayout=fma_relayout(self),
         )
-
-    def fma_relayout(self) -> list:
-        """[(input, dim order)]: B factors the launch plan lays out with their N dim innermost
-        before the kernel runs (runtime/plan.py), for exact float32 dots on a GPU.
-
-        Exact float32 dots run on FMA units, which read the B tile along N; a factor stored with K
-        innermost (a linear layer's weight, [N, K]) is read across it. H200 run 3: x @ w.T took
-        4.9 ms where the same sizes as x @ w took 1.5 ms per 68 GFLOP (14 against 46 TFLOP/s);
-        Inductor calls cuBLAS there. A copy of the factor costs a read and a write of it, a few
-        microseconds for a weight against milliseconds of dot, so only products of at least 256
-        rows (compute-bound) get it; tensor-core dots (16-bit, TF32) read K-major tiles natively."""
-        p = self.p
-        if self.interpret or _vendor(self.target) not in ("cuda", "rocm") or self.dot_dt != "f32":
-            return []
-        if "ieee" not in dot_precision(p.func, "f32") or not isinstance(p.M, int) or p.M < 256:
-            return []
-        orders: dict = {}
-        for i, idx in self.b_loads:
-            classes = [self.lin_cls(lin) for lin in idx]
-            n_dims = [j for j, c in enumerate(classes) if c == {"n"}]
-            if i in self.a_inputs or len(idx) < 2 or len(n_dims) != 1 or not any(c == {"k"} for c in classes):
-                orders[i] = None  # read by both tiles, or not one plain N dim: as it is
-                continue
-            order = [j for j in range(len(idx)) if j != n_dims[0]] + n_dims
-            orders[i] = order if orders.get(i, order) == order else None
-        return [(i, order) for i, order in sorted(orders.items())
-                if order is not None and order != list(range(len(order)))]  # not N innermost already
 
     def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
         """Definitions of the needed per-dimension indices of class `c` from the flat offsets."""

@@ -58,6 +58,14 @@ def recorded_schedule(func) -> dict | None:
     return out
 
 
+def schedule_text(func) -> dict:
+    """A kernel's recorded schedule as `explain` shows it (each entry's MLIR text)."""
+    attrs = op_of(func).attributes
+    if "uniorch.schedule" not in attrs:
+        return {}
+    return {a.name: str(a.attr) for a in ir.DictAttr(attrs["uniorch.schedule"])}
+
+
 FP32_DOT = "uniorch.fp32_dot"  # on a kernel: Triton's input_precision for its float32 dots
 
 

@@ -43,8 +43,8 @@ class KernelSource:
     symbols: list[str] = field(default_factory=list)
     symbol_dims: list[tuple[int, int]] = field(default_factory=list)
     # [(input index, dim order)]: inputs the launch plan lays out anew (that order, the last dim
-    # innermost) before the launch, where the kernel reads them faster so (contraction_emit.py
-    # `fma_relayout`); the same values, only their strides change
+    # innermost) before the launch, where the kernel reads them faster so
+    # (codegen/fma_relayout.py); the same values, only their strides change
     relayout: list = field(default_factory=list)
 
     def size_args(self, inputs: list, outputs: list, sizes: list | None = None) -> list[int]:

@@ -8,6 +8,7 @@ so the caller can run exactly those eagerly and compile the rest.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import time
 from dataclasses import dataclass, field
@@ -17,12 +18,13 @@ import torch
 from torch_mlir import ir
 
 from uniorch.codegen import CodegenError, generate
+from uniorch.codegen.patterns import schedule_text
 from uniorch.errors import UniorchError
 from uniorch.ir import dims, lower, make_context
 from uniorch.ir.importer import import_graph, node_names
 from uniorch.targets import Target
 
-from .kernel_bytes import kernel_bytes
+from .kernel_bytes import kernel_bytes, relayout_bytes
 from .plan import Kernel, LaunchPlan, PlanError, build_plan, inplace_of
 
 KERNEL_STAGES = ("fused", "scheduled")
@@ -232,11 +234,9 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
             raise RegionError("codegen", f"{name}: {type(err).__name__}: {err}", _nodes_in(op) or all_nodes) from None
         kernels[name] = Kernel(name, ks, fn, inplace_of(op), op)
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-        sched = {}
-        if "uniorch.schedule" in op.attributes:
-            sched = {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
+        sched = schedule_text(op)
         read, written = kernel_bytes(op, calls.get(name, ()))
-        copied = _relayout_bytes(op, ks)  # factors copied to another layout before it: read and written once
+        copied = relayout_bytes(op, ks.relayout)  # factors copied to another layout before it
         read, written = read + copied, written + copied
         infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
                                 ks.source, read, written))
@@ -253,21 +253,6 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
                       lambda kernel: _refit(kernel, str(target), backend.load))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
-
-
-def _relayout_bytes(op, ks) -> int:
-    """Bytes of the inputs the plan lays out anew before the kernel (KernelSource.relayout), at
-    their static sizes (0 for symbolic ones)."""
-    total = 0
-    args = op.regions[0].blocks[0].arguments
-    for i, _ in ks.relayout:
-        t = ir.RankedTensorType(args[i].type)
-        if all(d >= 0 for d in t.shape):
-            n = 1
-            for d in t.shape:
-                n *= d
-            total += n * max(1, t.element_type.width // 8 if hasattr(t.element_type, "width") else 4)
-    return total
 
 
 def _record_fp32_precision(module: ir.Module, target: Target) -> None:
@@ -325,7 +310,7 @@ def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str, refit: Opti
 
 
 def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable]) -> None:
-    from .resources import MAX_REFITS, out_of_shared_memory, schedule_text
+    from .resources import out_of_shared_memory
 
     inputs = []
     for shape, dtype in specs:
@@ -334,8 +319,7 @@ def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refi
         inputs.append(make(tuple(shape), dtype=dtype, device=device))
     if device != "cpu":
         _compile_ahead(plan, inputs)
-    refits = 0
-    while True:
+    while True:  # refits end: each takes a kernel one rung down a finite ladder, then None
         failed: list = []
 
         def launch(kernel: Kernel, ins, outs, sizes=None):
@@ -347,24 +331,30 @@ def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refi
                 raise RegionError("launch", f"{kernel.name}: {type(err).__name__}: {err}",
                                   info.nodes if info else []) from None
 
-        saved = plan.launch
-        plan.launch = launch
         try:
-            with torch.no_grad():
+            with _launching(plan, launch), torch.no_grad():
                 plan(inputs)
             return
         except RegionError:
-            if not failed or refit is None or refits >= MAX_REFITS or not out_of_shared_memory(failed[0][1]):
+            if not failed or refit is None or not out_of_shared_memory(failed[0][1]):
                 raise
             kernel = failed[0][0]
             if refit(kernel) is None:
                 raise
-            refits += 1
             info = infos.get(kernel.name)
             if info is not None:
                 info.source, info.schedule = kernel.source.source, schedule_text(kernel.func_op)
-        finally:
-            plan.launch = saved
+
+
+@contextlib.contextmanager
+def _launching(plan: LaunchPlan, launch: Callable):
+    """The plan with `launch` in place of its own for the duration."""
+    saved = plan.launch
+    plan.launch = launch
+    try:
+        yield plan
+    finally:
+        plan.launch = saved
 
 
 def _compile_ahead(plan: LaunchPlan, inputs: list, workers: Optional[int] = None) -> None:
@@ -388,16 +378,12 @@ def _compile_ahead(plan: LaunchPlan, inputs: list, workers: Optional[int] = None
         if hasattr(kernel.fn, "warmup"):
             kernel.fn.warmup(ins, outs, sizes)
 
-    saved = plan.launch
-    plan.launch = launch
     try:
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool, \
-                AsyncCompileMode(pool, ignore_errors=True), torch.no_grad():
+                AsyncCompileMode(pool, ignore_errors=True), _launching(plan, launch), torch.no_grad():
             plan(inputs)
     except Exception:  # noqa: BLE001 - the trial launch that follows reports what fails
         pass
-    finally:
-        plan.launch = saved
 
 
 def to_kernel_stage(module: ir.Module, stage: str, target: Target) -> ir.Module:

@@ -25,6 +25,14 @@ def _nbytes(t) -> int:
     return nbytes(t)
 
 
+def relayout_bytes(func, relayout) -> int:
+    """Bytes of the inputs the launch plan copies to another layout before kernel `func`
+    (KernelSource.relayout; read once and written once each), at static sizes (0 for symbolic)."""
+    args = func.regions[0].blocks[0].arguments
+    return sum(_nbytes(args[i].type) for i, _ in relayout
+               if all(d >= 0 for d in ir.RankedTensorType(args[i].type).shape))
+
+
 def kernel_bytes(func, calls=()) -> tuple[int, int]:
     """(read, written) for kernel `func`, called by the `func.call` ops `calls` (their operands say
     which arguments are views of one buffer; without them each argument counts in full)."""

@@ -34,7 +34,6 @@ SHARED_MEMORY = {
     "gfx1100": 65536, "gfx1101": 65536, "gfx1200": 65536, "gfx1201": 65536,
 }
 REFITTED = ("attention", "chain", "contraction")  # the kernels that stage loads through shared memory
-MAX_REFITS = 8
 
 
 def shared_limit(target) -> Optional[int]:
@@ -109,12 +108,4 @@ def _record_grid(op, grid) -> None:
     op.attributes["uniorch.schedule"] = ir.DictAttr.get(entries, context=attr.context)
 
 
-def schedule_text(op) -> dict:
-    """A kernel's recorded schedule as `explain` shows it."""
-    if "uniorch.schedule" not in op.attributes:
-        return {}
-    return {a.name: str(a.attr) for a in ir.DictAttr(op.attributes["uniorch.schedule"])}
-
-
-__all__ = ["SHARED_MEMORY", "MAX_REFITS", "out_of_shared_memory", "refit", "schedule_text", "shared_limit",
-           "smaller"]
+__all__ = ["SHARED_MEMORY", "out_of_shared_memory", "refit", "shared_limit", "smaller"]
