@@ -45,7 +45,8 @@ class DriverLauncher:
     """A `Launcher` for one compiled kernel. Constructing it reads and checks everything the launch
     needs (no device or driver involved); the module loads on the first launch on each device."""
 
-    def __init__(self, compiled: CompiledKernel, vendor: str, driver=None):
+    def __init__(self, compiled: CompiledKernel, vendor: str, driver=None,
+                 specialized: Optional[CompiledKernel] = None):
         if vendor not in VENDORS:
             raise BackendError(f"no driver launcher for '{vendor}'; known: {', '.join(VENDORS)}")
         spec = VENDORS[vendor]
@@ -89,9 +90,27 @@ class DriverLauncher:
         self._driver = driver
         self._loaded: dict[int, object] = {}
         self._lock = threading.Lock()
+        # the same kernel compiled for the arguments the AOT compile recorded (backends/specialization.py):
+        # launched instead whenever a launch's arguments have that specialization
+        self.specialized: Optional[DriverLauncher] = None
+        self.launches = 0  # launches of this form (the GPU run reports how many were specialized)
+        if specialized is not None:
+            self.specialized = DriverLauncher(specialized, vendor, driver)
+            self.spec = list(specialized.source.specialization)
+
+    def pick(self, inputs: list, outputs: list, sizes: list | None = None) -> "DriverLauncher":
+        """The launcher for these arguments: the specialized kernel where they match it."""
+        if self.specialized is not None:
+            from .specialization import accepts
+
+            if accepts(self.spec, tensor_args(self.kernel, inputs, outputs, sizes)):
+                return self.specialized
+        return self
 
     def check_device(self, arch: str) -> None:
         check_runs_on(self.vendor, self.name, self.arch, arch)
+        if self.specialized is not None:
+            self.specialized.check_device(arch)
 
     def driver(self):
         if self._driver is None:
@@ -144,6 +163,11 @@ class DriverLauncher:
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
         import torch
+
+        chosen = self.pick(inputs, outputs, sizes)
+        if chosen is not self:
+            return chosen(inputs, outputs, sizes)
+        self.launches += 1
 
         tensors = list(inputs) + list(outputs)
         index = self._device(tensors)

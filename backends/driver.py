@@ -34,7 +34,9 @@ def _triton_frontend(ks, backend: Backend, options):
     from uniorch.runtime import loader
 
     fn = loader.load(ks, interpret=False)
-    src = ASTSource(fn, signature=ks.signature(), constexprs=ks.constexprs)
+    # an AOT kernel's specialization, as Triton's JIT would have made it for these arguments
+    attrs = {(i,): tb_divisibility() for i in ks.divisible_args()}
+    src = ASTSource(fn, signature=ks.signature(), constexprs=ks.compile_constexprs(), attrs=attrs)
     target = backend.triton_target()
     tb = make_backend(target)
     topts = tb.parse_options({"num_warps": options.num_warps, "num_stages": options.num_stages, **TRITON_PINNED})
@@ -52,10 +54,16 @@ def _triton_frontend(ks, backend: Backend, options):
     return module, metadata
 
 
+def tb_divisibility() -> list:
+    """Triton's attribute for an argument specialized as divisible by 16 (its `parse_attr("D")`)."""
+    return [["tt.divisibility", 16]]
+
+
 def _key(ks, backend: Backend, options, linalg: str = "") -> str:
     import triton
 
-    text = "\n".join([ks.source, linalg, repr(sorted(ks.constexprs.items())), repr(ks.signature()), backend.name,
+    text = "\n".join([ks.source, linalg, repr(sorted(ks.constexprs.items())), repr(ks.signature()),
+                      repr(ks.specialization), backend.name,
                       backend.arch, options.hash(), triton.__version__, type(backend).__qualname__,
                       getattr(backend, "stages_version", ""),
                       repr(sorted(TRITON_PINNED.items()))])

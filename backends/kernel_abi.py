@@ -309,10 +309,11 @@ def bind(ks, metadata: dict, abi: ABI) -> Binding:
     names = ks.arg_names()
     slots_from: list[tuple[str, str, object]] = []
     fixed: dict[int, int] = {}
+    compiled_in = ks.compile_constexprs() if hasattr(ks, "compile_constexprs") else ks.constexprs
     for i, name in enumerate(names):
         ty = sig[name]
         if ty == "constexpr":
-            fixed[i] = ks.constexprs[name]
+            fixed[i] = compiled_in[name]
             continue
         if not ty.startswith("*") and ty not in _SCALARS:
             raise BackendError(f"kernel {kernel}: argument {name} has type {ty}, which the driver launcher cannot pass")

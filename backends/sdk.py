@@ -86,6 +86,10 @@ class Backend:
     # whether target="auto" may pick it when available; False for simulators and examples that
     # are always "available" but are not the machine's accelerator
     auto_select: ClassVar[bool] = True
+    # whether compile_aot also compiles each kernel specialized for its recorded arguments, and
+    # `load_compiled` takes it (`specialized=`) to launch where the arguments match
+    # (backends/specialization.py): for Triton's GPU targets, whose JIT specializes the same way
+    specializes_aot: ClassVar[bool] = False
 
     def __init__(self, arch: Optional[str] = None):
         self.arch = arch or self.default_arch()

@@ -15,6 +15,7 @@ from .triton_launch import TritonLauncher
 
 class TritonGPUBackend(Backend):
     triton_backend: ClassVar[str] = ""  # Triton's name for it: "cuda" | "hip"
+    specializes_aot = True
 
     def triton_target(self):  # pragma: no cover - subclasses
         raise NotImplementedError
@@ -60,10 +61,10 @@ class TritonGPUBackend(Backend):
         self._check_runnable()
         return TritonLauncher(kernel, loader.load(kernel, interpret=False))
 
-    def load_compiled(self, compiled: CompiledKernel) -> Launcher:
+    def load_compiled(self, compiled: CompiledKernel, specialized: Optional[CompiledKernel] = None) -> Launcher:
         from .binary_launch import DriverLauncher
 
         self._check_runnable()
-        launcher = DriverLauncher(compiled, self.name)
+        launcher = DriverLauncher(compiled, self.name, specialized=specialized)
         launcher.check_device(self.present_arch())
         return launcher

@@ -83,7 +83,7 @@ def _kernels(captured, program) -> list[AotKernel]:
             name = info.name if len(program.regions) == 1 else f"r{r}.{info.name}"  # names repeat per region
             ops = [str(nodes[n].target) for n in info.nodes if n in nodes]
             out.append(AotKernel(name, info.kind, r, dict(ck.asm), dict(ck.metadata), ops, ck.source, info.name,
-                                 ck))
+                                 ck, region.specialized.get(info.name)))
     return out
 
 

@@ -19,6 +19,10 @@ class AotKernel:
     source: Any = field(default=None, repr=False)  # uniorch KernelSource: how to launch it
     func: str = ""  # its function's symbol in the region's scheduled MLIR
     compiled: Any = field(default=None, repr=False)  # the backend's CompiledKernel
+    # the same kernel compiled for the arguments the region launches it with (aligned, innermost
+    # strides 1: vector loads), as Triton's JIT would; a launch whose arguments differ runs
+    # `compiled`. None where the backend does not specialize or the arguments were not known
+    specialized: Any = field(default=None, repr=False)
 
     @property
     def stages(self) -> list[str]:
@@ -65,10 +69,12 @@ def through_backend(cg, target, all_nodes: list[str]):
     from .codegen.patterns import schedule_text
     from .runtime.compiler import RegionError
     from .runtime.resources import refit, shared_limit
+    from .backends.specialization import recorded
 
     backend = target.backend
     limit = shared_limit(target)
     t = time.perf_counter()
+    specs = recorded(cg.plan, cg.input_specs) if backend.specializes_aot else {}
     for info in cg.kernels:
         try:
             kernel = cg.plan.kernels[info.name]
@@ -82,10 +88,32 @@ def through_backend(cg, target, all_nodes: list[str]):
                 info.source, info.schedule = kernel.source.source, schedule_text(kernel.func_op)
                 ck = compile_kernel(kernel.source, backend, linalg=_linalg_text(kernel.func_op))
             cg.compiled[info.name] = ck
+            spec = specs.get(info.name)
+            if spec is not None and not kernel.source.symbols:
+                special = _specialized(kernel, spec, backend, limit)
+                if special is not None:
+                    cg.specialized[info.name] = special
         except BackendError as err:
             raise RegionError("backend", str(err), info.nodes or all_nodes) from None
     cg.timings["backend stages"] = time.perf_counter() - t
     return cg
+
+
+def _specialized(kernel, spec: list, backend, limit):
+    """The kernel compiled for its recorded arguments, as Triton's JIT would compile it; None
+    where that fails or needs more shared memory than the arch has (the generic form then runs
+    every launch)."""
+    from .backends.driver import compile_kernel
+    from .backends.sdk import BackendError
+    from .backends.specialization import specialize
+
+    try:
+        ck = compile_kernel(specialize(kernel.source, spec), backend, linalg=_linalg_text(kernel.func_op))
+    except BackendError:
+        return None
+    if limit is not None and int(ck.metadata.get("shared") or 0) > limit:
+        return None
+    return ck
 
 
 def _linalg_text(func_op) -> str:

@@ -125,7 +125,19 @@ def check_aot(entry: dict, bundles: str, device: str, seed: int) -> dict:
     _sync(device)
     row.update(kernels=entry.get("kernels"), fallbacks=entry.get("fallbacks"))
     row.update(_judge(got, eager, dtype, base, inputs))
+    row.update(_specialized_launches(fn))
     return row
+
+
+def _specialized_launches(fn) -> dict:
+    """Launches of the bundle's kernels in their specialized form and in their generic form
+    (backends/specialization.py): the generic form runs where arguments differ from the recorded ones."""
+    special = generic = 0
+    for region in fn.program.children():
+        for k in getattr(getattr(region, "plan", None), "kernels", {}).values():
+            special += getattr(getattr(k.fn, "specialized", None), "launches", 0)
+            generic += getattr(k.fn, "launches", 0)
+    return {"specialized_launches": special, "generic_launches": generic}
 
 
 def _guarded(fn, *args) -> dict:

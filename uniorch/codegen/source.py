@@ -46,6 +46,10 @@ class KernelSource:
     # innermost) before the launch, where the kernel reads them faster so
     # (codegen/fma_relayout.py); the same values, only their strides change
     relayout: list = field(default_factory=list)
+    # per runtime argument, the specialization it was compiled for, in Triton's JIT terms
+    # (backends/specialization.py): "1" (compiled in), "i32"/"i64" with "D" when divisible by 16,
+    # "*D" for a 16-byte aligned pointer. Empty: compiled for any values (an AOT kernel's generic form)
+    specialization: list = field(default_factory=list)
 
     def size_args(self, inputs: list, outputs: list, sizes: list | None = None) -> list[int]:
         """The symbols' values for one launch: `sizes` as the launch plan gives them, else read off
@@ -86,9 +90,23 @@ class KernelSource:
                 i += 1
         for k in self.symbols:
             sig[k] = "i64"
+        for name, key in zip(names, self.specialization):
+            if key == "1":
+                sig[name] = "constexpr"
+            elif not key.startswith("*"):
+                sig[name] = key.rstrip("D")
         for k in self.constexprs:
             sig[k] = "constexpr"
         return sig
+
+    def compile_constexprs(self) -> dict[str, int]:
+        """The values compiled in: the block sizes, and runtime arguments specialized to 1."""
+        names = self.arg_names()
+        return {**{names[i]: 1 for i, key in enumerate(self.specialization) if key == "1"}, **self.constexprs}
+
+    def divisible_args(self) -> list[int]:
+        """Indices of the runtime arguments compiled as 16-byte aligned or divisible by 16."""
+        return [i for i, key in enumerate(self.specialization) if key.endswith("D")]
 
     def arg_names(self) -> list[str]:
         return tensor_params(self.input_ranks, self.output_ranks) + list(self.symbols)

@@ -95,17 +95,12 @@ def save(art, path: str) -> str:
         handoff = backend.handoff_files(k.compiled) if k.compiled is not None else {}
         for fname, text in handoff.items():
             files[f"handoff/{k.name}/{fname}"] = text
-        stages = {}
-        for stage, out in k.asm.items():
-            stages[stage] = files_key = f"kernel/{k.name}.{stage}"
-            files[files_key] = out
-        launch = dataclasses.asdict(k.source)
-        launch.pop("source")  # it is the "triton" stage's file
-        launch["grid"] = [g if isinstance(g, int) else str(g) for g in launch["grid"]]  # sizes: expressions
-        files[f"kernel/{k.name}.json"] = _json({"metadata": k.metadata, "launch": launch})
-        kernels.append({"name": k.name, "func": k.func, "region": k.region, "kind": k.kind, "ops": k.ops,
-                        "stages": stages, "binary": [s for s, o in k.asm.items() if isinstance(o, bytes)],
-                        "info": f"kernel/{k.name}.json"})
+        entry = {"name": k.name, "func": k.func, "region": k.region, "kind": k.kind, "ops": k.ops,
+                 **_kernel_files(files, k.name, k.asm, k.metadata, k.source)}
+        if k.specialized is not None:  # backends/specialization.py: launched where the arguments match
+            sk = k.specialized
+            entry["specialized"] = _kernel_files(files, f"{k.name}.specialized", sk.asm, sk.metadata, sk.source)
+        kernels.append(entry)
     inputs = _input_specs(captured)
     for spec in inputs:
         if spec["kind"] != "user" and any(isinstance(d, str) for d in spec["shape"]):
@@ -128,6 +123,20 @@ def save(art, path: str) -> str:
     files[MANIFEST] = _json(manifest)
     _write_dir(path, files)
     return path
+
+
+def _kernel_files(files: dict, name: str, asm: dict, metadata: dict, source) -> dict:
+    """One compiled kernel's stage files and launch description, added to `files`; its manifest entry."""
+    stages = {}
+    for stage, out in asm.items():
+        stages[stage] = files_key = f"kernel/{name}.{stage}"
+        files[files_key] = out
+    launch = dataclasses.asdict(source)
+    launch.pop("source")  # it is the "triton" stage's file
+    launch["grid"] = [g if isinstance(g, int) else str(g) for g in launch["grid"]]  # sizes: expressions
+    files[f"kernel/{name}.json"] = _json({"metadata": metadata, "launch": launch})
+    return {"stages": stages, "binary": [s for s, o in asm.items() if isinstance(o, bytes)],
+            "info": f"kernel/{name}.json"}
 
 
 def _json(obj) -> str:
@@ -392,16 +401,22 @@ def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str
     if main is None:
         raise BundleError(f"{path}: {reg['mlir']} has no func.func @main")
     kernels = {}
-    for e in entries:
+    def compiled(func: str, e: dict) -> CompiledKernel:
         asm = {}
         for stage, rel in e["stages"].items():
             with open(os.path.join(path, rel), "rb" if stage in e["binary"] else "r") as f:
                 asm[stage] = f.read()
         info = _read_json(path, e["info"])
         launch = dict(info["launch"], grid=tuple(info["launch"]["grid"]), source=asm["triton"])
-        ks = KernelSource(**launch)
-        ck = CompiledKernel(e["func"], target, ks, asm, info["metadata"])
-        kernels[e["func"]] = Kernel(e["func"], ks, backend.load_compiled(ck), inplace_of(funcs[e["func"]]), funcs[e["func"]])
+        return CompiledKernel(func, target, KernelSource(**launch), asm, info["metadata"])
+
+    for e in entries:
+        ck = compiled(e["func"], e)
+        if e.get("specialized") and backend.specializes_aot:
+            fn = backend.load_compiled(ck, specialized=compiled(e["func"], e["specialized"]))
+        else:
+            fn = backend.load_compiled(ck)
+        kernels[e["func"]] = Kernel(e["func"], ck.source, fn, inplace_of(funcs[e["func"]]), funcs[e["func"]])
     plan = build_plan(module, main, kernels, lambda kernel, ins, outs, sizes=None: kernel.fn(ins, outs)
                       if sizes is None else kernel.fn(ins, outs, sizes))
     plan.device = device  # a region whose inputs are all CPU scalars, or none, still runs on the target

@@ -62,6 +62,10 @@ class CompiledGraph:
     # per output, the dtype PyTorch gives it; MLIR's signless integers cannot say uint8 from int8
     out_dtypes: list = field(default_factory=list)
     graphs: Any = None  # the plan replayed as a CUDA graph (runtime/cuda_graphs.py), when asked for
+    input_specs: Any = None  # [(shape, dtype)] of the region's inputs, where every one is a tensor
+    # kernel name -> the backend's CompiledKernel specialized for its recorded arguments (AOT,
+    # backends/specialization.py), beside `compiled`'s form for any arguments
+    specialized: dict = field(default_factory=dict)
 
     def __call__(self, *inputs):
         outs = (self.graphs or self.plan)(list(inputs))
@@ -116,6 +120,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
                 break
             specs.append((shape, val.dtype))
     compiled = compile_module(module, target, run, specs, all_nodes, timings)
+    compiled.input_specs = specs
     out = next(n for n in gm.graph.nodes if n.op == "output")
     returned = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
     results = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in returned]
