@@ -3,7 +3,7 @@
 Elementwise fusion runs while matmul and convolution are still named ops, so no producer is fused
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
-rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, extract_operands,
+rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, compose_gathers, extract_operands,
 split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords)
 and compare in the type the values have (narrow_compares).
 """
@@ -18,6 +18,7 @@ from uniorch.ir.stages import run_pipeline_text
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .compose_gathers import compose_gathers
 from .concat_pieces import hoist_concat_pieces
 from .epilogue_views import merge_epilogue_dims
 from .extract_operands import extracts_as_operands
@@ -58,6 +59,7 @@ class Preprocess(Pass):
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
             fold_symbolic_reshapes(main)  # elementwise fusion's reshape folding leaves pairs too
             extract_before_casts(main)  # a gather from a widened 16-bit tensor reads the 16 bits
+            compose_gathers(main)  # a gather of a gather (reflect pad: one per dim) reads the source
             assemble_scatter_coords(main)  # a scatter's indices written once, not column by column
             extracts_as_operands(main)  # symbolic broadcasts read by tensor.extract: indexing maps
             split_prologues(main)

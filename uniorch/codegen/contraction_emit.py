@@ -15,6 +15,7 @@ from .contraction_ir import (
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
 from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
+from .contraction_gather import _Gathers
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
 from .fma_relayout import fma_relayout
@@ -31,7 +32,7 @@ def _vendor(target) -> str:
         return ""
 
 
-class _Emitter(_Reductions):
+class _Emitter(_Reductions, _Gathers):
     def __init__(self, plan: _Plan, sched: dict, target: str):
         self.p = plan
         self.s = sched
@@ -433,6 +434,9 @@ class _Emitter(_Reductions):
                 ty = str(v.type)
                 c = _round(_const_value(d), ty)
                 val = _Val(_lit(c, ty), ty, frozenset(), const=c)
+            elif d.name == "tensor.extract":  # its tensor is read from memory, not evaluated here
+                ins = [self.body_value(op, body, body_ops, w, env, ctx, local, arg) for w in list(d.operands)[1:]]
+                val = self.gather(d, ins, ctx)
             else:
                 ins = [self.body_value(op, body, body_ops, w, env, ctx, local, arg) for w in d.operands]
                 val = self.scalar_op(d, ins, env, ctx)
