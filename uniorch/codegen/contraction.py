@@ -39,13 +39,15 @@ by body.py (shared with the generic code generator).
 Anything outside this shape raises CodegenError; a kernel is never emitted on a guess.
 
 Parts: contraction_ir.py (element types, `Lin`, IR helpers), contraction_plan.py (analysis),
-contraction_schedule.py (tiles per target), contraction_emit.py (the Triton source).
+contraction_schedule.py (tiles per target), contraction_emit.py (the Triton source), conv_layout.py
+(convolutions on tensor cores read channels innermost).
 """
 from __future__ import annotations
 
 from .contraction_emit import _Emitter
 from .contraction_plan import _analyze, supports
 from .contraction_schedule import _recorded_schedule, choose_schedule
+from .conv_layout import channels_innermost
 from .source import KernelSource
 
 __all__ = ["supports", "choose_schedule", "generate_contraction"]
@@ -54,5 +56,6 @@ __all__ = ["supports", "choose_schedule", "generate_contraction"]
 def generate_contraction(kernel, target: str) -> KernelSource:
     """Triton source for one contraction kernel (docs/kernels.md §3-4) on `target`."""
     plan = _analyze(kernel)
+    channels_innermost(plan, target)  # a convolution on tensor cores reads NHWC (codegen/conv_layout.py)
     sched = _recorded_schedule(plan.func, plan, target)
     return _Emitter(plan, sched, target).build()

@@ -18,6 +18,7 @@ from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_si
 from .contraction_gather import _Gathers
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
+from .conv_layout import channels_last_relayout
 from .fma_relayout import fma_relayout
 from .patterns import dot_precision
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
@@ -45,6 +46,7 @@ class _Emitter(_Reductions, _Gathers):
         self.target = target
         self.b_loads: list = []     # [(input index, index per dim)] loaded into the B tile
         self.a_inputs: set = set()  # inputs loaded into the A tile
+        self.a_loads: list = []     # [(input index, index per dim)] loaded into the A tile
         self.dot_dt = None          # the tl.dot operand type
         self.pre: list[str] = []    # before the K loop
         self.loop: list[str] = []   # inside the K loop
@@ -348,6 +350,7 @@ class _Emitter(_Reductions, _Gathers):
             self.b_loads.append((i, idx))
         elif ctx == "a":
             self.a_inputs.add(i)
+            self.a_loads.append((i, idx))
         name = self.line(ctx, cls, text, f"{ctx}_in{i}_")
         zero_other = fill is None or fill.const == 0
         return _Val(name, ty, frozenset(cls),
@@ -722,7 +725,7 @@ class _Emitter(_Reductions, _Gathers):
             grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols,
             symbol_dims=symbol_dims(p.func, symbols, [_shape(a) for a in p.args] + [_shape(r) for r in p.results]),
-            relayout=fma_relayout(self),
+            relayout=fma_relayout(self) + channels_last_relayout(self),
         )
 
     def index_defs(self, c: str, flat: str, ctx: str = "") -> list[str]:
@@ -737,6 +740,9 @@ class _Emitter(_Reductions, _Gathers):
                 continue
             inner = size_prod([p.sizes[e] for e in dims[i + 1:]]) if i + 1 < len(dims) else 1
             text = flat if inner == 1 else f"{flat} // {size_code(inner)}"
+            if c == "k" and p.channels_last is not None and inner != 1 and isinstance(inner, int) \
+                    and inner % self.s["block_k"] == 0:
+                text = f"k0 // {inner}"  # one window position per K tile: a scalar, masks constant along K
             if i > 0:
                 text += f" % {size_code(p.sizes[d])}"
             out.append(f"{name} = {text}  # d{d} ({p.sizes[d]})")

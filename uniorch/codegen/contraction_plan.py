@@ -41,6 +41,7 @@ class _Plan:
     row_n: bool = False            # per-row sums of the epilogue, over the output tile's N axis
     siblings: list = field(default_factory=list)  # products sharing a factor tile (passes/fuse_siblings.py): their _classify
     shared: str = "a"              # the tile side ("a" or "b") that the siblings' shared first factor is on
+    channels_last: int | None = None  # a convolution's channel dim, enumerated innermost in K (conv_layout.py)
 
     @property
     def windows(self) -> int:

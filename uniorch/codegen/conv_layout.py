@@ -1,0 +1,72 @@
+"""Contraction kernels: convolutions on a GPU read their channels innermost.
+
+An implicit-GEMM convolution reduces over K = channels x window. Read from NCHW tensors, the tile
+of K holds elements a whole image apart (the channel stride), and the positions along the other
+axis are an output row's pixels, found by dividing a flat index by the row width: the compiler
+can prove no two neighbouring elements adjacent, so every element is a scalar load (2 bytes for
+bf16), and H200 run 3 measured each of resnet_stack's 3x3 convolutions at 0.24 ms, 31 TFLOP/s,
+where cuDNN's whole forward took 0.42 ms. As cuDNN and CUTLASS do, the kernel then reads NHWC:
+K is enumerated window-major with the channel innermost, and the launch plan lays the input and
+the filters out with the channels innermost (KernelSource.relayout: the same values, other
+strides), so a K tile is a run of consecutive channels at one window position: 16-byte loads.
+
+Only where the dot runs on tensor cores (16-bit operands, or TF32 where PyTorch's float32 matmul
+precision allows it), on cuda and rocm, and where the channel count is a multiple of 16 (the stem
+convolution's 3 channels stay as they are). Exact float32 dots (FMA units) keep their layout:
+their shared-memory reads favour the other order (codegen/fma_relayout.py).
+"""
+from __future__ import annotations
+
+from . import patterns as _pat
+from .contraction_ir import Lin, _dim_pos
+
+MIN_CHANNELS = 16
+MAX_WINDOW = 16  # largest filter extent taken for a window dim (7x7 stems, 11x11 AlexNet-like)
+
+
+def channels_innermost(plan, target: str) -> None:
+    """Reorders `plan.order["k"]` window-major, the channel dim innermost, and records that dim
+    as `plan.channels_last`, for a convolution that qualifies (see the module's doc)."""
+    from .contraction_emit import _vendor
+    from .contraction_schedule import _target_kind
+
+    if _target_kind(target)[0] == "interpret" or _vendor(target) not in ("cuda", "rocm"):
+        return
+    if not _pat.is_convolution(plan.gen) or not _tensor_cores(plan):
+        return
+    ks = list(plan.order["k"])
+    plain = [d for d in ks if all(any(_dim_pos(e) == d for e in m.results) for m in plan.maps[:2])]
+    if len(plain) != 1 or not isinstance(plan.sizes[plain[0]], int) or plan.sizes[plain[0]] % MIN_CHANNELS:
+        return
+    # the rest of K is the window: small. A weight gradient sums over the batch and the output
+    # pixels instead (the batch plain in both factors), and keeps its layout
+    if any(not isinstance(plan.sizes[d], int) or plan.sizes[d] > MAX_WINDOW for d in ks if d != plain[0]):
+        return
+    plan.order["k"] = [d for d in ks if d != plain[0]] + plain
+    plan.channels_last = plain[0]
+
+
+def _tensor_cores(plan) -> bool:
+    if all(t in ("bf16", "f16") for t in plan.dot_types):
+        return True
+    return all(t == "f32" for t in plan.dot_types) and "tf32" in _pat.dot_precision(plan.func, "f32")
+
+
+def channels_last_relayout(emitter) -> list:
+    """[(input index, dim order)] for the factors a channels-innermost convolution reads whose
+    channel dim is not innermost: that dim moved last (NCHW -> NHWC, filters FCHW -> FHWC)."""
+    c = getattr(emitter.p, "channels_last", None)
+    if c is None:
+        return []
+    orders: dict = {}
+    for i, idx in list(emitter.a_loads) + list(emitter.b_loads):
+        js = [j for j, lin in enumerate(idx) if lin == Lin.dim(c)]
+        if len(idx) < 2 or not js:
+            continue  # a per-channel vector (bias, BatchNorm's statistics): nothing to reorder
+        order = [j for j in range(len(idx)) if j != js[0]] + js[:1]
+        orders[i] = order if len(js) == 1 and orders.get(i, order) == order else None
+    return [(i, order) for i, order in sorted(orders.items())
+            if order is not None and order != list(range(len(order)))]
+
+
+__all__ = ["channels_innermost", "channels_last_relayout", "MIN_CHANNELS"]
