@@ -17,6 +17,16 @@ from .pad_views import pad_value
 from .plan_memory import nbytes
 
 
+def _pure_gather(x: ir.Operation) -> bool:
+    """x's body is index arithmetic and one `tensor.extract`, whose value it yields."""
+    from .compose_gathers import CHEAP
+
+    ops = [o.operation for o in pat.body(x).operations]
+    extracts = [o for o in ops if o.name == "tensor.extract"]
+    return (len(extracts) == 1 and all(o.name in CHEAP for o in ops) and len(x.results) == 1
+            and ops[-1].operands[0] == extracts[0].results[0])
+
+
 def _numel(t):
     return dims.prod(list(ir.RankedTensorType(t).shape))
 
@@ -145,6 +155,9 @@ class FactorJoins:
                 return False  # attention's probabilities: uniorch-fuse-attention takes the softmax whole
             if not self._prologue_pays(g, x):
                 return False
+        # a pure gather (a transposed convolution's flipped filters) computes nothing: each tile
+        # that reads it only loads at other addresses, however many tiles share an element
+        moves = _pure_gather(x)
         members = set(g.ops)
         # a gather (upsampling, a reflect pad) is loaded where the factor tile needs it, from memory:
         # never from a value this kernel computes, and nothing it gathers from may join it later
@@ -162,7 +175,8 @@ class FactorJoins:
                     outside += 1
                     continue
                 inside += 1
-                if o == a and (u.operand_number >= n_in or not self._fits(self._filters(a, u.operand_number), limit)):
+                if o == a and (u.operand_number >= n_in or not (
+                        moves or self._fits(self._filters(a, u.operand_number), limit))):
                     return False
                 if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue \
                         and not (not conv and self._factor_view(g, o, limit)):

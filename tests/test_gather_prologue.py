@@ -133,3 +133,21 @@ def test_gather_prologue_compiles_for_gpus(target):
     assert not art.fallbacks and len(art.kernels) == 1
     assert ("cubin" if target.startswith("cuda") else "hsaco") in art.kernels[0].asm
     assert "tl.load(in" in art.kernels[0].asm["triton"] and "_gather" in art.kernels[0].asm["triton"]
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,padding,out_pad", [(8, 4, 2, 2, 0, 0), (8, 16, 3, 2, 1, 1), (6, 6, 4, 1, 1, 0)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+def test_transposed_conv_reads_its_filters_flipped_in_place(cin, cout, k, stride, padding, out_pad, dtype, tol):
+    """A transposed convolution is a convolution of the zero-stuffed input with the filters
+    flipped and transposed: a pure gather of the weight, loaded in the conv's filter tile at the
+    flipped addresses (no flipped copy kernel), whatever the number of tiles reading it."""
+    torch.manual_seed(cin + k)
+    model = nn.ConvTranspose2d(cin, cout, k, stride=stride, padding=padding, output_padding=out_pad).eval().to(dtype)
+    x = torch.randn(2, cin, 5, 6).to(dtype)
+    rep = explain_static(model, (x,))
+    assert not rep.fallbacks and [kk.kind for kk in rep.kernels] == ["contraction"], str(rep)
+    assert rep.bytes_moved <= rep.bytes_minimum, str(rep)
+    cm = uniorch.compile(model, target="interpret")
+    x2 = torch.randn(2, cin, 5, 6).to(dtype)
+    with torch.no_grad():
+        assert _err(cm(x2), model(x2)) <= tol
