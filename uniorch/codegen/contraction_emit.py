@@ -346,6 +346,12 @@ class _Emitter(_Reductions, _Gathers):
         if fill is not None:
             other = fill.text
         text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
+        if ctx in ("e", "init") and cls == {"m"} and m in (None, "mask_m"):
+            # a per-row vector (a convolution's per-channel scale) loaded 1-D, then expanded: Triton
+            # 3.6 loads a [BLOCK_M, 1] tensor once per accumulator element (64 loads a thread, not 2)
+            flat = f"tl.reshape({addr}, (BLOCK_M,))"
+            text = (f"tl.load({flat}, mask=tl.reshape(mask_m, (BLOCK_M,)), other={other})[:, None]" if m
+                    else f"tl.load({flat})[:, None]")
         if ctx == "b":
             self.b_loads.append((i, idx))
         elif ctx == "a":
