@@ -225,6 +225,8 @@ def test_bundle_keeps_both_forms_and_loads_them(tmp_path):
         manifest = json.load(f)
     for e in manifest["kernels"]:
         assert "specialized" in e and "cubin" in e["specialized"]["binary"], e
+        # the specialized form keeps what its launch reads: the bundle carries no second set of IRs
+        assert set(e["specialized"]["stages"]) == {"triton", "ptx", "cubin"}, e["specialized"]["stages"]
         for rel in list(e["specialized"]["stages"].values()) + [e["specialized"]["info"]]:
             assert rel in manifest["files"]
     proc = subprocess.run([sys.executable, "-c", LOAD, path, "cuda:sm_90"], capture_output=True, text=True,

@@ -44,6 +44,7 @@ class _Emitter(_Reductions, _Gathers):
         # a broadcast row gave values ~1e10 (every M=1 bf16 matmul)
         self.widen_bf16 = self.interpret or _vendor(target) == "cpu"
         self.target = target
+        self.gpu = not self.interpret and _vendor(target) in ("cuda", "rocm")
         self.b_loads: list = []     # [(input index, index per dim)] loaded into the B tile
         self.a_inputs: set = set()  # inputs loaded into the A tile
         self.a_loads: list = []     # [(input index, index per dim)] loaded into the A tile
@@ -346,9 +347,10 @@ class _Emitter(_Reductions, _Gathers):
         if fill is not None:
             other = fill.text
         text = f"tl.load({addr}, mask={m}, other={other})" if m else f"tl.load({addr})"
-        if ctx in ("e", "init") and cls == {"m"} and m in (None, "mask_m"):
+        if ctx in ("e", "init") and cls == {"m"} and m in (None, "mask_m") and self.gpu:
             # a per-row vector (a convolution's per-channel scale) loaded 1-D, then expanded: Triton
-            # 3.6 loads a [BLOCK_M, 1] tensor once per accumulator element (64 loads a thread, not 2)
+            # 3.6 loads a [BLOCK_M, 1] tensor once per accumulator element (64 loads a thread, not
+            # 2). GPU targets only: the Ascend adapter's lowering (cann, cpu) has no reshape
             flat = f"tl.reshape({addr}, (BLOCK_M,))"
             text = (f"tl.load({flat}, mask=tl.reshape(mask_m, (BLOCK_M,)), other={other})[:, None]" if m
                     else f"tl.load({flat})[:, None]")

@@ -99,7 +99,11 @@ def save(art, path: str) -> str:
                  **_kernel_files(files, k.name, k.asm, k.metadata, k.source)}
         if k.specialized is not None:  # backends/specialization.py: launched where the arguments match
             sk = k.specialized
-            entry["specialized"] = _kernel_files(files, f"{k.name}.specialized", sk.asm, sk.metadata, sk.source)
+            # only what its launch reads (the binary, the text its parameters come from, the
+            # source): the intermediate IRs would double a bundle, which a GPU session carries
+            keep = _launch_stages(backend)
+            asm = {s: o for s, o in sk.asm.items() if s in keep} if keep else sk.asm
+            entry["specialized"] = _kernel_files(files, f"{k.name}.specialized", asm, sk.metadata, sk.source)
         kernels.append(entry)
     inputs = _input_specs(captured)
     for spec in inputs:
@@ -123,6 +127,14 @@ def save(art, path: str) -> str:
     files[MANIFEST] = _json(manifest)
     _write_dir(path, files)
     return path
+
+
+def _launch_stages(backend) -> set:
+    """The stages a driver launch of `backend`'s binaries reads; empty where it launches otherwise."""
+    from uniorch.backends.binary_launch import VENDORS
+
+    v = VENDORS.get(backend.name)
+    return {"triton", v.binary, v.abi_text} if v is not None else set()
 
 
 def _kernel_files(files: dict, name: str, asm: dict, metadata: dict, source) -> dict:
