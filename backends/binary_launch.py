@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from .binary_arch import binary_arch, check_runs_on
 from .kernel_abi import ABI, bind, parse_amdgcn, parse_ptx
 from .sdk import BackendError, CompiledKernel, tensor_args
+from .specialization import accepts
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,17 @@ class DriverLauncher:
 
     def pick(self, inputs: list, outputs: list, sizes: list | None = None) -> "DriverLauncher":
         """The launcher for these arguments: the specialized kernel where they match it."""
-        if self.specialized is not None:
-            from .specialization import accepts
+        return self._pick(self._raw(inputs, outputs, sizes))
 
-            if accepts(self.spec, tensor_args(self.kernel, inputs, outputs, sizes)):
-                return self.specialized
+    def _pick(self, raw: list) -> "DriverLauncher":
+        if self.specialized is not None and accepts(self.spec, raw):
+            return self.specialized
         return self
+
+    def _raw(self, inputs: list, outputs: list, sizes: list | None) -> list[int]:
+        """The runtime arguments as integers (tensors as their addresses), as the binary takes them."""
+        return [a.data_ptr() if hasattr(a, "data_ptr") else int(a)
+                for a in tensor_args(self.kernel, inputs, outputs, sizes)]
 
     def check_device(self, arch: str) -> None:
         check_runs_on(self.vendor, self.name, self.arch, arch)
@@ -149,10 +155,10 @@ class DriverLauncher:
         return index
 
     def arguments(self, inputs: list, outputs: list, extras: dict[str, int],
-                  sizes: list | None = None) -> tuple[ctypes.Array, ctypes.Array]:
-        """The argument buffer and the `void*[]` of pointers into it that the driver takes."""
-        args = [a.data_ptr() if hasattr(a, "data_ptr") else int(a)
-                for a in tensor_args(self.kernel, inputs, outputs, sizes)]
+                  sizes: list | None = None, raw: list | None = None) -> tuple[ctypes.Array, ctypes.Array]:
+        """The argument buffer and the `void*[]` of pointers into it that the driver takes (`raw`:
+        the runtime arguments already read off the tensors, `_raw`)."""
+        args = raw if raw is not None else self._raw(inputs, outputs, sizes)
         data = self.binding.pack(self.binding.values(args, extras))
         storage = (ctypes.c_uint64 * max(1, -(-self.binding.size // 8)))()  # 8-byte aligned host copy
         ctypes.memmove(storage, data, len(data))
@@ -162,11 +168,12 @@ class DriverLauncher:
 
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
+        raw = self._raw(inputs, outputs, sizes)  # read once: for the choice and for the launch
+        self._pick(raw)._launch(inputs, outputs, sizes, raw)
+
+    def _launch(self, inputs: list, outputs: list, sizes: list | None, raw: list) -> None:
         import torch
 
-        chosen = self.pick(inputs, outputs, sizes)
-        if chosen is not self:
-            return chosen(inputs, outputs, sizes)
         self.launches += 1
 
         tensors = list(inputs) + list(outputs)
@@ -188,7 +195,7 @@ class DriverLauncher:
             nbytes = programs * self.num_ctas * self.scratch_size + self.scratch_align
             scratch = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
             extras["global_scratch"] = -(-scratch.data_ptr() // self.scratch_align) * self.scratch_align
-        storage, params = self.arguments(inputs, outputs, extras, sizes)
+        storage, params = self.arguments(inputs, outputs, extras, sizes, raw)
         stream = torch.cuda.current_stream(index).cuda_stream
         self.driver().launch(fn, grid, self.block, self.shared, stream, params, num_ctas=self.num_ctas,
                              cooperative=self.cooperative, pdl=self.pdl)

@@ -23,10 +23,14 @@ from typing import Optional
 I32 = 2 ** 31
 
 
+def _ptr_key(address: int) -> str:
+    return "*D" if address % 16 == 0 else "*"
+
+
 def arg_key(a) -> str:
     """The specialization of one runtime argument: a tensor (or anything with `data_ptr`) or an int."""
     if hasattr(a, "data_ptr"):
-        return "*D" if a.data_ptr() % 16 == 0 else "*"
+        return _ptr_key(a.data_ptr())
     a = int(a)
     if a == 1:
         return "1"
@@ -88,8 +92,7 @@ def accepts(spec: list[str], args: list) -> bool:
         return False
     for a, k in zip(args, spec):
         if k.startswith("*"):
-            ptr = a.data_ptr() if hasattr(a, "data_ptr") else int(a)
-            if ("*D" if ptr % 16 == 0 else "*") != k:
+            if _ptr_key(a.data_ptr() if hasattr(a, "data_ptr") else int(a)) != k:
                 return False
         elif hasattr(a, "data_ptr") or arg_key(a) != k:
             return False

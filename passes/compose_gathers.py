@@ -25,6 +25,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, tensor
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.domain import is_unit_view
 
 from .split_prologue import _clone_into
 
@@ -114,13 +115,11 @@ def _through_unit_view(e: ir.Operation) -> bool:
     if isinstance(v.owner, ir.Block):
         return False
     view = pat.op_of(v.owner)
-    if view.name not in ("tensor.expand_shape", "tensor.collapse_shape"):
+    if not is_unit_view(view):
         return False
     src = view.operands[0]
     out_shape = list(ir.RankedTensorType(v.type).shape)
     src_shape = list(ir.RankedTensorType(src.type).shape)
-    if [n for n in out_shape if n != 1] != [n for n in src_shape if n != 1] or any(n < 0 for n in out_shape + src_shape):
-        return False
     at = [i for i, n in zip(list(e.operands)[1:], out_shape) if n != 1]
     with ir.InsertionPoint(e), e.location:
         zero = arith.ConstantOp(ir.IndexType.get(), 0).result if 1 in src_shape else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from . import patterns as _pat
 from .contraction_ir import Lin, _dim_pos
+from .fma_relayout import KEEP, SKIP, last_dim_orders
 
 MIN_CHANNELS = 16
 MAX_WINDOW = 16  # largest filter extent taken for a window dim (7x7 stems, 11x11 AlexNet-like)
@@ -55,18 +56,17 @@ def _tensor_cores(plan) -> bool:
 def channels_last_relayout(emitter) -> list:
     """[(input index, dim order)] for the factors a channels-innermost convolution reads whose
     channel dim is not innermost: that dim moved last (NCHW -> NHWC, filters FCHW -> FHWC)."""
-    c = getattr(emitter.p, "channels_last", None)
+    c = emitter.p.channels_last
     if c is None:
         return []
-    orders: dict = {}
-    for i, idx in list(emitter.a_loads) + list(emitter.b_loads):
+
+    def channel_last(i, idx):
         js = [j for j, lin in enumerate(idx) if lin == Lin.dim(c)]
         if len(idx) < 2 or not js:
-            continue  # a per-channel vector (bias, BatchNorm's statistics): nothing to reorder
-        order = [j for j in range(len(idx)) if j != js[0]] + js[:1]
-        orders[i] = order if len(js) == 1 and orders.get(i, order) == order else None
-    return [(i, order) for i, order in sorted(orders.items())
-            if order is not None and order != list(range(len(order)))]
+            return SKIP  # a per-channel vector (bias, BatchNorm's statistics): nothing to reorder
+        return js[0] if len(js) == 1 else KEEP
+
+    return last_dim_orders(list(emitter.a_loads) + list(emitter.b_loads), channel_last)
 
 
 __all__ = ["channels_innermost", "channels_last_relayout", "MIN_CHANNELS"]

@@ -26,17 +26,34 @@ def fma_relayout(emitter) -> list:
         return []
     if "ieee" not in dot_precision(p.func, "f32") or not isinstance(p.M, int) or p.M < MIN_ROWS:
         return []
-    orders: dict = {}
-    for i, idx in emitter.b_loads:
+
+    def n_last(i, idx):
         classes = [emitter.lin_cls(lin) for lin in idx]
         n_dims = [j for j, c in enumerate(classes) if c == {"n"}]
         if i in emitter.a_inputs or len(idx) < 2 or len(n_dims) != 1 or not any(c == {"k"} for c in classes):
-            orders[i] = None  # read by both tiles, or not one plain N dim: as it is
+            return KEEP  # read by both tiles, or not one plain N dim: as it is
+        return n_dims[0]
+
+    return last_dim_orders(emitter.b_loads, n_last)
+
+
+KEEP, SKIP = None, -1
+
+
+def last_dim_orders(loads, dim_to_last) -> list:
+    """[(input, dim order)] for the launch plan (KernelSource.relayout): per input, the tensor dim
+    `dim_to_last(input, index per dim)` moved innermost. It returns KEEP where the input must stay
+    as it is, SKIP for a load that says nothing about its layout; an input whose loads disagree
+    stays too, and orders that already are the identity are left out."""
+    orders: dict = {}
+    for i, idx in loads:
+        j = dim_to_last(i, idx)
+        if j == SKIP:
             continue
-        order = [j for j in range(len(idx)) if j != n_dims[0]] + n_dims
-        orders[i] = order if orders.get(i, order) == order else None
+        order = None if j is KEEP else [x for x in range(len(idx)) if x != j] + [j]
+        orders[i] = order if order is not None and orders.get(i, order) == order else None
     return [(i, order) for i, order in sorted(orders.items())
-            if order is not None and order != list(range(len(order)))]  # not N innermost already
+            if order is not None and order != list(range(len(order)))]
 
 
-__all__ = ["fma_relayout", "MIN_ROWS"]
+__all__ = ["fma_relayout", "last_dim_orders", "KEEP", "SKIP", "MIN_ROWS"]
