@@ -18,8 +18,6 @@ alignment and value specialization on (tests/test_aot_specialization.py checks t
 """
 from __future__ import annotations
 
-from typing import Optional
-
 I32 = 2 ** 31
 
 
@@ -42,12 +40,6 @@ def keys(args: list) -> list[str]:
     return [arg_key(a) for a in args]
 
 
-def merge(a: Optional[list], b: list) -> Optional[list]:
-    """One specialization for two launches of the same kernel: None when they differ (the kernel
-    then has only its generic form)."""
-    return b if a is None or a == b else None
-
-
 def recorded(plan, specs) -> dict[str, list[str]]:
     """kernel name -> the specialization of its arguments in the plan run on meta tensors of the
     region's input shapes and dtypes (contiguous, as the trial launch makes them). Kernels launched
@@ -60,11 +52,13 @@ def recorded(plan, specs) -> dict[str, list[str]]:
 
     if not specs:
         return {}
-    seen: dict[str, Optional[list]] = {}
+    seen: dict[str, list] = {}
+    mixed: set = set()  # launched with two specializations: the generic form only
 
     def launch(kernel, ins, outs, sizes=None):
         got = keys(tensor_args(kernel.source, ins, outs, sizes))
-        seen[kernel.name] = merge(seen.get(kernel.name), got) if kernel.name in seen else got
+        if seen.setdefault(kernel.name, got) != got:
+            mixed.add(kernel.name)
 
     inputs = [torch.empty(tuple(shape), dtype=dtype, device="meta") for shape, dtype in specs]
     try:
@@ -72,7 +66,7 @@ def recorded(plan, specs) -> dict[str, list[str]]:
             plan(inputs)
     except Exception:  # noqa: BLE001 - a step meta tensors cannot run: no specialization, not an error
         return {}
-    return {name: k for name, k in seen.items() if k is not None}
+    return {name: k for name, k in seen.items() if name not in mixed}
 
 
 def specialize(ks, spec: list[str]):
@@ -99,4 +93,4 @@ def accepts(spec: list[str], args: list) -> bool:
     return True
 
 
-__all__ = ["arg_key", "keys", "merge", "recorded", "specialize", "accepts"]
+__all__ = ["arg_key", "keys", "recorded", "specialize", "accepts"]

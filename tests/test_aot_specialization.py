@@ -244,3 +244,27 @@ def test_interpret_and_cpu_targets_compile_one_form():
     model, args = _args()
     art = uniorch.compile_aot(model, args, target="interpret")
     assert art.kernels and all(k.specialized is None for k in art.kernels)
+
+
+class _Plan:
+    """A launch plan stand-in that launches one kernel with each argument set in turn."""
+
+    def __init__(self, calls):
+        self.calls, self.launch = calls, None
+
+    def __call__(self, inputs):
+        from types import SimpleNamespace
+
+        kernel = SimpleNamespace(name="k0", source=SimpleNamespace(symbols=[]))
+        for ins in self.calls:
+            self.launch(kernel, [ins], [])
+
+
+def test_a_kernel_launched_with_two_specializations_gets_none():
+    from uniorch.backends.specialization import recorded
+
+    x = torch.empty(8, 8, device="meta")
+    spec = [((8, 8), torch.float32)]
+    assert recorded(_Plan([x, x]), spec) == {"k0": keys([x, *x.stride()])}
+    # contiguous, then transposed, then contiguous again: no single specialization fits
+    assert recorded(_Plan([x, x.T, x]), spec) == {}
