@@ -25,6 +25,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, tensor
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.contraction_ir import _const_of, _dim_pos as _dim
 from uniorch.codegen.domain import is_unit_view
 
 from .split_prologue import _clone_into
@@ -71,7 +72,7 @@ def _cheap_source(v) -> ir.Operation | None:
     out = maps[n_in]
     if not out.is_permutation:
         return None
-    if any(not all(_dim(e) is not None or _zero(e) for e in m.results) for m in maps[:n_in]):
+    if any(not all(_dim(e) is not None or _const_of(e) == 0 for e in m.results) for m in maps[:n_in]):
         return None
     if any(o.operation.name not in CHEAP for o in pat.body(g).operations):
         return None
@@ -96,16 +97,6 @@ def _gather_like(g: ir.Operation) -> bool:
         src = pat.op_of(tensors[0].owner)
         return src.name == "linalg.generic" and any(o.operation.name == "tensor.extract" for o in pat.body(src).operations)
     return False
-
-
-def _dim(e):
-    e = e.maybe_downcast()
-    return e.position if isinstance(e, ir.AffineDimExpr) else None
-
-
-def _zero(e) -> bool:
-    e = e.maybe_downcast()
-    return isinstance(e, ir.AffineConstantExpr) and e.value == 0
 
 
 def _through_unit_view(e: ir.Operation) -> bool:

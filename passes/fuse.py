@@ -421,14 +421,8 @@ class _Fusion(FactorJoins, WindowJoins):
         members = set(g.ops)
         if self.feeds_loads(g, x):
             return False
-        # gathers must read memory: never from a value computed in the same kernel
-        for v in pat.captured_values(x):
-            if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
-                return False
-        for m in g.ops:
-            if pat.is_generic(m) and any(not isinstance(v.owner, ir.Block) and self.top(v.owner) == x
-                                         for v in pat.captured_values(m)):
-                return False
+        if self.gathers_computed(g, x):
+            return False
         # users already marked dead (originals left unused by a clone, erased in drop_dead) do
         # not count: a dead unit view must neither force a clone nor be adopted into this group
         outside_users = [u for r in x.results for u in r.uses if self.top(u.owner) not in members
@@ -472,6 +466,15 @@ class _Fusion(FactorJoins, WindowJoins):
                 self.group_of[o] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
+
+    def gathers_computed(self, g: _Group, x: ir.Operation) -> bool:
+        """x and g together would gather from a value computed in the same kernel (gathers read
+        memory): x gathers from a member, or a member gathers from x."""
+        members = set(g.ops)
+        if any(not isinstance(v.owner, ir.Block) and self.top(v.owner) in members for v in pat.captured_values(x)):
+            return True
+        return any(pat.is_generic(m) and any(not isinstance(v.owner, ir.Block) and self.top(v.owner) == x
+                                             for v in pat.captured_values(m)) for m in g.ops)
 
     @staticmethod
     def feeds_loads(g: _Group, x: ir.Operation) -> bool:

@@ -161,10 +161,7 @@ class FactorJoins:
         members = set(g.ops)
         # a gather (upsampling, a reflect pad) is loaded where the factor tile needs it, from memory:
         # never from a value this kernel computes, and nothing it gathers from may join it later
-        if any(not isinstance(v.owner, ir.Block) and self.top(v.owner) in members for v in pat.captured_values(x)):
-            return False
-        if any(pat.is_generic(m) and any(not isinstance(v.owner, ir.Block) and self.top(v.owner) == x
-                                         for v in pat.captured_values(m)) for m in g.ops):
+        if self.gathers_computed(g, x):
             return False
         n_in = pat.num_inputs(a)
         inside = outside = 0
