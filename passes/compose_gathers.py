@@ -111,6 +111,8 @@ def _through_unit_view(e: ir.Operation) -> bool:
     src = view.operands[0]
     out_shape = list(ir.RankedTensorType(v.type).shape)
     src_shape = list(ir.RankedTensorType(src.type).shape)
+    if any(n < 0 for n in out_shape + src_shape):
+        return False  # symbolic sizes: the passes after this one read such views themselves
     at = [i for i, n in zip(list(e.operands)[1:], out_shape) if n != 1]
     with ir.InsertionPoint(e), e.location:
         zero = arith.ConstantOp(ir.IndexType.get(), 0).result if 1 in src_shape else None
