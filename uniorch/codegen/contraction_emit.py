@@ -18,6 +18,7 @@ from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_si
 from .contraction_gather import _Gathers
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
+from .contraction_stats import _TileStats
 from .conv_layout import channels_last_relayout
 from .fma_relayout import fma_relayout
 from .patterns import dot_precision
@@ -33,7 +34,7 @@ def _vendor(target) -> str:
         return ""
 
 
-class _Emitter(_Reductions, _Gathers):
+class _Emitter(_Reductions, _Gathers, _TileStats):
     def __init__(self, plan: _Plan, sched: dict, target: str):
         self.p = plan
         self.s = sched
@@ -613,7 +614,10 @@ class _Emitter(_Reductions, _Gathers):
         """The store of every kernel result, in the output domain (after the K loop)."""
         p = self.p
         stores = []
+        stats = {r for op in p.tile_stats for r in op.results}
         for r, res in enumerate(p.results):
+            if any(res == s for s in stats):
+                continue  # stored per chunk by tile_stat_stores
             lay = _get(p.layouts, res)
             val = self.value(res, lay, "e")
             ty = _elem(res)
@@ -641,7 +645,7 @@ class _Emitter(_Reductions, _Gathers):
             where = _loc(prod) if prod is not None else ""
             stores.append(f"# result {r} ({_elem(res)} {_shape(res)}) at {where}")
             stores.append(f"tl.store({addr}, {text}, mask={m})" if m else f"tl.store({addr}, {text})")
-        return stores
+        return stores + self.tile_stat_stores()
 
     def assemble(self, stores: list[str]) -> KernelSource:
         p, s = self.p, self.s

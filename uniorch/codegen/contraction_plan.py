@@ -42,6 +42,8 @@ class _Plan:
     siblings: list = field(default_factory=list)  # products sharing a factor tile (passes/fuse_siblings.py): their _classify
     shared: str = "a"              # the tile side ("a" or "b") that the siblings' shared first factor is on
     channels_last: int | None = None  # a convolution's channel dim, enumerated innermost in K (conv_layout.py)
+    tile_stats: list = field(default_factory=list)  # per-chunk partial sums of the epilogue (contraction_stats.py)
+    tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
 
     @property
     def windows(self) -> int:
@@ -303,6 +305,7 @@ def supports(op) -> bool:
 
 ROW_STAT = "uniorch.row_stat"  # passes/fuse_row_stats.py
 SIBLING = "uniorch.sibling"  # passes/fuse_siblings.py
+TILE_STAT = "uniorch.tile_stat"  # passes/tile_stats.py
 
 
 def _analyze(kernel) -> _Plan:
@@ -325,7 +328,7 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
     gens = [op for op in ops if op.name == "linalg.generic"]
     contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None
-             and ROW_STAT not in op.attributes and SIBLING not in op.attributes]
+             and ROW_STAT not in op.attributes and SIBLING not in op.attributes and TILE_STAT not in op.attributes]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
@@ -365,7 +368,13 @@ def _analyze(kernel) -> _Plan:
 
     want = sorted(d for d, c in plan.cls.items() if c in "bmn")
     acc_shape = _shape(gen.results[0])
+    if plan.tile_stats:
+        from .contraction_stats import check_tile_stats
+        check_tile_stats(plan)
+    stat_results = [r for op in plan.tile_stats for r in op.results]
     for r in plan.results:
+        if any(r == s for s in stat_results):
+            continue
         if not _known(layouts, r) and _shape(r) == acc_shape:
             # a kernel value not derived from the product (e.g. a fill also used outside) with the
             # output's shape: computed and stored elementwise over the same tiles
@@ -431,6 +440,9 @@ def epilogue_layouts(plan: _Plan, ops: list) -> dict:
         g_maps = _maps(op)
         chain = [(v, mp) for v, mp in zip(g_ops, g_maps) if _is_shaped(v) and _known(layouts, v)]
         if not chain:
+            continue
+        if TILE_STAT in op.attributes:
+            plan.tile_stats.append(op)  # its own store (contraction_stats.py): no layout on the tile
             continue
         if "reduction" in _iterators(op) and ROW_STAT in op.attributes:
             plan.row_n = True  # a norm's statistics over the output's rows: laid out like a broadcast

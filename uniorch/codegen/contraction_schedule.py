@@ -83,6 +83,10 @@ def _schedule(plan: _Plan, target: str) -> dict:
         # NVIDIA: cp.async/TMA multi-stage pipeline; AMD's stream pipeliner wants 2 stages
         stages = 2 if kind == "rocm" else 3
         group = 8
+    if plan.tile_rows is not None:
+        # tile statistics: whole chunks of L rows per tile along their axis (contraction_stats.py)
+        cls, L = plan.tile_rows
+        bm, bn = (max(bm, L), bn) if cls == "m" else (bm, max(bn, L))
     return {
         "block_m": bm, "block_n": bn, "block_k": bk, "group_m": group,
         "num_warps": warps, "num_stages": stages, "looped": True,
@@ -125,5 +129,10 @@ def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
     if plan.row_stats and s["block_k"] < plan.K:
         raise CodegenError(func, f"schedule block_k = {s['block_k']}: row statistics need the row "
                                  f"({plan.K}) in one K tile")
+    if plan.tile_rows is not None:
+        cls, L = plan.tile_rows
+        if s["block_" + cls] % L:
+            raise CodegenError(func, f"schedule block_{cls} = {s['block_' + cls]}: tile statistics need "
+                                     f"whole chunks of {L} rows per tile")
     s["grid"] = _grid(plan, s["block_m"], s["block_n"])
     return s

@@ -1,0 +1,597 @@
+"""uniorch-tile-stats: a norm's statistics over a convolution's (or matmul's) output rows, partly
+computed in that contraction's epilogue, so the statistics kernel reads small per-chunk partials
+instead of the whole activation.
+
+BatchNorm in training, GroupNorm and a spatial mean (squeeze-excite) reduce the output of a
+convolution over its rows (batch x height x width: the M of its tiles), which no one tile holds.
+After uniorch-fuse the statistics are a reduction kernel that reads the activation the
+convolution has just written. Here the rows are cut into chunks of `L` consecutive rows (M
+flattened as the contraction's tiles flatten it; `L` a power of two dividing the reduced rows, so
+a tile of BLOCK_M rows, a multiple of L, holds whole chunks), and the convolution's epilogue
+writes per chunk and column the chunk's sum and its centred sum of squares:
+
+    S[p, c] = sum_{m in chunk p} x[m, c]        Q[p, c] = sum_{m in chunk p} (x[m, c] - S[p, c] / L)²
+
+The statistics, as capture/statistics.py writes them (a sum of x for the mean, then sums of d and
+d² with d = x - c for a per-row value c), come back from the partials exactly (Chan, Golub and
+LeVeque's pairwise update):
+
+    sum(x) = sum_p S        sum(x - c) = sum_p (S - L c)        sum((x - c)²) = sum_p (Q + L (S/L - c)²)
+
+so the statistics kernel sums rows / L partials per column instead of the rows. A plain sum (a
+mean) needs S only. Partials cost 4 bytes per chunk and column each, written and read, against
+the activation read they replace: only where that is fewer bytes (L >= 8, or 4 for a plain sum).
+
+Conditions: the sums are f32 sums of x, which is the contraction's result or an epilogue value of
+it, through identity-mapped one-input pointwise ops (an upcast) and then reshapes; the reduced
+rows are the innermost M dims of the contraction (a suffix of its row order) and the rows kept
+(GroupNorm's batch) the outer ones, each whole; columns may be split (GroupNorm's channels per
+group); static shapes. The statistics group's full-size ops (BatchNorm's normalise, computed from
+the activation it read) become a pointwise kernel of their own. Codegen:
+codegen/contraction_stats.py; the schedule keeps BLOCK_M a multiple of L.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch_mlir import ir
+from torch_mlir.dialects import tensor
+
+from uniorch.codegen import patterns as pat
+from uniorch.codegen.attention_plan import _plan
+
+from .base import Pass, PassContext
+from .fuse_common import DOMAIN, KIND, _i64
+from .groups import group_of, join, kind_of, renumber
+from .groups import members as group_members
+from .ir_utils import iterator_types_attr, main_func
+from .split_reduction import _zeros
+
+TILE_STAT = "uniorch.tile_stat"  # on the partial generics: the chunk length L
+MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
+
+
+@dataclass(frozen=True)
+class TileStats(Pass):
+    name = "uniorch-tile-stats"
+    summary = "a norm's statistics over a convolution's rows as per-chunk partials in its epilogue"
+
+    def run(self, module, pctx: PassContext) -> None:
+        main = main_func(module)
+        with module.context, ir.Location.unknown(module.context):
+            block = main.regions[0].blocks[0]
+            changed = False
+            for gid in sorted(group_members(block)):
+                members = group_members(block)
+                if gid not in members or not any(kind_of(o) == "reduction" for o in members[gid]):
+                    continue
+                for r0 in [o for o in members[gid] if _plain_sum(o)]:
+                    found = _match(block, members, gid, r0)
+                    if found is not None:
+                        _rewrite(block, found)
+                        changed = True
+                        break
+            if changed:
+                renumber(block)
+
+
+# ---------------------------------------------------------------- matching
+
+
+def _f32(v) -> bool:
+    return str(ir.ShapedType(v.type).element_type) == "f32"
+
+
+def _body_names(op) -> list[str]:
+    return [o.name for o in pat.body_ops(op)]
+
+
+def _plain_sum(op) -> bool:
+    """`op` sums its one f32 input, read in loop order: out = out + in."""
+    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1 or not _f32(op.results[0]):
+        return False
+    maps = pat.indexing_maps(op)
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) or _body_names(op) != ["arith.addf"]:
+        return False
+    combs = pat.reduction_combiners(op)
+    return bool(combs) and combs[0][1] == pat.body(op).arguments[0]
+
+
+def _sum_of_square(op) -> bool:
+    """out = out + in * in (the sum of d²), in loop order."""
+    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
+        return False
+    maps = pat.indexing_maps(op)
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims):
+        return False
+    if _body_names(op) != ["arith.mulf", "arith.addf"]:
+        return False
+    mul = pat.body_ops(op)[0]
+    a = pat.body(op).arguments[0]
+    return mul.operands[0] == a and mul.operands[1] == a and pat.reduction_combiners(op) is not None
+
+
+def _static_shape(v) -> list[int] | None:
+    t = ir.RankedTensorType(v.type)
+    return list(t.shape) if t.has_static_shape else None
+
+
+def _numel(v) -> int:
+    return math.prod(ir.RankedTensorType(v.type).shape)
+
+
+@dataclass
+class _Found:
+    gid: int                 # the statistics group
+    cgid: int                # the contraction's group
+    r0: ir.Operation         # sum(x)
+    dev: ir.Operation | None  # d = x - c
+    r1: ir.Operation | None  # sum(d)
+    r2: ir.Operation | None  # sum(d²)
+    c_index: int             # which input of dev is c
+    y: ir.Value              # the contraction-group value x is computed from
+    chain: list              # pointwise ops from y towards x (forward order), cloned into the epilogue
+    views: list              # the reshapes after them (forward order)
+    y_m: list                # y dims that are M rows, in the contraction's row order (outer to inner)
+    L: int
+    xdims: list              # per x dim: ("M", ydim) kept row | ("S", ydims) reduced rows | ("O", ydim, size) | ("U",)
+    o_y: list                # y's column dims (non-unit), in y order
+    moved: list              # full-size ops of the statistics group that become their own kernel
+
+
+def _walk(x: ir.Value, members: dict):
+    """From x back to a value a contraction group computes: (value, its group, pointwise chain,
+    views), the chain and views in forward order; None if the way back is anything else."""
+    views, chain = [], []
+    v = x
+    while True:
+        if isinstance(v.owner, ir.Block):
+            return None
+        op = pat.op_of(v.owner)
+        g = group_of(op)
+        if g is not None and any(kind_of(o) == "contraction" for o in members.get(g, [])):
+            return v, g, list(reversed(chain)), list(reversed(views))
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and g is None:
+            if chain:
+                return None  # a pointwise op after a reshape
+            views.append(op)
+            v = op.operands[0]
+            continue
+        if pat.is_pointwise(op) and len(op.results) == 1:
+            ins = pat.inputs(op)
+            shaped = [i for i, a in enumerate(ins) if isinstance(a.type, ir.ShapedType)]
+            maps = pat.indexing_maps(op)
+            ident = ir.AffineMap.get_identity(maps[-1].n_dims)
+            if len(shaped) != 1 or maps[shaped[0]] != ident or maps[-1] != ident:
+                return None
+            if any(o.name == "tensor.extract" for o in pat.body_ops(op)):
+                return None
+            chain.append(op)
+            v = ins[shaped[0]]
+            continue
+        return None
+
+
+def _epilogue_value(y: ir.Value, anchor, c_ops: list) -> bool:
+    """y is the contraction's result, or a pointwise op of its group reading it (through such
+    ops) in loop order: a value on the contraction's output tile."""
+    inside = set(c_ops)
+    v = y
+    for _ in range(64):
+        op = pat.op_of(v.owner) if not isinstance(v.owner, ir.Block) else None
+        if op is None or op not in inside:
+            return False
+        if op == anchor:
+            return True
+        if not pat.is_pointwise(op):
+            return False
+        maps = pat.indexing_maps(op)
+        ident = ir.AffineMap.get_identity(maps[-1].n_dims)
+        nxt = [a for a, m in zip(pat.inputs(op), maps) if isinstance(a.type, ir.ShapedType)
+               and m == ident and _static_shape(a) == _static_shape(y)
+               and not isinstance(a.owner, ir.Block) and pat.op_of(a.owner) in inside]
+        if not nxt:
+            return False
+        v = nxt[0]
+    return False
+
+
+def _reassoc(op) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _view_atoms(op, atoms: list) -> list | None:
+    """Per result dim of reshape `op`, its factors of the contraction value's dims: (y dim, size,
+    stride within that dim); size-1 dims have none."""
+    groups = _reassoc(op)
+    if op.name == "tensor.collapse_shape":
+        return [[a for i in g for a in atoms[i]] for g in groups]
+    shape = _static_shape(op.results[0])
+    out: list = [None] * len(shape)
+    for src, g in enumerate(groups):
+        sizes = [shape[j] for j in g]
+        src_atoms = atoms[src]
+        nonunit = [j for j in g if shape[j] != 1]
+        for j in g:
+            out[j] = []
+        if not src_atoms:
+            continue
+        if len(src_atoms) == 1:
+            d, size, stride = src_atoms[0]
+            inner = stride
+            for j in reversed(g):
+                if shape[j] != 1:
+                    out[j] = [(d, shape[j], inner)]
+                    inner *= shape[j]
+            if math.prod(sizes) != size:
+                return None
+        elif len(nonunit) == len(src_atoms) and [shape[j] for j in nonunit] == [a[1] for a in src_atoms]:
+            for j, a in zip(nonunit, src_atoms):
+                out[j] = [a]
+        else:
+            return None
+    return out
+
+
+def _match(block, members: dict, gid: int, r0) -> _Found | None:
+    s_ops = members[gid]
+    s_set = set(s_ops)
+    if kind_of(r0) != "reduction":
+        return None  # the group's anchor: its domain is rewritten with it
+    x = pat.inputs(r0)[0]
+    x_shape = _static_shape(x)
+    if x_shape is None or not _f32(x):
+        return None
+    walk = _walk(x, members)
+    if walk is None:
+        return None
+    y, cgid, chain, views = walk
+    c_ops = members[cgid]
+    anchors = [o for o in c_ops if kind_of(o) == "contraction" and (pat.is_contraction(o) or pat.is_convolution(o))]
+    if len(anchors) != 1 or cgid == gid:
+        return None
+    anchor = anchors[0]
+    # a pooling or a norm already in the epilogue, or sibling products: leave the group alone
+    if any(pat.is_reduction(o) and o != anchor for o in c_ops) or not _epilogue_value(y, anchor, c_ops):
+        return None
+    y_shape = _static_shape(y)
+    if y_shape is None or any(not _static_shape(r) for r in anchor.results):
+        return None
+    plan = _plan(anchor)
+    out_map = pat.indexing_maps(anchor)[-1]
+    loop_to_y = {}
+    for j, e in enumerate(out_map.results):
+        if isinstance(e, ir.AffineDimExpr):
+            loop_to_y[e.position] = j
+    # the rows reduced are the tile's M or its N (a convolution's batch x height x width is N)
+    its = pat.iterator_types(r0)
+    reduced = {i for i, t in enumerate(its) if t == "reduction"}
+    atoms = [[(d, s, 1)] if s != 1 else [] for d, s in enumerate(y_shape)]
+    for v in views:
+        atoms = _view_atoms(v, atoms)
+        if atoms is None:
+            return None
+    for cls in ("m", "n"):
+        if plan.order[cls] and all(l in loop_to_y for l in plan.order[cls]):
+            rows = _rows([loop_to_y[l] for l in plan.order[cls]], y_shape, atoms, reduced)
+            if rows is not None:
+                break
+    else:
+        return None
+    y_m, xdims, L = rows
+    m_set = set(y_m)
+    # columns: x's column dims split y's, in y's order, outer factors first
+    o_y = [d for d in range(len(y_shape)) if d not in m_set and y_shape[d] != 1]
+    x_o = [xd for xd in xdims if xd[0] == "O"]
+    pos = 0
+    for d in o_y:
+        part = []
+        while pos < len(x_o) and x_o[pos][1] == d:
+            part.append(x_o[pos])
+            pos += 1
+        if math.prod(p[2] for p in part) != y_shape[d]:
+            return None
+    if pos != len(x_o):
+        return None
+    for i in reduced:
+        if xdims[i][0] == "M":
+            return None
+    for i, xd in enumerate(xdims):
+        if xd[0] == "S" and i not in reduced:
+            return None
+
+    # the sums: x's readers are r0 and d = x - c; d's readers sum(d) and sum(d²)
+    r0_maps = pat.indexing_maps(r0)
+    dev = r1 = r2 = None
+    c_index = 1
+    x_users = {pat.op_of(u.owner) for u in x.uses}
+    for u in x_users:
+        if u == r0 or u not in s_set or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
+            continue
+        if _body_names(u) != ["arith.subf"] or pat.inputs(u)[0] != x:
+            continue
+        sub = pat.body_ops(u)[0]
+        args = pat.body(u).arguments
+        if sub.operands[0] != args[0] or sub.operands[1] != args[1]:
+            continue
+        if pat.indexing_maps(u)[0] != r0_maps[0] or not _kept_only(pat.indexing_maps(u)[1], xdims, reduced):
+            continue
+        dev = u
+    if dev is not None:
+        for use in dev.results[0].uses:
+            u = pat.op_of(use.owner)
+            if u in s_set and pat.indexing_maps(u) == r0_maps and _plain_sum(u) and r1 is None:
+                r1 = u
+            elif u in s_set and pat.indexing_maps(u) == r0_maps and _sum_of_square(u) and r2 is None:
+                r2 = u
+            else:
+                return None  # d read by anything else
+        if r2 is None or pat.iterator_types(r2) != its or (r1 is not None and pat.iterator_types(r1) != its):
+            return None
+    if L < (8 if r2 is not None else 4):
+        return None
+    if not _kept_only(r0_maps[1], xdims, reduced):
+        return None
+
+    # what else the statistics group does with full-size values: a pointwise kernel of its own
+    rewritten = {r0, dev, r1, r2} | set(chain)
+    full = _numel(x)
+    moved = []
+    for o in s_ops:
+        if o in rewritten:
+            continue
+        big = any(isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).has_static_shape
+                  and _numel(v) >= full for v in list(o.operands) + list(o.results))
+        if pat.is_reduction(o) and o not in rewritten:
+            return None  # another reduction in the group
+        if big:
+            if not pat.is_pointwise(o):
+                return None
+            moved.append(o)
+    if len({tuple(pat.loop_sizes(o)) for o in moved}) > 1:
+        return None
+    # the chain and views die with the sums: nothing else may read them
+    allowed = {r0, dev} | set(chain) | set(views)
+    for o in chain + views:
+        for use in o.results[0].uses:
+            if pat.op_of(use.owner) not in allowed:
+                return None
+    return _Found(gid, cgid, r0, dev, r1, r2, c_index, y, chain, views, y_m, L, xdims, o_y, moved)
+
+
+def _rows(y_m: list, y_shape: list, atoms: list, reduced: set):
+    """(y_m, x dims' roles, L) when x's dims reduce the innermost of the tile dims `y_m` (a suffix
+    of their order, each whole) and keep the outer ones whole; else None."""
+    m_set = set(y_m)
+    xdims: list = []
+    for i, al in enumerate(atoms):
+        if not al:
+            xdims.append(("U",))
+            continue
+        rows = {a[0] in m_set for a in al}
+        if rows == {True}:
+            if any(a[2] != 1 or a[1] != y_shape[a[0]] for a in al):
+                return None  # a row dim split
+            if i in reduced:
+                xdims.append(("S", [a[0] for a in al]))
+            elif len(al) == 1:
+                xdims.append(("M", al[0][0]))
+            else:
+                return None
+        elif rows == {False} and len(al) == 1:
+            xdims.append(("O", al[0][0], al[0][1]))
+        else:
+            return None
+    nonunit_m = [d for d in y_m if y_shape[d] != 1]
+    red_m = [d for xd in xdims if xd[0] == "S" for d in xd[1]]
+    kept_m = [xd[1] for xd in xdims if xd[0] == "M"]
+    k = len(nonunit_m) - len(red_m)
+    if not red_m or sorted(red_m) != sorted(nonunit_m[k:]) or kept_m != nonunit_m[:k]:
+        return None
+    suffix = math.prod(y_shape[d] for d in red_m)
+    L = min(MAX_CHUNK, suffix & -suffix)
+    return y_m, xdims, L
+
+
+def _kept_only(m: ir.AffineMap, xdims: list, reduced: set) -> bool:
+    """`m` (over x's dims) reads only dims that survive in the merge: no reduced row dims."""
+    for e in m.results:
+        if isinstance(e, ir.AffineDimExpr):
+            if xdims[e.position][0] == "S" or (e.position in reduced and xdims[e.position][0] == "U"):
+                return False
+        elif not isinstance(e, ir.AffineConstantExpr):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- rewriting
+
+
+def _generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | None = None):
+    """A linalg.generic; `body(block args) -> yielded values`, built inside its block."""
+    types = [o.type for o in outs]
+    op = ir.Operation.create(
+        "linalg.generic", results=types, operands=list(ins) + list(outs),
+        attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                    "iterator_types": iterator_types_attr(its),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(ins), len(outs)]), **(attrs or {})},
+        regions=1)
+    elems = [ir.ShapedType(v.type).element_type if isinstance(v.type, ir.ShapedType) else v.type
+             for v in list(ins) + list(outs)]
+    blk = op.regions[0].blocks.append(*elems, arg_locs=[ir.Location.unknown()] * len(elems))
+    with ir.InsertionPoint(blk):
+        ir.Operation.create("linalg.yield", operands=body(list(blk.arguments)))
+    return op
+
+
+def _f(name: str, *args):
+    return ir.Operation.create(name, results=[args[0].type], operands=list(args)).results[0]
+
+
+def _cst(v: float):
+    f32 = ir.F32Type.get()
+    return ir.Operation.create("arith.constant", results=[f32], attributes={"value": ir.FloatAttr.get(f32, v)}).results[0]
+
+
+def _domain(sizes: list, its: list) -> ir.Attribute:
+    return ir.DictAttr.get({
+        "parallel": ir.ArrayAttr.get([_i64(s) for s, t in zip(sizes, its) if t == "parallel"]),
+        "reduction": ir.ArrayAttr.get([_i64(s) for s, t in zip(sizes, its) if t == "reduction"]),
+    })
+
+
+def _rewrite(block, f: _Found) -> None:
+    f32 = ir.F32Type.get()
+    y_shape = _static_shape(f.y)
+    rank = len(y_shape)
+    L = f.L
+    m_all = f.y_m
+    strides, s = {}, 1
+    for d in reversed(m_all):
+        strides[d] = s
+        s *= y_shape[d]
+    rows = s
+    P = rows // L
+    part_map = chunk_map(y_shape, m_all, f.o_y, L)
+    ident = ir.AffineMap.get_identity(rank)
+    y_its = ["reduction" if d in set(m_all) else "parallel" for d in range(rank)]
+    part_t = ir.RankedTensorType.get([P] + [y_shape[d] for d in f.o_y], f32)
+    tile_attr = {"uniorch.tile_stat": _i64(L)}
+
+    with ir.InsertionPoint(f.r0):
+        v = f.y
+        for op in f.chain:
+            c = pat.op_of(op.clone())
+            idx = next(i for i, a in enumerate(pat.inputs(op)) if isinstance(a.type, ir.ShapedType))
+            c.operands[idx] = v
+            join(c, f.cgid)
+            v = c.results[0]
+        z = _zeros(part_t)
+        join(pat.op_of(z.owner), f.cgid)
+        S = _generic([v], [z], [ident, part_map], y_its,
+                     lambda a: [_f("arith.addf", a[1], a[0])], tile_attr).results[0]
+        join(pat.op_of(S.owner), f.cgid)
+        Q = None
+        if f.r2 is not None:
+            z2 = _zeros(part_t)
+            join(pat.op_of(z2.owner), f.cgid)
+
+            def m2(a):
+                mean = _f("arith.mulf", a[1], _cst(1.0 / L))
+                d = _f("arith.subf", a[0], mean)
+                return [_f("arith.addf", a[2], _f("arith.mulf", d, d))]
+            Q = _generic([v, S], [z2], [ident, part_map, part_map], y_its, m2, tile_attr).results[0]
+            join(pat.op_of(Q.owner), f.cgid)
+
+        # the partials as the merge reads them: [kept rows..., chunks of the reduced rows, x's columns...]
+        kept = [xd[1] for xd in f.xdims if xd[0] == "M"]
+        x_o = [(i, xd) for i, xd in enumerate(f.xdims) if xd[0] == "O"]
+        e_shape = [y_shape[d] for d in kept] + [P // max(1, math.prod(y_shape[d] for d in kept))]
+        groups = [list(range(len(e_shape)))]
+        for d in f.o_y:
+            parts = [xd for _, xd in x_o if xd[1] == d]
+            groups.append(list(range(len(e_shape), len(e_shape) + len(parts))))
+            e_shape += [xd[2] for xd in parts]
+
+        def view(t):
+            if e_shape == list(part_t.shape):
+                return t
+            et = ir.RankedTensorType.get(e_shape, f32)
+            return tensor.ExpandShapeOp(et, t, _reassociation(groups), [], e_shape).result
+        ES = view(S)
+        EQ = view(Q) if Q is not None else None
+
+    # the merge's loops: x's dims, the reduced rows replaced by one chunk loop
+    r0_its = pat.iterator_types(f.r0)
+    x_shape = _static_shape(pat.inputs(f.r0)[0])
+    pos: dict[int, int] = {}
+    loops: list = []  # (size, iterator)
+    jpos = None
+    for i, xd in enumerate(f.xdims):
+        if xd[0] == "S":
+            if jpos is None:
+                jpos = len(loops)
+                loops.append((e_shape[len(kept)], "reduction"))
+            continue
+        if xd[0] == "U" and r0_its[i] == "reduction":
+            continue
+        pos[i] = len(loops)
+        loops.append((x_shape[i], r0_its[i]))
+    n = len(loops)
+    ld = [ir.AffineDimExpr.get(i) for i in range(n)]
+    e_res = [ld[pos[next(i for i, xd in enumerate(f.xdims) if xd[0] == "M" and xd[1] == d)]] for d in kept]
+    e_res.append(ld[jpos])
+    e_res += [ld[pos[i]] for i, _ in x_o]
+    e_map = ir.AffineMap.get(n, 0, e_res)
+
+    def moved_map(m: ir.AffineMap) -> ir.AffineMap:
+        res = [ld[pos[e.position]] if isinstance(e, ir.AffineDimExpr) else e for e in m.results]
+        return ir.AffineMap.get(n, 0, res)
+
+    sizes = [s for s, _ in loops]
+    its = [t for _, t in loops]
+    out_map = moved_map(pat.indexing_maps(f.r0)[1])
+
+    def replace(old, new_op):
+        old.results[0].replace_all_uses_with(new_op.results[0])
+        new_op.attributes["uniorch.group"] = _i64(f.gid)
+        old.erase()
+
+    with ir.InsertionPoint(f.r0):
+        new0 = _generic([ES], [pat.outputs(f.r0)[0]], [e_map, out_map], its,
+                        lambda a: [_f("arith.addf", a[1], a[0])])
+    new0.attributes[KIND] = ir.StringAttr.get("reduction")
+    new0.attributes[DOMAIN] = _domain(sizes, its)
+    replace(f.r0, new0)
+    if f.dev is not None:
+        c = pat.inputs(f.dev)[f.c_index]
+        c_map = moved_map(pat.indexing_maps(f.dev)[f.c_index])
+        if f.r1 is not None:
+            with ir.InsertionPoint(f.r1):
+                new1 = _generic([ES, c], [pat.outputs(f.r1)[0]], [e_map, c_map, out_map], its,
+                                lambda a: [_f("arith.addf", a[2], _f("arith.subf", a[0], _f("arith.mulf", a[1], _cst(float(L)))))])
+            replace(f.r1, new1)
+
+        def m2(a):
+            t = _f("arith.subf", _f("arith.mulf", a[0], _cst(1.0 / L)), a[2])
+            w = _f("arith.addf", a[1], _f("arith.mulf", _f("arith.mulf", t, t), _cst(float(L))))
+            return [_f("arith.addf", a[3], w)]
+        with ir.InsertionPoint(f.r2):
+            new2 = _generic([ES, EQ, c], [pat.outputs(f.r2)[0]], [e_map, e_map, c_map, out_map], its, m2)
+        replace(f.r2, new2)
+        if not list(f.dev.results[0].uses):
+            f.dev.erase()
+    for o in reversed(f.views + f.chain):
+        if not list(o.results[0].uses):
+            o.erase()
+    if f.moved:
+        gid = 1 + max(g for g in (group_of(o.operation) for o in block.operations) if g is not None)
+        for o in f.moved:
+            join(o, gid)
+        first = f.moved[0]
+        first.attributes[KIND] = ir.StringAttr.get("pointwise")
+        sz = pat.loop_sizes(first)
+        first.attributes[DOMAIN] = _domain(sz, ["parallel"] * len(sz))
+
+
+def chunk_map(y_shape: list, y_m: list, o_y: list, L: int) -> ir.AffineMap:
+    """The partials' map over y's dims: (flat row // L, y's columns...), the rows `y_m` flattened
+    outer to inner as the contraction's tiles flatten M (codegen/contraction_stats.py checks it)."""
+    rank = len(y_shape)
+    dims = [ir.AffineDimExpr.get(i) for i in range(rank)]
+    flat, stride = None, 1
+    for d in reversed(y_m):
+        term = dims[d] * stride if stride != 1 else dims[d]
+        flat = term if flat is None else term + flat
+        stride *= y_shape[d]
+    chunk = ir.AffineFloorDivExpr.get(flat, ir.AffineConstantExpr.get(L))
+    return ir.AffineMap.get(rank, 0, [chunk] + [dims[d] for d in o_y])
+
+
+def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
+
+
+__all__ = ["TileStats", "TILE_STAT", "MAX_CHUNK", "chunk_map"]

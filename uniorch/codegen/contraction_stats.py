@@ -1,0 +1,119 @@
+"""Contraction kernels: per-chunk partial sums of an epilogue value (passes/tile_stats.py).
+
+A generic marked `uniorch.tile_stat = L` sums an epilogue value x over chunks of L consecutive
+rows of one tile axis (M, or N: a convolution's batch x height x width), keeping the other dims:
+`S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`. Tiles along that axis hold
+whole chunks (the schedule keeps the block a multiple of L), so each program reduces its tile's
+chunks in registers and stores them; no partial is shared between programs. Mixed into
+contraction_emit.py's `_Emitter`.
+"""
+from __future__ import annotations
+
+from .contraction_ir import Lin, _maps, _shape
+from .contraction_plan import _Plan, _get, _known
+from .source import CodegenError
+
+
+def _stat_layout(plan: _Plan, op):
+    """(axis class, L, x, y dims along the axis in tile order, y's other non-unit dims) of tile-stat
+    generic `op`, checked against the partial map passes/tile_stats.py builds."""
+    from uniorch.passes.tile_stats import chunk_map
+
+    L = int(str(op.attributes["uniorch.tile_stat"]).split(":")[0])
+    x = op.operands[0]
+    if not _known(plan.layouts, x):
+        raise CodegenError(op, "tile statistics of a value not on the contraction's output")
+    lay = _get(plan.layouts, x)
+    shape = _shape(x)
+    dim_of = {}
+    for j, lin in enumerate(lay):
+        if lin.is_const():
+            if shape[j] != 1:
+                raise CodegenError(op, "tile statistics of a broadcast value")
+            continue
+        if len(lin.terms) != 1 or lin.terms[0][1] != 1 or lin.const:
+            raise CodegenError(op, "tile statistics of a value read off the output's dims")
+        dim_of[lin.terms[0][0]] = j
+    out_map = str(_maps(op)[-1])
+    for cls in ("m", "n"):
+        if not plan.order[cls] or any(d not in dim_of for d in plan.order[cls] if plan.sizes[d] != 1):
+            continue
+        rows = [dim_of[d] for d in plan.order[cls] if d in dim_of]
+        if len(rows) != len(plan.order[cls]):
+            continue
+        others = [j for j in range(len(shape)) if j not in rows and shape[j] != 1]
+        with op.context:
+            expected = str(chunk_map(shape, rows, others, L))
+        if expected == out_map:
+            return cls, L, x, rows, others
+    raise CodegenError(op, "tile statistics whose chunks are not the tile's rows")
+
+
+def check_tile_stats(plan: _Plan) -> None:
+    """Sets plan.tile_rows; one axis and one chunk length for all of the kernel's tile statistics."""
+    seen = {_stat_layout(plan, op)[:2] for op in plan.tile_stats}
+    if len(seen) != 1:
+        raise CodegenError(plan.tile_stats[0], "tile statistics along two axes or chunk lengths")
+    plan.tile_rows = seen.pop()
+    cls, L = plan.tile_rows
+    if not isinstance(plan.extent(cls), int) or plan.extent(cls) % L:
+        raise CodegenError(plan.tile_stats[0], "tile statistics over a row count that chunks do not divide")
+
+
+class _TileStats:
+    def tile_stat_stores(self) -> list[str]:
+        """The partial sums of each tile-stat generic, per chunk of the tile, and their stores."""
+        p = self.p
+        if not p.tile_stats:
+            return []
+        cls, L = p.tile_rows
+        block = "BLOCK_M" if cls == "m" else "BLOCK_N"
+        axis = 0 if cls == "m" else 1
+        rows = f"tl.arange(0, {block})[:, None]" if cls == "m" else f"tl.arange(0, {block})[None, :]"
+        n_chunks = p.extent(cls) // L
+        pid = "pid_m" if cls == "m" else "pid_n"
+        other = "n" if cls == "m" else "m"
+        out: list[str] = []
+        sums: dict = {}  # S result -> its per-chunk name
+        body: list[str] = []
+        for op in p.tile_stats:
+            _, _, x, _, others = _stat_layout(p, op)
+            xv = self.value(x, _get(p.layouts, x), "e")
+            text = xv.text if xv.ty == "f32" else f"{xv.text}.to(tl.float32)"
+            if set(xv.cls) != {"m", "n"}:
+                text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
+            r = next(i for i, res in enumerate(p.results) if res == op.results[0]) \
+                if any(res == op.results[0] for res in p.results) else None
+            reads_sum = len(op.operands) == 3  # (x, S, init): the centred sum of squares
+            name = f"ts{len(sums)}"
+            body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
+            if reads_sum:
+                s_name = next((n for v, n in sums.items() if v == op.operands[1]), None)
+                if s_name is None:
+                    raise CodegenError(op, "a centred tile sum before the sum it centres on")
+                mean = f"{s_name}[None, :]" if axis == 0 else f"{s_name}[:, None]"
+                body.append(f"{name}_d = tl.where(sel, {name}_x - {mean} * {1.0 / L!r}, 0.0)")
+                body.append(f"{name} = tl.sum({name}_d * {name}_d, axis={axis})")
+            else:
+                body.append(f"{name} = tl.sum({name}_x, axis={axis})")
+            sums[op.results[0]] = name
+            if r is None:
+                continue
+            res_lay = []
+            for k, j in enumerate(others):
+                lin = _get(p.layouts, x)[j]
+                res_lay.append(f"{self.lin_text(lin, 'e')} * out{r}_s{k + 1}")
+            addr = f"out{r}_ptr + chunk * out{r}_s0" + "".join(f" + {t}" for t in res_lay)
+            val = f"{name}[None, :]" if axis == 0 else f"{name}[:, None]"
+            mask = self.mask({other}, "e")
+            m = f"(chunk < {n_chunks})" + (f" & {mask}" if mask else "")
+            body.append(f"tl.store({addr}, {val}, mask={m})")
+        out.append(f"# tile statistics: sums over chunks of {L} rows of {cls.upper()} (passes/tile_stats.py)")
+        out.append(f"for tsj in tl.static_range({block} // {L}):")
+        inner = [f"sel = ({rows} // {L}) == tsj",
+                 f"chunk = {pid} * ({block} // {L}) + tsj"] + body
+        out += ["    " + ln for ln in inner]
+        return out
+
+
+__all__ = ["check_tile_stats", "_TileStats"]
