@@ -43,7 +43,7 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 
 from .base import Pass, PassContext
-from .fuse_common import DOMAIN, GROUP, KIND, _Group, _i64, _moves_or_widens, _rounds, _size_attr, _static, _widens
+from .fuse_common import DOMAIN, GROUP, KIND, TILE_STAT, _Group, _i64, _moves_or_widens, _rounds, _size_attr, _static, _widens
 from .fuse_factors import FactorJoins
 from .fuse_windows import WindowJoins
 from .ir_utils import main_func
@@ -146,6 +146,12 @@ class _Fusion(FactorJoins, WindowJoins):
         for o in list(seeds(lambda o: pat.is_contraction(o) or pat.is_convolution(o))):
             if o not in self.group_of:
                 self.grow(self.new_group("contraction", o))
+        for o in [o.operation for o in self.block.operations]:
+            # per-chunk partial sums (passes/tile_stats.py) a full kernel did not take yet
+            src = pat.inputs(o)[0] if TILE_STAT in o.attributes else None
+            gid = None if src is None or isinstance(src.owner, ir.Block) else self.group_of.get(self.top(src.owner))
+            if o not in self.group_of and gid is not None and gid >= 0 and self.groups[gid].kind == "contraction":
+                self.try_join_tile_stat(self.groups[gid], o)
         for o in list(seeds(lambda o: pat.is_reduction(o) and not pat.is_contraction(o))):
             if o not in self.group_of:
                 self.grow(self.new_group("reduction", o))
@@ -358,7 +364,7 @@ class _Fusion(FactorJoins, WindowJoins):
                     break
 
     def admissible(self, g: _Group, x: ir.Operation, role: str) -> bool:
-        if not pat.is_generic(x) or not _static(x) or not x.results:
+        if not pat.is_generic(x) or not _static(x) or not x.results or TILE_STAT in x.attributes:
             return False
         if role == "producer" and _rounds(x) and not isinstance(x.operands[0].owner, ir.Block) \
                 and pat.is_generic(pat.op_of(x.operands[0].owner)):
@@ -411,6 +417,8 @@ class _Fusion(FactorJoins, WindowJoins):
             return self.try_join_stuffed(g, x, role)
         if g.kind == "contraction" and role == "producer" and self.try_join_prologue(g, x):
             return True
+        if TILE_STAT in x.attributes:
+            return g.kind == "contraction" and role == "consumer" and self.try_join_tile_stat(g, x)
         if g.kind == "contraction" and role == "consumer":
             if g.window is not None:
                 return self.try_join_after_window(g, x)

@@ -13,6 +13,7 @@ from uniorch.ir import dims
 # ops outlining copies into the kernels that read them (so their results are no kernel arguments)
 _IN_KERNEL = ("arith.constant", "tensor.empty")
 GROUP, DOMAIN, KIND = "uniorch.group", "uniorch.domain", "uniorch.kind"
+TILE_STAT = "uniorch.tile_stat"  # passes/tile_stats.py: per-chunk partial sums of a contraction's output
 # One tile of output channels on every target (contraction_schedule.py caps fp32 tiles at 64), so
 # a fused prologue is computed once per input element and kernel window position, not per tile.
 PROLOGUE_MAX_FILTERS = 64

@@ -1,6 +1,7 @@
-"""uniorch-fuse, poolings on a contraction's epilogue: a pooling whose windows do not overlap is
-computed from per-window accumulators in the contraction's kernel, with pointwise ops after it.
-Mixed into passes/fuse.py's `_Fusion`."""
+"""uniorch-fuse, reductions on a contraction's epilogue: a pooling whose windows do not overlap is
+computed from per-window accumulators in the contraction's kernel, with pointwise ops after it;
+a norm's per-chunk partial sums (passes/tile_stats.py) from the output tile. Mixed into
+passes/fuse.py's `_Fusion`."""
 from __future__ import annotations
 
 from torch_mlir import ir
@@ -93,3 +94,31 @@ class WindowJoins:
             if any(not isinstance(v.owner, ir.Block) and self.top(v.owner) in out for v in m.operands):
                 out.append(m)
         return out
+
+    def try_join_tile_stat(self, g: _Group, x: ir.Operation) -> bool:
+        """Partial sums over chunks of the output tile's rows (passes/tile_stats.py) join the
+        contraction they sum, with the zero fill they start from: they read only its result or an
+        epilogue value of it (and, for the centred sums, the plain sums already in the kernel).
+        Not bound by the kernel's op count: passes/tile_stats.py rewrote the statistics to read
+        them, so no other kernel could compute them."""
+        if g.window is not None or not _static(x):
+            return False
+        members = set(g.ops)
+        n_in = pat.num_inputs(x)
+        src = pat.inputs(x)[0]
+        p = None if isinstance(src.owner, ir.Block) else self.top(src.owner)
+        if p not in members or (p != g.anchor and p in self._before_anchor(g)):
+            return False  # not on the output tile (a factor's prologue)
+        for v in pat.inputs(x)[1:]:
+            if isinstance(v.owner, ir.Block) or self.top(v.owner) not in members:
+                return False
+        init = x.operands[n_in]
+        fill = None if isinstance(init.owner, ir.Block) else pat.op_of(init.owner)
+        if fill is None or not pat.is_fill(fill) or fill in self.group_of \
+                or any(pat.op_of(u.owner) != x for u in fill.results[0].uses):
+            return False
+        if self.creates_cycle(g, x, [fill]):
+            return False
+        self._adopt(g, fill)
+        return self._adopt(g, x)
+

@@ -4,8 +4,9 @@ Elementwise fusion runs while matmul and convolution are still named ops, so no 
 *into* a contraction (it would be recomputed for every output element); only afterwards is every
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
 rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, compose_gathers, extract_operands,
-split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords)
-and compare in the type the values have (narrow_compares).
+split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords),
+compare in the type the values have (narrow_compares), and take a norm's statistics of a
+convolution's output from partial sums its epilogue writes (tile_stats).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from .split_reduction import split_reductions
 from .split_prologue import split_prologues
 from .stack_pieces import stacks_as_selects
 from .symbolic_reshapes import fold_symbolic_reshapes
+from .tile_stats import tile_stats
 from .view_rewrites import rewrite_views
 
 # resolve-ranked-shaped-type-result-dims: a `tensor.dim` of an op's result (symbolic sizes) becomes
@@ -73,3 +75,4 @@ class Preprocess(Pass):
             split_reductions(main)  # a weight gradient's long sum over the batch: partials, then their sum
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
+            tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue

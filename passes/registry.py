@@ -14,7 +14,6 @@ _PASSES = {
     "uniorch-fuse-chain": "fuse_chain:FuseChain",
     "uniorch-fuse-siblings": "fuse_siblings:FuseSiblings",
     "uniorch-fuse-row-stats": "fuse_row_stats:FuseRowStats",
-    "uniorch-tile-stats": "tile_stats:TileStats",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
     "uniorch-plan-memory": "plan_memory:PlanMemory",

@@ -1,10 +1,10 @@
-"""uniorch-tile-stats: a norm's statistics over a convolution's (or matmul's) output rows, partly
-computed in that contraction's epilogue, so the statistics kernel reads small per-chunk partials
-instead of the whole activation.
+"""Tile statistics, part of `uniorch-preprocess`: a norm's statistics over a convolution's (or
+matmul's) output rows, partly computed in that contraction's epilogue, so the statistics kernel
+reads small per-chunk partials instead of the whole activation.
 
 BatchNorm in training, GroupNorm and a spatial mean (squeeze-excite) reduce the output of a
 convolution over its rows (batch x height x width: the M of its tiles), which no one tile holds.
-After uniorch-fuse the statistics are a reduction kernel that reads the activation the
+Fused as they come, the statistics are a reduction kernel that reads the activation the
 convolution has just written. Here the rows are cut into chunks of `L` consecutive rows (M
 flattened as the contraction's tiles flatten it; `L` a power of two dividing the reduced rows, so
 a tile of BLOCK_M rows, a multiple of L, holds whole chunks), and the convolution's epilogue
@@ -26,9 +26,12 @@ Conditions: the sums are f32 sums of x, which is the contraction's result or an 
 it, through identity-mapped one-input pointwise ops (an upcast) and then reshapes; the reduced
 rows are the innermost M dims of the contraction (a suffix of its row order) and the rows kept
 (GroupNorm's batch) the outer ones, each whole; columns may be split (GroupNorm's channels per
-group); static shapes. The statistics group's full-size ops (BatchNorm's normalise, computed from
-the activation it read) become a pointwise kernel of their own. Codegen:
-codegen/contraction_stats.py; the schedule keeps BLOCK_M a multiple of L.
+group); static shapes; not a LayerNorm after a linear layer whose row fits one tile, which
+uniorch-fuse-row-stats computes whole in the layer's epilogue. uniorch-fuse puts the partial
+generics (`uniorch.tile_stat = L`) in the contraction's kernel (`try_join_tile_stat`); the rest
+(the sums of partials, then a normalise that reads the activation) fuses as any other op, so a
+BatchNorm's normalise can ride on the pooling or convolution after it. Codegen:
+codegen/contraction_stats.py; the schedule keeps the tile a multiple of L along the chunked axis.
 """
 from __future__ import annotations
 
@@ -41,39 +44,28 @@ from torch_mlir.dialects import tensor
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention_plan import _plan
 
-from .base import Pass, PassContext
-from .fuse_common import DOMAIN, KIND, _i64
-from .groups import group_of, join, kind_of, renumber
-from .groups import members as group_members
-from .ir_utils import iterator_types_attr, main_func
+from .fuse_common import TILE_STAT, _i64
+from .fuse_row_stats import ROW_STATS_MAX
+from .ir_utils import iterator_types_attr
 from .split_reduction import _zeros
 
-TILE_STAT = "uniorch.tile_stat"  # on the partial generics: the chunk length L
 MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
 
 
-@dataclass(frozen=True)
-class TileStats(Pass):
-    name = "uniorch-tile-stats"
-    summary = "a norm's statistics over a convolution's rows as per-chunk partials in its epilogue"
-
-    def run(self, module, pctx: PassContext) -> None:
-        main = main_func(module)
-        with module.context, ir.Location.unknown(module.context):
-            block = main.regions[0].blocks[0]
-            changed = False
-            for gid in sorted(group_members(block)):
-                members = group_members(block)
-                if gid not in members or not any(kind_of(o) == "reduction" for o in members[gid]):
-                    continue
-                for r0 in [o for o in members[gid] if _plain_sum(o)]:
-                    found = _match(block, members, gid, r0)
+def tile_stats(main) -> None:
+    """Rewrites each matching set of sums in `main` (before uniorch-fuse)."""
+    with ir.Location.unknown():
+        block = main.regions[0].blocks[0]
+        done = True
+        while done:
+            done = False
+            for r0 in [o.operation for o in block.operations]:
+                if _plain_sum(r0):
+                    found = _match(r0)
                     if found is not None:
-                        _rewrite(block, found)
-                        changed = True
+                        _rewrite(found)
+                        done = True
                         break
-            if changed:
-                renumber(block)
 
 
 # ---------------------------------------------------------------- matching
@@ -123,36 +115,38 @@ def _numel(v) -> int:
 
 @dataclass
 class _Found:
-    gid: int                 # the statistics group
-    cgid: int                # the contraction's group
     r0: ir.Operation         # sum(x)
     dev: ir.Operation | None  # d = x - c
     r1: ir.Operation | None  # sum(d)
     r2: ir.Operation | None  # sum(d²)
     c_index: int             # which input of dev is c
-    y: ir.Value              # the contraction-group value x is computed from
-    chain: list              # pointwise ops from y towards x (forward order), cloned into the epilogue
+    y: ir.Value              # the contraction's result, x is computed from
+    chain: list              # pointwise ops from y towards x (forward order), inlined in the partials' bodies
     views: list              # the reshapes after them (forward order)
-    y_m: list                # y dims that are M rows, in the contraction's row order (outer to inner)
+    y_m: list                # y dims along the chunked tile axis, in the contraction's order (outer to inner)
     L: int
     xdims: list              # per x dim: ("M", ydim) kept row | ("S", ydims) reduced rows | ("O", ydim, size) | ("U",)
-    o_y: list                # y's column dims (non-unit), in y order
-    moved: list              # full-size ops of the statistics group that become their own kernel
+    o_y: list                # y's other non-unit dims, in y order
 
 
-def _walk(x: ir.Value, members: dict):
-    """From x back to a value a contraction group computes: (value, its group, pointwise chain,
-    views), the chain and views in forward order; None if the way back is anything else."""
+def _is_product(op) -> bool:
+    return pat.is_generic(op) and (pat.is_contraction(op) or pat.is_convolution(op))
+
+
+def _walk(x: ir.Value):
+    """From x back to a value on a contraction's output tile: (that value, the contraction,
+    pointwise chain, views), the chain and the views in forward order; None if the way back is
+    anything else. The value is the contraction's result or an epilogue op of it (BatchNorm's
+    scale and shift, an activation: `_on_product`)."""
     views, chain = [], []
     v = x
     while True:
         if isinstance(v.owner, ir.Block):
             return None
         op = pat.op_of(v.owner)
-        g = group_of(op)
-        if g is not None and any(kind_of(o) == "contraction" for o in members.get(g, [])):
-            return v, g, list(reversed(chain)), list(reversed(views))
-        if op.name in ("tensor.expand_shape", "tensor.collapse_shape") and g is None:
+        if _is_product(op):
+            return v, op, list(reversed(chain)), list(reversed(views))
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
             if chain:
                 return None  # a pointwise op after a reshape
             views.append(op)
@@ -160,40 +154,65 @@ def _walk(x: ir.Value, members: dict):
             continue
         if pat.is_pointwise(op) and len(op.results) == 1:
             ins = pat.inputs(op)
-            shaped = [i for i, a in enumerate(ins) if isinstance(a.type, ir.ShapedType)]
             maps = pat.indexing_maps(op)
             ident = ir.AffineMap.get_identity(maps[-1].n_dims)
-            if len(shaped) != 1 or maps[shaped[0]] != ident or maps[-1] != ident:
-                return None
-            if any(o.name == "tensor.extract" for o in pat.body_ops(op)):
-                return None
-            chain.append(op)
-            v = ins[shaped[0]]
-            continue
+            if (len(ins) == 1 and isinstance(ins[0].type, ir.ShapedType) and maps[0] == ident and maps[-1] == ident
+                    and not pat.block_arg_used(op, 1)
+                    and not any(o.name == "tensor.extract" for o in pat.body_ops(op))):
+                chain.append(op)
+                v = ins[0]
+                continue
+            product = _on_product(op)
+            if product is not None:
+                return v, product, list(reversed(chain)), list(reversed(views))
         return None
 
 
-def _epilogue_value(y: ir.Value, anchor, c_ops: list) -> bool:
-    """y is the contraction's result, or a pointwise op of its group reading it (through such
-    ops) in loop order: a value on the contraction's output tile."""
-    inside = set(c_ops)
-    v = y
-    for _ in range(64):
-        op = pat.op_of(v.owner) if not isinstance(v.owner, ir.Block) else None
-        if op is None or op not in inside:
-            return False
-        if op == anchor:
+def _on_product(op, depth: int = 8):
+    """The contraction whose result pointwise `op` computes from elementwise (through more such
+    ops), its other inputs broadcast along the result (per-channel parameters); else None."""
+    if depth == 0 or not pat.is_pointwise(op) or len(op.results) != 1:
+        return None
+    maps = pat.indexing_maps(op)
+    ident = ir.AffineMap.get_identity(maps[-1].n_dims)
+    shape = _static_shape(op.results[0])
+    if maps[-1] != ident or shape is None or any(o.name == "tensor.extract" for o in pat.body_ops(op)):
+        return None
+    found, others = None, []
+    for a, m in zip(pat.inputs(op), maps):
+        if not isinstance(a.type, ir.ShapedType) or isinstance(a.owner, ir.Block):
+            continue
+        cand = None
+        if m == ident and _static_shape(a) == shape:
+            p = pat.op_of(a.owner)
+            cand = p if _is_product(p) else _on_product(p, depth - 1)
+        if cand is None:
+            others.append(a)
+        elif found is not None and found != cand:
+            return None
+        else:
+            found = cand
+    # the other inputs are parameters: none computed from the product (softmax's max of it)
+    if found is not None and any(_reads(a, found) for a in others):
+        return None
+    return found
+
+
+def _reads(v: ir.Value, target, limit: int = 256) -> bool:
+    """Whether `v` is computed from `target`'s results (a bounded walk over producers; True
+    when the walk is cut short, to be safe)."""
+    stack, seen = [v], 0
+    while stack:
+        w = stack.pop()
+        if isinstance(w.owner, ir.Block):
+            continue
+        op = pat.op_of(w.owner)
+        if op == target:
             return True
-        if not pat.is_pointwise(op):
-            return False
-        maps = pat.indexing_maps(op)
-        ident = ir.AffineMap.get_identity(maps[-1].n_dims)
-        nxt = [a for a, m in zip(pat.inputs(op), maps) if isinstance(a.type, ir.ShapedType)
-               and m == ident and _static_shape(a) == _static_shape(y)
-               and not isinstance(a.owner, ir.Block) and pat.op_of(a.owner) in inside]
-        if not nxt:
-            return False
-        v = nxt[0]
+        seen += 1
+        if seen > limit:
+            return True
+        stack.extend(op.operands)
     return False
 
 
@@ -234,27 +253,15 @@ def _view_atoms(op, atoms: list) -> list | None:
     return out
 
 
-def _match(block, members: dict, gid: int, r0) -> _Found | None:
-    s_ops = members[gid]
-    s_set = set(s_ops)
-    if kind_of(r0) != "reduction":
-        return None  # the group's anchor: its domain is rewritten with it
+def _match(r0) -> _Found | None:
     x = pat.inputs(r0)[0]
     x_shape = _static_shape(x)
     if x_shape is None or not _f32(x):
         return None
-    walk = _walk(x, members)
+    walk = _walk(x)
     if walk is None:
         return None
-    y, cgid, chain, views = walk
-    c_ops = members[cgid]
-    anchors = [o for o in c_ops if kind_of(o) == "contraction" and (pat.is_contraction(o) or pat.is_convolution(o))]
-    if len(anchors) != 1 or cgid == gid:
-        return None
-    anchor = anchors[0]
-    # a pooling or a norm already in the epilogue, or sibling products: leave the group alone
-    if any(pat.is_reduction(o) and o != anchor for o in c_ops) or not _epilogue_value(y, anchor, c_ops):
-        return None
+    y, anchor, chain, views = walk
     y_shape = _static_shape(y)
     if y_shape is None or any(not _static_shape(r) for r in anchor.results):
         return None
@@ -281,6 +288,10 @@ def _match(block, members: dict, gid: int, r0) -> _Found | None:
         return None
     y_m, xdims, L = rows
     m_set = set(y_m)
+    reduced_rows = math.prod(y_shape[d] for xd in xdims if xd[0] == "S" for d in xd[1])
+    if (not pat.is_convolution(anchor) and reduced_rows <= ROW_STATS_MAX
+            and not any(xdims[i][0] == "O" for i in reduced)):
+        return None  # a norm's row in one tile of a linear layer: uniorch-fuse-row-stats's
     # columns: x's column dims split y's, in y's order, outer factors first
     o_y = [d for d in range(len(y_shape)) if d not in m_set and y_shape[d] != 1]
     x_o = [xd for xd in xdims if xd[0] == "O"]
@@ -307,7 +318,7 @@ def _match(block, members: dict, gid: int, r0) -> _Found | None:
     c_index = 1
     x_users = {pat.op_of(u.owner) for u in x.uses}
     for u in x_users:
-        if u == r0 or u not in s_set or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
+        if u == r0 or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
             continue
         if _body_names(u) != ["arith.subf"] or pat.inputs(u)[0] != x:
             continue
@@ -321,9 +332,9 @@ def _match(block, members: dict, gid: int, r0) -> _Found | None:
     if dev is not None:
         for use in dev.results[0].uses:
             u = pat.op_of(use.owner)
-            if u in s_set and pat.indexing_maps(u) == r0_maps and _plain_sum(u) and r1 is None:
+            if pat.indexing_maps(u) == r0_maps and _plain_sum(u) and r1 is None:
                 r1 = u
-            elif u in s_set and pat.indexing_maps(u) == r0_maps and _sum_of_square(u) and r2 is None:
+            elif pat.indexing_maps(u) == r0_maps and _sum_of_square(u) and r2 is None:
                 r2 = u
             else:
                 return None  # d read by anything else
@@ -334,30 +345,7 @@ def _match(block, members: dict, gid: int, r0) -> _Found | None:
     if not _kept_only(r0_maps[1], xdims, reduced):
         return None
 
-    # what else the statistics group does with full-size values: a pointwise kernel of its own
-    rewritten = {r0, dev, r1, r2} | set(chain)
-    full = _numel(x)
-    moved = []
-    for o in s_ops:
-        if o in rewritten:
-            continue
-        big = any(isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).has_static_shape
-                  and _numel(v) >= full for v in list(o.operands) + list(o.results))
-        if pat.is_reduction(o) and o not in rewritten:
-            return None  # another reduction in the group
-        if big:
-            if not pat.is_pointwise(o):
-                return None
-            moved.append(o)
-    if len({tuple(pat.loop_sizes(o)) for o in moved}) > 1:
-        return None
-    # the chain and views die with the sums: nothing else may read them
-    allowed = {r0, dev} | set(chain) | set(views)
-    for o in chain + views:
-        for use in o.results[0].uses:
-            if pat.op_of(use.owner) not in allowed:
-                return None
-    return _Found(gid, cgid, r0, dev, r1, r2, c_index, y, chain, views, y_m, L, xdims, o_y, moved)
+    return _Found(r0, dev, r1, r2, c_index, y, chain, views, y_m, L, xdims, o_y)
 
 
 def _rows(y_m: list, y_shape: list, atoms: list, reduced: set):
@@ -425,6 +413,24 @@ def _generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | N
     return op
 
 
+def _inline(chain: list, v: ir.Value) -> ir.Value:
+    """The pointwise ops `chain` applied to the element `v`: their bodies cloned at the insertion
+    point (inside the generic being built), each reading the previous one's value."""
+    for op in chain:
+        blk = pat.body(op)
+        mapping = [(blk.arguments[0], v)]
+        for o in pat.body_ops(op):
+            c = pat.op_of(o.clone())
+            for i, w in enumerate(c.operands):
+                for old, new in mapping:
+                    if w == old:
+                        c.operands[i] = new
+            mapping += list(zip(o.results, c.results))
+        y = pat.yield_op(op).operands[0]
+        v = next((new for old, new in mapping if old == y), y)
+    return v
+
+
 def _f(name: str, *args):
     return ir.Operation.create(name, results=[args[0].type], operands=list(args)).results[0]
 
@@ -434,55 +440,32 @@ def _cst(v: float):
     return ir.Operation.create("arith.constant", results=[f32], attributes={"value": ir.FloatAttr.get(f32, v)}).results[0]
 
 
-def _domain(sizes: list, its: list) -> ir.Attribute:
-    return ir.DictAttr.get({
-        "parallel": ir.ArrayAttr.get([_i64(s) for s, t in zip(sizes, its) if t == "parallel"]),
-        "reduction": ir.ArrayAttr.get([_i64(s) for s, t in zip(sizes, its) if t == "reduction"]),
-    })
-
-
-def _rewrite(block, f: _Found) -> None:
+def _rewrite(f: _Found) -> None:
     f32 = ir.F32Type.get()
     y_shape = _static_shape(f.y)
     rank = len(y_shape)
     L = f.L
     m_all = f.y_m
-    strides, s = {}, 1
-    for d in reversed(m_all):
-        strides[d] = s
-        s *= y_shape[d]
-    rows = s
-    P = rows // L
+    P = math.prod(y_shape[d] for d in m_all) // L
     part_map = chunk_map(y_shape, m_all, f.o_y, L)
     ident = ir.AffineMap.get_identity(rank)
     y_its = ["reduction" if d in set(m_all) else "parallel" for d in range(rank)]
     part_t = ir.RankedTensorType.get([P] + [y_shape[d] for d in f.o_y], f32)
-    tile_attr = {"uniorch.tile_stat": _i64(L)}
+    tile_attr = {TILE_STAT: _i64(L)}
 
     with ir.InsertionPoint(f.r0):
-        v = f.y
-        for op in f.chain:
-            c = pat.op_of(op.clone())
-            idx = next(i for i, a in enumerate(pat.inputs(op)) if isinstance(a.type, ir.ShapedType))
-            c.operands[idx] = v
-            join(c, f.cgid)
-            v = c.results[0]
         z = _zeros(part_t)
-        join(pat.op_of(z.owner), f.cgid)
-        S = _generic([v], [z], [ident, part_map], y_its,
-                     lambda a: [_f("arith.addf", a[1], a[0])], tile_attr).results[0]
-        join(pat.op_of(S.owner), f.cgid)
+        S = _generic([f.y], [z], [ident, part_map], y_its,
+                     lambda a: [_f("arith.addf", a[1], _inline(f.chain, a[0]))], tile_attr).results[0]
         Q = None
         if f.r2 is not None:
             z2 = _zeros(part_t)
-            join(pat.op_of(z2.owner), f.cgid)
 
             def m2(a):
                 mean = _f("arith.mulf", a[1], _cst(1.0 / L))
-                d = _f("arith.subf", a[0], mean)
+                d = _f("arith.subf", _inline(f.chain, a[0]), mean)
                 return [_f("arith.addf", a[2], _f("arith.mulf", d, d))]
-            Q = _generic([v, S], [z2], [ident, part_map, part_map], y_its, m2, tile_attr).results[0]
-            join(pat.op_of(Q.owner), f.cgid)
+            Q = _generic([f.y, S], [z2], [ident, part_map, part_map], y_its, m2, tile_attr).results[0]
 
         # the partials as the merge reads them: [kept rows..., chunks of the reduced rows, x's columns...]
         kept = [xd[1] for xd in f.xdims if xd[0] == "M"]
@@ -529,20 +512,16 @@ def _rewrite(block, f: _Found) -> None:
         res = [ld[pos[e.position]] if isinstance(e, ir.AffineDimExpr) else e for e in m.results]
         return ir.AffineMap.get(n, 0, res)
 
-    sizes = [s for s, _ in loops]
     its = [t for _, t in loops]
     out_map = moved_map(pat.indexing_maps(f.r0)[1])
 
     def replace(old, new_op):
         old.results[0].replace_all_uses_with(new_op.results[0])
-        new_op.attributes["uniorch.group"] = _i64(f.gid)
         old.erase()
 
     with ir.InsertionPoint(f.r0):
         new0 = _generic([ES], [pat.outputs(f.r0)[0]], [e_map, out_map], its,
                         lambda a: [_f("arith.addf", a[1], a[0])])
-    new0.attributes[KIND] = ir.StringAttr.get("reduction")
-    new0.attributes[DOMAIN] = _domain(sizes, its)
     replace(f.r0, new0)
     if f.dev is not None:
         c = pat.inputs(f.dev)[f.c_index]
@@ -565,14 +544,6 @@ def _rewrite(block, f: _Found) -> None:
     for o in reversed(f.views + f.chain):
         if not list(o.results[0].uses):
             o.erase()
-    if f.moved:
-        gid = 1 + max(g for g in (group_of(o.operation) for o in block.operations) if g is not None)
-        for o in f.moved:
-            join(o, gid)
-        first = f.moved[0]
-        first.attributes[KIND] = ir.StringAttr.get("pointwise")
-        sz = pat.loop_sizes(first)
-        first.attributes[DOMAIN] = _domain(sz, ["parallel"] * len(sz))
 
 
 def chunk_map(y_shape: list, y_m: list, o_y: list, L: int) -> ir.AffineMap:
@@ -594,4 +565,4 @@ def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
 
 
-__all__ = ["TileStats", "TILE_STAT", "MAX_CHUNK", "chunk_map"]
+__all__ = ["tile_stats", "TILE_STAT", "MAX_CHUNK", "chunk_map"]

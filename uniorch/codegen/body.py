@@ -353,7 +353,7 @@ def _predicate(op: ir.Operation) -> int:
 
 def helpers_used(text: str) -> list[str]:
     """Helpers `text` calls, and the helpers those call (special functions build on _powf)."""
-    used = [h for h in HELPERS if h + "(" in text]
+    used = [h for h in HELPERS if h + "(" in text or ", " + h + ")" in text]  # called, or a combine fn
     i = 0
     while i < len(used):
         body = HELPERS[used[i]].split("\n", 2)[2]  # after `@jit` and the def line

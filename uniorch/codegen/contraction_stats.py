@@ -93,9 +93,9 @@ class _TileStats:
                     raise CodegenError(op, "a centred tile sum before the sum it centres on")
                 mean = f"{s_name}[None, :]" if axis == 0 else f"{s_name}[:, None]"
                 body.append(f"{name}_d = tl.where(sel, {name}_x - {mean} * {1.0 / L!r}, 0.0)")
-                body.append(f"{name} = tl.sum({name}_d * {name}_d, axis={axis})")
+                body.append(f"{name} = tl.reduce({name}_d * {name}_d, {axis}, _sum_combine)")
             else:
-                body.append(f"{name} = tl.sum({name}_x, axis={axis})")
+                body.append(f"{name} = tl.reduce({name}_x, {axis}, _sum_combine)")
             sums[op.results[0]] = name
             if r is None:
                 continue
@@ -105,6 +105,8 @@ class _TileStats:
                 res_lay.append(f"{self.lin_text(lin, 'e')} * out{r}_s{k + 1}")
             addr = f"out{r}_ptr + chunk * out{r}_s0" + "".join(f" + {t}" for t in res_lay)
             val = f"{name}[None, :]" if axis == 0 else f"{name}[:, None]"
+            # the address as a block like the value (a depthwise convolution's channel is a scalar)
+            addr = f"tl.broadcast_to({addr}, {'(1, BLOCK_N)' if axis == 0 else '(BLOCK_M, 1)'})"
             mask = self.mask({other}, "e")
             m = f"(chunk < {n_chunks})" + (f" & {mask}" if mask else "")
             body.append(f"tl.store({addr}, {val}, mask={m})")
