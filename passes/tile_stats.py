@@ -60,7 +60,7 @@ def tile_stats(main) -> None:
         while done:
             done = False
             for r0 in [o.operation for o in block.operations]:
-                if _plain_sum(r0):
+                if _sum_prefix(r0) is not None:
                     found = _match(r0)
                     if found is not None:
                         _rewrite(found)
@@ -81,13 +81,35 @@ def _body_names(op) -> list[str]:
 
 def _plain_sum(op) -> bool:
     """`op` sums its one f32 input, read in loop order: out = out + in."""
+    return _sum_prefix(op) == [] and _f32(pat.inputs(op)[0])
+
+
+def _sum_prefix(op) -> list | None:
+    """The body ops before the sum if `op` sums f(in) of its one input, read in loop order, into
+    an f32 result (f: a 16-bit input's upcast), with f's ops reading only `in` and constants."""
     if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1 or not _f32(op.results[0]):
-        return False
+        return None
     maps = pat.indexing_maps(op)
-    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) or _body_names(op) != ["arith.addf"]:
-        return False
-    combs = pat.reduction_combiners(op)
-    return bool(combs) and combs[0][1] == pat.body(op).arguments[0]
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims):
+        return None
+    ops = pat.body_ops(op)
+    if not ops or ops[-1].name != "arith.addf" or pat.reduction_combiners(op) is None:
+        return None
+    blk = pat.body(op)
+    out_arg = blk.arguments[1]
+    combined = pat.reduction_combiners(op)[0][1]
+    prefix = ops[:-1]
+    inside = {blk.arguments[0]} | {r for o in prefix for r in o.results}
+    for o in prefix:
+        if len(o.results) != 1 or o.name == "tensor.extract":
+            return None
+        for v in o.operands:
+            if v == out_arg or not (v in inside or (not isinstance(v.owner, ir.Block)
+                                                     and pat.op_of(v.owner).name == "arith.constant")):
+                return None
+    if combined not in inside:
+        return None
+    return prefix
 
 
 def _sum_of_square(op) -> bool:
@@ -256,7 +278,8 @@ def _view_atoms(op, atoms: list) -> list | None:
 def _match(r0) -> _Found | None:
     x = pat.inputs(r0)[0]
     x_shape = _static_shape(x)
-    if x_shape is None or not _f32(x):
+    prefix = _sum_prefix(r0)
+    if x_shape is None or (not _f32(x) and not prefix):
         return None
     walk = _walk(x)
     if walk is None:
@@ -289,7 +312,7 @@ def _match(r0) -> _Found | None:
     y_m, xdims, L = rows
     m_set = set(y_m)
     reduced_rows = math.prod(y_shape[d] for xd in xdims if xd[0] == "S" for d in xd[1])
-    if (not pat.is_convolution(anchor) and reduced_rows <= ROW_STATS_MAX
+    if (cls == "n" and not pat.is_convolution(anchor) and reduced_rows <= ROW_STATS_MAX
             and not any(xdims[i][0] == "O" for i in reduced)):
         return None  # a norm's row in one tile of a linear layer: uniorch-fuse-row-stats's
     # columns: x's column dims split y's, in y's order, outer factors first
@@ -317,7 +340,7 @@ def _match(r0) -> _Found | None:
     dev = r1 = r2 = None
     c_index = 1
     x_users = {pat.op_of(u.owner) for u in x.uses}
-    for u in x_users:
+    for u in x_users if not prefix else ():
         if u == r0 or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
             continue
         if _body_names(u) != ["arith.subf"] or pat.inputs(u)[0] != x:
@@ -431,6 +454,21 @@ def _inline(chain: list, v: ir.Value) -> ir.Value:
     return v
 
 
+def _summand(r0, v: ir.Value) -> ir.Value:
+    """What `r0`'s body adds up, for the element `v`: its ops before the sum cloned here."""
+    blk = pat.body(r0)
+    mapping = [(blk.arguments[0], v)]
+    for o in _sum_prefix(r0):
+        c = pat.op_of(o.clone())
+        for i, w in enumerate(c.operands):
+            for old, new in mapping:
+                if w == old:
+                    c.operands[i] = new
+        mapping += list(zip(o.results, c.results))
+    combined = pat.reduction_combiners(r0)[0][1]
+    return next(new for old, new in mapping if old == combined)
+
+
 def _f(name: str, *args):
     return ir.Operation.create(name, results=[args[0].type], operands=list(args)).results[0]
 
@@ -456,7 +494,7 @@ def _rewrite(f: _Found) -> None:
     with ir.InsertionPoint(f.r0):
         z = _zeros(part_t)
         S = _generic([f.y], [z], [ident, part_map], y_its,
-                     lambda a: [_f("arith.addf", a[1], _inline(f.chain, a[0]))], tile_attr).results[0]
+                     lambda a: [_f("arith.addf", a[1], _summand(f.r0, _inline(f.chain, a[0])))], tile_attr).results[0]
         Q = None
         if f.r2 is not None:
             z2 = _zeros(part_t)

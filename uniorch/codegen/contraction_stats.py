@@ -9,7 +9,9 @@ contraction_emit.py's `_Emitter`.
 """
 from __future__ import annotations
 
-from .contraction_ir import Lin, _maps, _shape
+from torch_mlir import ir
+
+from .contraction_ir import _as_op, _maps, _shape
 from .contraction_plan import _Plan, _get, _known
 from .source import CodegenError
 
@@ -61,6 +63,37 @@ def check_tile_stats(plan: _Plan) -> None:
 
 
 class _TileStats:
+    def summed(self, op, x, centred: bool):
+        """The value tile-stat generic `op` sums at each element of the output tile: its body
+        evaluated on x's tile up to the sum (an upcast, an activation); for a centred sum, the
+        value it centres (`(v - S / L)²`'s v: the partial S comes per chunk, not from the body)."""
+        body = op.regions[0].blocks[0]
+        body_ops = [_as_op(o) for o in body.operations]
+        comb = _as_op(body_ops[-1].operands[0].owner)
+        out_arg = body.arguments[len(op.operands) - 1]
+        v = next((w for w in comb.operands if w != out_arg), None)
+        if comb.name != "arith.addf" or v is None:
+            raise CodegenError(op, "a tile statistic that is not a sum")
+        if centred:
+            sq = v.owner
+            d = sq.operands[0] if not isinstance(sq, ir.Block) and _as_op(sq).name == "arith.mulf" else None
+            if d is None or sq.operands[1] != d or isinstance(d.owner, ir.Block) or _as_op(d.owner).name != "arith.subf":
+                raise CodegenError(op, "a centred tile statistic that is not a sum of (v - S / L)²")
+            m = d.owner.operands[1]
+            if isinstance(m.owner, ir.Block) or _as_op(m.owner).name != "arith.mulf" \
+                    or m.owner.operands[0] != body.arguments[1]:
+                raise CodegenError(op, "a centred tile statistic that is not a sum of (v - S / L)²")
+            v = d.owner.operands[0]
+        lay = _get(self.p.layouts, x)
+        env = list(lay)
+
+        def arg(n: int):
+            if n != 0:
+                raise CodegenError(op, "a tile statistic reading other than the output tile")
+            return self.value(x, lay, "e")
+
+        return self.body_value(op, body, body_ops, v, env, "e", [], arg)
+
     def tile_stat_stores(self) -> list[str]:
         """The partial sums of each tile-stat generic, per chunk of the tile, and their stores."""
         p = self.p
@@ -78,13 +111,13 @@ class _TileStats:
         body: list[str] = []
         for op in p.tile_stats:
             _, _, x, _, others = _stat_layout(p, op)
-            xv = self.value(x, _get(p.layouts, x), "e")
+            reads_sum = len(op.operands) == 3  # (x, S, init): the centred sum of squares
+            xv = self.summed(op, x, reads_sum)
             text = xv.text if xv.ty == "f32" else f"{xv.text}.to(tl.float32)"
             if set(xv.cls) != {"m", "n"}:
                 text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
             r = next(i for i, res in enumerate(p.results) if res == op.results[0]) \
                 if any(res == op.results[0] for res in p.results) else None
-            reads_sum = len(op.operands) == 3  # (x, S, init): the centred sum of squares
             name = f"ts{len(sums)}"
             body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
             if reads_sum:
