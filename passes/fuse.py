@@ -167,7 +167,7 @@ class _Fusion(FactorJoins, WindowJoins):
         for o in list(seeds(_widens)):
             src = o.operands[0]
             gid = None if isinstance(src.owner, ir.Block) else self.group_of.get(self.top(src.owner))
-            if o not in self.group_of and gid is not None and gid >= 0:
+            if o not in self.group_of and gid is not None and gid >= 0 and not self._widened_on_load(o):
                 g = self.groups[gid]
                 self.take_widening = True
                 try:
@@ -184,6 +184,16 @@ class _Fusion(FactorJoins, WindowJoins):
                 self.new_group("copy", o)
         self.drop_dead()
         self.annotate()
+
+    def _widened_on_load(self, o: ir.Operation) -> bool:
+        """Every reader of widening `o` is a pointwise generic no kernel took yet, read in loop
+        order: its own kernel (grown below) loads the 16-bit value and widens it, so the producer
+        stores 16 bits (a BatchNorm or GroupNorm normalise whose statistics no longer read it)."""
+        users = [pat.op_of(u.owner) for u in o.results[0].uses]
+        return bool(users) and all(
+            self.top(u) == u and u not in self.group_of and pat.is_pointwise(u) and _static(u)
+            and all(m == pat.indexing_maps(u)[-1] for v, m in zip(u.operands, pat.indexing_maps(u)) if v == o.results[0])
+            for u in users)
 
     def erase_dead(self) -> None:
         """Drops side-effect-free ops nothing uses (what the erased checks alone read)."""

@@ -20,7 +20,8 @@ LeVeque's pairwise update):
 
 so the statistics kernel sums rows / L partials per column instead of the rows. A plain sum (a
 mean) needs S only. Partials cost 4 bytes per chunk and column each, written and read, against
-the activation read they replace: only where that is fewer bytes (L >= 8, or 4 for a plain sum).
+the activation read they replace: only where that is fewer bytes (fp32: L >= 8, or 4 for a plain
+sum; twice that for a 16-bit activation).
 
 Conditions: the sums are f32 sums of x, which is the contraction's result or an epilogue value of
 it, through identity-mapped one-input pointwise ops (an upcast) and then reshapes; the reduced
@@ -363,7 +364,11 @@ def _match(r0) -> _Found | None:
                 return None  # d read by anything else
         if r2 is None or pat.iterator_types(r2) != its or (r1 is not None and pat.iterator_types(r1) != its):
             return None
-    if L < (8 if r2 is not None else 4):
+    # fewer bytes only: 4-byte partials (one or two per chunk and column), written and read, against
+    # the activation read they replace, in its narrowest stored type (a bf16 conv output)
+    stored = [x, y] + [pat.inputs(o)[0] for o in chain]
+    size = min(ir.ShapedType(v.type).element_type.width // 8 for v in stored)
+    if 2 * 4 * (2 if r2 is not None else 1) >= L * size:
         return None
     if not _kept_only(r0_maps[1], xdims, reduced):
         return None

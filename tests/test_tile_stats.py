@@ -212,3 +212,16 @@ def test_kernels_compile_for_gpus_with_whole_chunks(target, dtype):
     line = next(ln for ln in src.splitlines() if "tl.static_range" in ln)
     block, chunk = line.split("tl.static_range(")[1].split(")")[0].split(" // ")
     assert int(k.source.constexprs[block]) % int(chunk) == 0, (line, k.source.constexprs)
+
+
+def test_bf16_convolution_stores_its_output_in_16_bits():
+    """The normalise is the only reader of the convolution's widened output once the statistics
+    come from partials: it widens on load, so the convolution writes bf16, not an f32 copy."""
+    torch.manual_seed(0)
+    model = ConvGN().to(torch.bfloat16)
+    x = torch.randn(2, 8, 8, 8, dtype=torch.bfloat16)
+    rep = explain_static(model, (x,))
+    conv = next(k for k in rep.kernels if k.kind == "contraction")
+    numel = 2 * 16 * 8 * 8
+    partials = 2 * (numel // 64) * 4  # S and Q: one f32 per chunk of 64 rows
+    assert conv.bytes_written == numel * 2 + partials, str(rep)
