@@ -30,6 +30,7 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention_plan import _plan
 
 from .base import Pass, PassContext
+from .fuse_common import TILE_STAT
 from .fuse_factors import _numel as numel
 from .groups import group_of, join, kind_of, renumber, top_level
 from .groups import members as group_members
@@ -201,8 +202,8 @@ def _try_epilogue(members: dict, gid: int, row: int) -> bool:
     g = sources.pop()
     anchors = [o for o in members[g] if kind_of(o) == "contraction" and pat.is_contraction(o)
                and not pat.is_convolution(o)]
-    if len(anchors) != 1:
-        return False
+    if len(anchors) != 1 or any(TILE_STAT in o.attributes for o in members[g]):
+        return False  # (tile statistics already chunk its rows: passes/tile_stats.py)
     p = _plan(anchors[0])
     if len(p.order["n"]) != 1 or p.N != row or p.window is not None:
         return False
