@@ -154,7 +154,8 @@ def test_bitonic_network_on_forced_blocks(block_p):
     vals, idx = torch.empty(7, 45), torch.empty(7, 45, dtype=torch.int64)
     loader.launch(ks, loader.load(ks, interpret=True), [x], [vals, idx])
     ref = fn(x)
-    assert torch.equal(vals, ref.values) and torch.equal(idx, ref.indices)
+    # (torch.sort is not stable: fresh values that tie may come in either order there)
+    _check(x, -1, (vals, idx), ref)
 
 
 @pytest.mark.parametrize("target", [("cuda", 90, 32), ("hip", "gfx942", 64)])
