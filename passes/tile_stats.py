@@ -28,8 +28,9 @@ it, through identity-mapped one-input pointwise ops (an upcast) and then reshape
 rows are the innermost M dims of the contraction (a suffix of its row order) and the rows kept
 (GroupNorm's batch) the outer ones, each whole; columns may be split (GroupNorm's channels per
 group); static shapes; not a norm over a linear layer's features (LayerNorm, RMSNorm), whose row
-one tile holds (uniorch-fuse-row-stats) or one reduction kernel sums and normalises in registers. uniorch-fuse puts the partial
-generics (`uniorch.tile_stat = L`) in the contraction's kernel (`try_join_tile_stat`); the rest
+one tile holds (uniorch-fuse-row-stats) or one reduction kernel sums and normalises in registers.
+uniorch-fuse puts the partial generics (`uniorch.tile_stat = L`) in the contraction's kernel
+(`try_join_tile_stat`); the rest
 (the sums of partials, then a normalise that reads the activation) fuses as any other op, so a
 BatchNorm's normalise can ride on the pooling or convolution after it. Codegen:
 codegen/contraction_stats.py; the schedule keeps the tile a multiple of L along the chunked axis.
@@ -47,25 +48,28 @@ from uniorch.codegen.attention_plan import _plan
 
 from .fuse_common import TILE_STAT, _i64
 from .ir_utils import iterator_types_attr
+from .sink_collapse import _groups, _reassociation
 from .split_reduction import _zeros
 
 MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
 
 
 def tile_stats(main) -> None:
-    """Rewrites each matching set of sums in `main` (before uniorch-fuse)."""
+    """Rewrites each matching set of sums in `main` (before uniorch-fuse), in one scan: after a
+    rewrite it goes on from the new sum of partials (what it erased lay after the sum it matched)."""
     with ir.Location.unknown():
         block = main.regions[0].blocks[0]
-        done = True
-        while done:
-            done = False
-            for r0 in [o.operation for o in block.operations]:
-                if _sum_prefix(r0) is not None:
-                    found = _match(r0)
-                    if found is not None:
-                        _rewrite(found)
-                        done = True
-                        break
+        start = 0
+        while True:
+            ops = [o.operation for o in block.operations]
+            for i in range(start, len(ops)):
+                found = _match(ops[i]) if _sum_prefix(ops[i]) is not None else None
+                if found is not None:
+                    new0 = _rewrite(found)
+                    start = [o.operation for o in block.operations].index(new0) + 1
+                    break
+            else:
+                return
 
 
 # ---------------------------------------------------------------- matching
@@ -131,17 +135,12 @@ def _static_shape(v) -> list[int] | None:
     return list(t.shape) if t.has_static_shape else None
 
 
-def _numel(v) -> int:
-    return math.prod(ir.RankedTensorType(v.type).shape)
-
-
 @dataclass
 class _Found:
     r0: ir.Operation         # sum(x)
     dev: ir.Operation | None  # d = x - c
     r1: ir.Operation | None  # sum(d)
     r2: ir.Operation | None  # sum(d²)
-    c_index: int             # which input of dev is c
     y: ir.Value              # the contraction's result, x is computed from
     chain: list              # pointwise ops from y towards x (forward order), inlined in the partials' bodies
     views: list              # the reshapes after them (forward order)
@@ -238,14 +237,10 @@ def _reads(v: ir.Value, target, limit: int = 256) -> bool:
     return False
 
 
-def _reassoc(op) -> list[list[int]]:
-    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
-
-
 def _view_atoms(op, atoms: list) -> list | None:
     """Per result dim of reshape `op`, its factors of the contraction value's dims: (y dim, size,
     stride within that dim); size-1 dims have none."""
-    groups = _reassoc(op)
+    groups = _groups(op)
     if op.name == "tensor.collapse_shape":
         return [[a for i in g for a in atoms[i]] for g in groups]
     shape = _static_shape(op.results[0])
@@ -339,7 +334,6 @@ def _match(r0) -> _Found | None:
     # the sums: x's readers are r0 and d = x - c; d's readers sum(d) and sum(d²)
     r0_maps = pat.indexing_maps(r0)
     dev = r1 = r2 = None
-    c_index = 1
     x_users = {pat.op_of(u.owner) for u in x.uses}
     for u in x_users if not prefix else ():
         if u == r0 or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
@@ -373,7 +367,7 @@ def _match(r0) -> _Found | None:
     if not _kept_only(r0_maps[1], xdims, reduced):
         return None
 
-    return _Found(r0, dev, r1, r2, c_index, y, chain, views, y_m, L, xdims, o_y)
+    return _Found(r0, dev, r1, r2, y, chain, views, y_m, L, xdims, o_y)
 
 
 def _rows(y_m: list, y_shape: list, atoms: list, reduced: set):
@@ -441,37 +435,35 @@ def _generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | N
     return op
 
 
-def _inline(chain: list, v: ir.Value) -> ir.Value:
-    """The pointwise ops `chain` applied to the element `v`: their bodies cloned at the insertion
-    point (inside the generic being built), each reading the previous one's value."""
-    for op in chain:
-        blk = pat.body(op)
-        mapping = [(blk.arguments[0], v)]
-        for o in pat.body_ops(op):
-            c = pat.op_of(o.clone())
-            for i, w in enumerate(c.operands):
-                for old, new in mapping:
-                    if w == old:
-                        c.operands[i] = new
-            mapping += list(zip(o.results, c.results))
-        y = pat.yield_op(op).operands[0]
-        v = next((new for old, new in mapping if old == y), y)
-    return v
-
-
-def _summand(r0, v: ir.Value) -> ir.Value:
-    """What `r0`'s body adds up, for the element `v`: its ops before the sum cloned here."""
-    blk = pat.body(r0)
-    mapping = [(blk.arguments[0], v)]
-    for o in _sum_prefix(r0):
+def _clone_body(ops: list, arg: ir.Value, v: ir.Value) -> list:
+    """`ops` (a body's, reading block argument `arg`) cloned at the insertion point reading `v`
+    instead: the (original value, clone's value) pairs, `arg`'s first."""
+    mapping = [(arg, v)]
+    for o in ops:
         c = pat.op_of(o.clone())
         for i, w in enumerate(c.operands):
             for old, new in mapping:
                 if w == old:
                     c.operands[i] = new
         mapping += list(zip(o.results, c.results))
-    combined = pat.reduction_combiners(r0)[0][1]
-    return next(new for old, new in mapping if old == combined)
+    return mapping
+
+
+def _mapped(mapping: list, v: ir.Value) -> ir.Value:
+    return next((new for old, new in mapping if old == v), v)
+
+
+def _inline(chain: list, v: ir.Value) -> ir.Value:
+    """The pointwise ops `chain` applied to the element `v` (inside the generic being built)."""
+    for op in chain:
+        v = _mapped(_clone_body(pat.body_ops(op), pat.body(op).arguments[0], v), pat.yield_op(op).operands[0])
+    return v
+
+
+def _summand(r0, v: ir.Value) -> ir.Value:
+    """What `r0`'s body adds up, for the element `v`: its ops before the sum cloned here."""
+    mapping = _clone_body(_sum_prefix(r0), pat.body(r0).arguments[0], v)
+    return _mapped(mapping, pat.reduction_combiners(r0)[0][1])
 
 
 def _f(name: str, *args):
@@ -483,7 +475,7 @@ def _cst(v: float):
     return ir.Operation.create("arith.constant", results=[f32], attributes={"value": ir.FloatAttr.get(f32, v)}).results[0]
 
 
-def _rewrite(f: _Found) -> None:
+def _rewrite(f: _Found):
     f32 = ir.F32Type.get()
     y_shape = _static_shape(f.y)
     rank = len(y_shape)
@@ -566,9 +558,10 @@ def _rewrite(f: _Found) -> None:
         new0 = _generic([ES], [pat.outputs(f.r0)[0]], [e_map, out_map], its,
                         lambda a: [_f("arith.addf", a[1], a[0])])
     replace(f.r0, new0)
+    new0 = new0.operation
     if f.dev is not None:
-        c = pat.inputs(f.dev)[f.c_index]
-        c_map = moved_map(pat.indexing_maps(f.dev)[f.c_index])
+        c = pat.inputs(f.dev)[1]  # d = x - c
+        c_map = moved_map(pat.indexing_maps(f.dev)[1])
         if f.r1 is not None:
             with ir.InsertionPoint(f.r1):
                 new1 = _generic([ES, c], [pat.outputs(f.r1)[0]], [e_map, c_map, out_map], its,
@@ -587,6 +580,7 @@ def _rewrite(f: _Found) -> None:
     for o in reversed(f.views + f.chain):
         if not list(o.results[0].uses):
             o.erase()
+    return new0
 
 
 def chunk_map(y_shape: list, y_m: list, o_y: list, L: int) -> ir.AffineMap:
@@ -601,11 +595,6 @@ def chunk_map(y_shape: list, y_m: list, o_y: list, L: int) -> ir.AffineMap:
         stride *= y_shape[d]
     chunk = ir.AffineFloorDivExpr.get(flat, ir.AffineConstantExpr.get(L))
     return ir.AffineMap.get(rank, 0, [chunk] + [dims[d] for d in o_y])
-
-
-def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
 
 
 __all__ = ["tile_stats", "TILE_STAT", "MAX_CHUNK", "chunk_map"]

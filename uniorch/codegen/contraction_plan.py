@@ -44,6 +44,7 @@ class _Plan:
     channels_last: int | None = None  # a convolution's channel dim, enumerated innermost in K (conv_layout.py)
     tile_stats: list = field(default_factory=list)  # per-chunk partial sums of the epilogue (contraction_stats.py)
     tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
+    tile_stat_layouts: list = field(default_factory=list)  # per tile statistic: contraction_stats._stat_layout
 
     @property
     def windows(self) -> int:

@@ -21,7 +21,7 @@ def _stat_layout(plan: _Plan, op):
     generic `op`, checked against the partial map passes/tile_stats.py builds."""
     from uniorch.passes.tile_stats import chunk_map
 
-    L = int(str(op.attributes["uniorch.tile_stat"]).split(":")[0])
+    L = ir.IntegerAttr(op.attributes["uniorch.tile_stat"]).value
     x = op.operands[0]
     if not _known(plan.layouts, x):
         raise CodegenError(op, "tile statistics of a value not on the contraction's output")
@@ -53,7 +53,8 @@ def _stat_layout(plan: _Plan, op):
 
 def check_tile_stats(plan: _Plan) -> None:
     """Sets plan.tile_rows; one axis and one chunk length for all of the kernel's tile statistics."""
-    seen = {_stat_layout(plan, op)[:2] for op in plan.tile_stats}
+    plan.tile_stat_layouts = [_stat_layout(plan, op) for op in plan.tile_stats]
+    seen = {lay[:2] for lay in plan.tile_stat_layouts}
     if len(seen) != 1:
         raise CodegenError(plan.tile_stats[0], "tile statistics along two axes or chunk lengths")
     plan.tile_rows = seen.pop()
@@ -109,8 +110,7 @@ class _TileStats:
         out: list[str] = []
         sums: dict = {}  # S result -> its per-chunk name
         body: list[str] = []
-        for op in p.tile_stats:
-            _, _, x, _, others = _stat_layout(p, op)
+        for op, (_, _, x, _, others) in zip(p.tile_stats, p.tile_stat_layouts):
             reads_sum = len(op.operands) == 3  # (x, S, init): the centred sum of squares
             xv = self.summed(op, x, reads_sum)
             text = xv.text if xv.ty == "f32" else f"{xv.text}.to(tl.float32)"
@@ -119,15 +119,15 @@ class _TileStats:
             r = next(i for i, res in enumerate(p.results) if res == op.results[0]) \
                 if any(res == op.results[0] for res in p.results) else None
             name = f"ts{len(sums)}"
-            body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
             if reads_sum:
                 s_name = next((n for v, n in sums.items() if v == op.operands[1]), None)
                 if s_name is None:
                     raise CodegenError(op, "a centred tile sum before the sum it centres on")
                 mean = f"{s_name}[None, :]" if axis == 0 else f"{s_name}[:, None]"
-                body.append(f"{name}_d = tl.where(sel, {name}_x - {mean} * {1.0 / L!r}, 0.0)")
+                body.append(f"{name}_d = tl.where(sel, {text} - {mean} * {1.0 / L!r}, 0.0)")
                 body.append(f"{name} = tl.reduce({name}_d * {name}_d, {axis}, _sum_combine)")
             else:
+                body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
                 body.append(f"{name} = tl.reduce({name}_x, {axis}, _sum_combine)")
             sums[op.results[0]] = name
             if r is None:
