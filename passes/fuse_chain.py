@@ -31,7 +31,8 @@ from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention import _in_chain
-from uniorch.codegen.attention_plan import _plan, check_pair
+from uniorch.codegen.attention_plan import _following, _plan, check_pair
+from uniorch.codegen.chain_lead import LEAD, LEAD_VALUE, check_lead
 
 from .base import Pass, PassContext
 from .fuse_attention import _only_used_by
@@ -58,7 +59,10 @@ class FuseChain(Pass):
         with module.context:
             block = main.regions[0].blocks[0]
             merge_into_contractions(block, _try_merge)
-            if any([_take_up(block, c) for c in [o.operation for o in block.operations] if CHAIN in c.attributes]):
+            chains = [o.operation for o in block.operations if CHAIN in o.operation.attributes]
+            if any([_take_up(block, c) for c in chains]):
+                renumber(block)
+            if any([_take_lead(block, c) for c in chains]):
                 renumber(block)
 
 
@@ -144,6 +148,41 @@ def _take_up(block, c2) -> bool:
             join(o, gid)
         cu.attributes[UP] = ir.UnitAttr.get()
         return True
+    return False
+
+
+def _take_lead(block, c2) -> bool:
+    """The contraction whose epilogue computes the chain's input rows joins the chain anchored by
+    c2 as its lead (codegen/chain_lead.py): a group of one product and its epilogue (bias,
+    residual, LayerNorm: row statistics over its whole output row), whose only result is read
+    only by the chain."""
+    members = group_members(block)
+    gid = group_of(c2)
+    chain_ops = members[gid]
+    c1s = [o for o in chain_ops if o != c2 and pat.is_contraction(o) and UP not in o.attributes]
+    if len(c1s) != 1 or any(LEAD in o.attributes for o in chain_ops):
+        return False
+    c1 = c1s[0]
+    for op in chain_ops:
+        for x in pat.op_of(op).operands:
+            p = _producer(x)
+            g0 = group_of(p) if p is not None else None
+            if g0 is None or g0 == gid:
+                continue
+            l_ops = members[g0]
+            c0s = [o for o in l_ops if pat.is_contraction(o)]
+            if len(c0s) != 1 or kind_of(c0s[0]) != "contraction" or any(
+                    o != c0s[0] and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
+                    and ROW_STAT not in o.attributes for o in l_ops):
+                continue
+            if not _only_used_by(l_ops, [x], chain_ops) or check_lead(c0s[0], x, c1, _following(c0s[0])) is not None:
+                continue
+            for o in l_ops:
+                join(o, gid)
+            c0s[0].attributes[LEAD] = ir.UnitAttr.get()
+            p.attributes[LEAD_VALUE] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ir.OpResult(x).result_number)
+            extend_domain(c2, c0s[0])
+            return True
     return False
 
 

@@ -28,6 +28,7 @@ from uniorch.ir import dims
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
 from .causal_bound import causal_offset
+from .chain_lead import LEAD, lead_of
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
@@ -54,7 +55,8 @@ def _analyze(kernel) -> AttnPlan:
     scores = s_op.results[ir.IntegerAttr(s_op.attributes[value]).value]
     safe = not chain and bool(ir.BoolAttr(ir.DictAttr(c2.attributes[ATTENTION])["safe"]).value)
     c1s = [o for o in ops if o.name == "linalg.generic" and "reduction" in _iterators(o) and o != c2
-           and ROW_STAT not in o.attributes and UP not in o.attributes and _in_chain(o, scores)]
+           and ROW_STAT not in o.attributes and UP not in o.attributes and LEAD not in o.attributes
+           and _in_chain(o, scores)]
     if len(c1s) != 1:
         raise CodegenError(func, "the scores do not come from one q·kᵀ contraction")
     # a chain's second product reads the hidden activation itself
@@ -77,7 +79,8 @@ def _analyze(kernel) -> AttnPlan:
             got = sorted(d for lin in _get(p2.layouts, r) for d in lin.dims())
             if got != want:
                 raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
-        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1))
+        lead = lead_of(ops, p1) if chain else None
+        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead)
     raise err or CodegenError(func, "no probabilities input for P·v")
 
 
@@ -137,8 +140,12 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
-    return {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
-            "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
+    out = {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
+           "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
+    if plan.lead is not None:  # the lead product's K tile (chain_lead.py): beside x's tile and W0's
+        k0 = max(16, _pow2(dims.hinted(plan.lead.plan.K, hints)))
+        out["block_l"] = min(k0, 64 if kind == "interpret" or bd <= 128 else 32)
+    return out
 
 
 def choose_schedule(kernel, target: str) -> dict:
@@ -169,8 +176,17 @@ class _Part(_Emitter):
         super().__init__(plan, sched, target)
         self.tag, self.sections, self.rename = tag, sections, rename
         self.accs: list = []  # (contraction, accumulator name): other products of the same tile
+        # (chain_lead.Lead, the one context it is read in): x from the lead's register tile, the
+        # hidden product's A tile ("a": its columns are K) or the output's epilogue ("e": N)
+        self.held = None
 
     def _value(self, v, idx, ctx) -> _Val:
+        if self.held is not None and v == self.held[0].x:
+            lead, where = self.held
+            key = {"a": "k", "e": "n"}[where]
+            if ctx != where or not lead.read_at(self.p, idx, key):
+                raise CodegenError(_as_op(v.owner), "the chain reads its lead's output other than as the tile held")
+            return _Val("xl", lead.ty, frozenset({"m", key}))
         if not isinstance(v.owner, ir.Block):
             op = _as_op(v.owner)
             for gen, name in self.accs:
@@ -234,6 +250,18 @@ class _Flash:
         self.e2 = _Part(plan.p2, s2, target, "o_", {"b": self.v, "e": self.out, "init": self.out},
                         {"mask_n": "mask_v", "mask_kb": "mask_jb", "n": "v", "kb": "jb", "BLOCK_K": "BLOCK_N",
                          "BLOCK_N": "BLOCK_V"})
+        self.e0 = None
+        self.lead_pre, self.lead_loop, self.lead_post = [], [], []  # the lead product (chain_lead.py)
+        if plan.lead is not None:
+            s0 = {"block_m": s["block_m"], "block_n": s["block_d"], "block_k": s["block_l"]}
+            self.e0 = _Part(plan.lead.plan, s0, target, "l_",
+                            {"a": self.lead_loop, "b": self.lead_loop, "e": self.lead_post, "init": self.lead_pre},
+                            {"acc": "lacc", "n": "dn", "mask_n": "mask_dn", "ka": "la", "kb": "lb",
+                             "mask_ka": "mask_la", "mask_kb": "mask_lb", "BLOCK_K": "BLOCK_L", "BLOCK_N": "BLOCK_D"})
+            for part in (self.e1, self.eu):
+                if part is not None:
+                    part.held = (plan.lead, "a")
+            self.e2.held = (plan.lead, "e")
 
     def dot_operands(self, part: _Part, a: _Val, b: _Val, lines_a, lines_b) -> tuple[str, str, str, str]:
         ta, tb = part.p.dot_types
@@ -250,9 +278,12 @@ class _Flash:
     def build(self) -> KernelSource:
         p1, p2, s = self.plan.p1, self.plan.p2, self.s
         e1, e2 = self.e1, self.e2
-        acc_ty = "f64" if "f64" in p1.dot_types + p2.dot_types else "f32"
+        lead_types = self.plan.lead.plan.dot_types if self.plan.lead is not None else ()
+        acc_ty = "f64" if "f64" in p1.dot_types + p2.dot_types + lead_types else "f32"
         e1.acc_ty = e2.acc_ty = acc_ty
         acc_tl = _TL[acc_ty]
+        if self.e0 is not None:
+            self.lead(acc_ty)
         # scores: q (hoisted), k per tile, the dot, the score epilogue
         types = [_narrow_of(p1, i) for i in (0, 1)]
         narrow = [t for t in types if t in ("f16", "bf16")]
@@ -320,6 +351,51 @@ class _Flash:
         stores = e2.stores()
         return self.assemble(s_text, p_text, vt, prec2, stores)
 
+    def lead(self, acc_ty: str) -> None:
+        """The lead product's K loop and epilogue, ending in `xl`: x's row tile, zero past its
+        width (the hidden product's K, summed whole by x's row statistics)."""
+        e0, lead = self.e0, self.plan.lead
+        p0 = lead.plan
+        e0.acc_ty = acc_ty
+        at, bt, e0.dot_dt, prec = self.dot_operands(e0, e0.operand("a"), e0.operand("b"), None, None)
+        init = e0.value(p0.gen.opview.outputs[0], p0.acc_layout, "init")
+        self.lead_pre.append(f"# the lead product ({p0.gen.name} at {_loc(p0.gen)}): x's row tile, computed here")
+        self.lead_pre.append(e0._acc_init("acc", init, _TL[acc_ty]))
+        self.lead_loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
+        xv = e0.value(lead.x, _get(p0.layouts, lead.x), "e")
+        ty = lead.ty
+        if xv.const is not None:
+            text = _body.full_expr("(BLOCK_M, BLOCK_N)", _lit(xv.const, ty), _TL[ty])
+        else:
+            text = xv.text if xv.ty == ty else f"{xv.text}.to({_TL[ty]})"  # rounded as a store would
+            if set(xv.cls) != {"m", "n"}:
+                text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
+        if e0.mask_n:
+            e0.need.add("mask_n")
+            text = f"tl.where(mask_n, {text}, 0.0)"
+        self.lead_post.append(f"xl = {text}")
+
+    def lead_lines(self, defined: set) -> list[str]:
+        """The lead's section of the kernel body: its own index names, K loop and epilogue."""
+        e0, p0 = self.e0, self.plan.lead.plan
+        lines = [ln for c, flat in (("b", "pid_b"), ("m", "offs_m[:, None]")) for ln in e0.index_defs(c, flat)
+                 if ln.split(" =")[0] not in defined]
+        lines += [e0.rename_text(ln) for ln in e0.index_defs("n", "offs_d[None, :]")]
+        if "mask_n" in e0.need:
+            lines.append(f"mask_dn = offs_d[None, :] < {p0.N}")
+        lines += e0.text(self.lead_pre)
+        lines.append(f"for start_l in range(0, {dims.code(p0.K)}, BLOCK_L):")
+        inner = ["offs_l = start_l + tl.arange(0, BLOCK_L)"]
+        inner += [e0.rename_text(ln) for ln in e0.index_defs("k", "offs_l[None, :]", ctx="a")]
+        inner += [e0.rename_text(ln) for ln in e0.index_defs("k", "offs_l[:, None]", ctx="b")]
+        if "mask_ka" in e0.need:
+            inner.append(f"mask_la = offs_l[None, :] < {dims.code(p0.K)}")
+        if "mask_kb" in e0.need:
+            inner.append(f"mask_lb = offs_l[:, None] < {dims.code(p0.K)}")
+        inner += e0.text(self.lead_loop)
+        lines += ["    " + ln for ln in inner]
+        return lines + e0.text(self.lead_post)
+
     def _causal_stop(self, body: list, loop: list, score_lines: list) -> str | None:
         """The key loop's end for a causal mask (codegen/causal_bound.py), or None. Not on the
         interpreter, whose loops need Python integers for their bounds (Triton 3.6's)."""
@@ -345,9 +421,11 @@ class _Flash:
         params = tensor_params(in_ranks, out_ranks) + symbols
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
                       "BLOCK_V": s["block_v"]}
+        if self.e0 is not None:
+            constexprs["BLOCK_L"] = s["block_l"]
         params.extend(f"{k}: tl.constexpr" for k in constexprs)
         M, N, D, DV = p1.M, p1.N, p1.K, p2.N
-        need = e1.need | e2.need
+        need = e1.need | e2.need | (self.e0.need if self.e0 is not None else set())
         if self.plan.chain:
             head = [
                 f"# {name}: two chained products (kind 'chain'), the hidden activation kept in registers",
@@ -356,6 +434,9 @@ class _Flash:
             ]
             if self.plan.up is not None:
                 head.append(f"# up product: {self.plan.up.gen.name} at {_loc(self.plan.up.gen)}, per hidden tile too")
+            if self.plan.lead is not None:
+                lg = self.plan.lead.plan.gen
+                head.append(f"# lead product: {lg.name} at {_loc(lg)}, its epilogue the input rows (never stored)")
         else:
             head = [
                 f"# {name}: flash attention (kind 'attention'), online softmax over key tiles",
@@ -385,6 +466,8 @@ class _Flash:
         body += [e2.rename_text(ln) for ln in e2.index_defs("n", "offs_v[None, :]")]
         if "mask_n" in e2.need:
             body.append(f"mask_v = offs_v[None, :] < {DV}")
+        if self.e0 is not None:
+            body += self.lead_lines({ln.split(" =")[0] for ln in body if " = " in ln})
         body += e1.text(self.q)
         if not self.plan.chain:
             body += [

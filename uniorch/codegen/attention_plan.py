@@ -31,6 +31,7 @@ class AttnPlan:
     safe: bool
     chain: bool = False  # passes/fuse_chain.py: no softmax, P is S (a hidden activation)
     up: "_Plan | None" = None  # a gated chain's up product (passes/fuse_chain.py `uniorch.chain_up`)
+    lead: object = None  # a chain's lead product (chain_lead.py `Lead`), or None
 
 
 def _plan(gen, func=None, name="", args=(), results=()) -> _Plan:
