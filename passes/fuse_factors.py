@@ -178,7 +178,8 @@ class FactorJoins:
                 if o != a and o.name not in ("tensor.pad", "tensor.concat") and o not in g.prologue \
                         and not (not conv and self._factor_view(g, o, limit)):
                     return False
-        if not inside or (outside and not (pat.is_cheap(x) or (not conv and self._factor_of_matmuls(x)))):
+        if not inside or (outside and not (pat.is_cheap(x) or (not conv and self._factor_of_matmuls(x))
+                                           or (conv and self._input_of_convs(x)))):
             return False
         if any(o.name in ("tensor.pad", "tensor.concat") and not self._fits(self._filters(a, 0), PROLOGUE_MAX_FILTERS)
                for o in g.ops):
@@ -207,6 +208,23 @@ class FactorJoins:
             return _widens(o) and all(factor(w) for r in o.results for w in r.uses)
         uses = [u for r in x.results for u in r.uses]
         return bool(uses) and all(factor(u) for u in uses) and all(self._in_memory(v, x) for v in list(x.operands)[:pat.num_inputs(x)])
+
+    def _input_of_convs(self, x: ir.Operation) -> bool:
+        """Every reader of x is a convolution's input, directly or through its padding or a
+        concatenation of its input (a UNet block's GroupNorm + SiLU read by the downsampling
+        convolution and, through the skip concatenation, by a decoder's). Each takes its own copy
+        as a prologue, as a single reader would, and x is never written: its readers load the
+        convolution output it is computed from instead, as many bytes."""
+        def conv_input(u) -> bool:
+            o = pat.op_of(u.owner)
+            if pat.is_convolution(o):
+                return u.operand_number == 0
+            if o.name in ("tensor.pad", "tensor.concat"):
+                return all(conv_input(w) for w in o.results[0].uses)
+            return False
+        uses = [u for r in x.results for u in r.uses]
+        return bool(uses) and all(conv_input(u) for u in uses) \
+            and all(self._in_memory(v, x) for v in list(x.operands)[:pat.num_inputs(x)])
 
     def _in_memory(self, v, x: ir.Operation) -> bool:
         """v, read by x, is an argument, a small tensor (statistics), or a kernel's result already

@@ -132,6 +132,44 @@ def test_unet_skip_concat_is_read_by_the_conv():
     _check(SkipConcat(), torch.randn(2, 3, 8, 8), kernels=1, kinds=("contraction", "contraction"))
 
 
+class NormReadTwice(nn.Module):
+    """A UNet encoder step: the block output silu(GroupNorm(conv(x))) is read by the downsampling
+    convolution and, through the skip concatenation, by the decoder's convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(4, 8)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.dec = nn.Conv2d(16, 4, 3, padding=1)
+
+    def forward(self, x):
+        e = F.silu(self.norm(self.conv(x)))
+        d = F.silu(self.down(e))
+        return self.dec(torch.cat([F.interpolate(d, scale_factor=2.0, mode="nearest"), e], 1))
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
+def test_norm_read_by_two_convs_is_in_both_prologues(dtype, rtol):
+    # each convolution normalises the first one's output in its own input tiles: no pointwise
+    # kernel writes e, which is as large as the convolution output both read instead
+    torch.manual_seed(7)
+    model = NormReadTwice().eval().to(dtype)
+    x = torch.randn(2, 3, 8, 8, dtype=dtype)
+    rep = uniorch.explain(model, x, target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    assert "pointwise" not in [k.kind for k in rep.kernels], str(rep)
+    conv_out = 2 * 8 * 8 * 8 * x.element_size()
+    assert not [k for k in rep.kernels if k.bytes_written >= conv_out and k.kind != "contraction"], str(rep)
+    assert sum(k.bytes_written >= conv_out for k in rep.kernels) == 1, str(rep)  # the first conv only
+    cm = uniorch.compile(model, target="interpret")
+    for seed in (1, 2):
+        fresh = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        got, want = cm(fresh), model(fresh)
+        err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+        assert err <= rtol, err
+
+
 class CatLinear(nn.Module):
     """A recurrent cell's gates read cat(x, h) (K split across pieces) and a matmul over rows
     stacked from three tensors (M split), one of them bf16-odd-sized."""
