@@ -211,14 +211,18 @@ class FactorJoins:
 
     def _input_of_convs(self, x: ir.Operation) -> bool:
         """Every reader of x is a convolution's input, directly or through its padding or a
-        concatenation of its input (a UNet block's GroupNorm + SiLU read by the downsampling
-        convolution and, through the skip concatenation, by a decoder's). Each takes its own copy
-        as a prologue, as a single reader would, and x is never written: its readers load the
-        convolution output it is computed from instead, as many bytes."""
+        concatenation of its input, or a reduction such as a pooling (a UNet block's GroupNorm +
+        SiLU read by the downsampling convolution or max-pool and, through the skip
+        concatenation, by a decoder's convolution). Each convolution takes its own copy as a
+        prologue, as a single reader would, a reduction's kernel takes x as its producer once
+        it is the last reader, and x is never written: its readers load the convolution output
+        it is computed from instead, as many bytes."""
         def conv_input(u) -> bool:
             o = pat.op_of(u.owner)
             if pat.is_convolution(o):
                 return u.operand_number == 0
+            if pat.is_reduction(o) and not pat.is_contraction(o):
+                return True
             if o.name in ("tensor.pad", "tensor.concat"):
                 return all(conv_input(w) for w in o.results[0].uses)
             return False

@@ -136,11 +136,11 @@ class NormReadTwice(nn.Module):
     """A UNet encoder step: the block output silu(GroupNorm(conv(x))) is read by the downsampling
     convolution and, through the skip concatenation, by the decoder's convolution."""
 
-    def __init__(self):
+    def __init__(self, down="conv"):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
         self.norm = nn.GroupNorm(4, 8)
-        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1) if down == "conv" else nn.MaxPool2d(2)
         self.dec = nn.Conv2d(16, 4, 3, padding=1)
 
     def forward(self, x):
@@ -150,11 +150,12 @@ class NormReadTwice(nn.Module):
 
 
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
-def test_norm_read_by_two_convs_is_in_both_prologues(dtype, rtol):
-    # each convolution normalises the first one's output in its own input tiles: no pointwise
-    # kernel writes e, which is as large as the convolution output both read instead
+@pytest.mark.parametrize("down", ["conv", "pool"])
+def test_norm_read_by_two_convs_is_in_both_prologues(dtype, rtol, down):
+    # each convolution (or the max-pool) normalises the first one's output where it reads it: no
+    # pointwise kernel writes e, which is as large as the convolution output they read instead
     torch.manual_seed(7)
-    model = NormReadTwice().eval().to(dtype)
+    model = NormReadTwice(down).eval().to(dtype)
     x = torch.randn(2, 3, 8, 8, dtype=dtype)
     rep = uniorch.explain(model, x, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
