@@ -240,16 +240,18 @@ class PostNormBlock(nn.Module):
 @pytest.mark.parametrize("dim", [32, 24])
 def test_post_norm_is_the_matmuls_epilogue(dtype, tol, dim):
     """A norm after a linear layer whose output tile holds the whole row: statistics and
-    normalise are the layer's epilogue, and the sum before the norm is never written."""
+    normalise are the layer's epilogue, and the sum before the norm is never written. Here the
+    first layer's epilogue computes the MLP chain's input rows, so it is the chain's lead
+    (codegen/chain_lead.py) and nothing but the output is written."""
     torch.manual_seed(7)
     model = PostNormBlock(dim).eval().to(dtype)
     x = torch.randn(2, 10, dim, dtype=dtype)
     rep = uniorch.explain(model, x, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
-    assert sorted(k.kind for k in rep.kernels) == ["chain", "contraction"], rep
+    assert [k.kind for k in rep.kernels] == ["chain"], rep
     for k in rep.kernels:
         assert k.bytes_written == x.numel() * x.element_size(), k  # the normalised rows only
-        assert any("sum" in o or "layer_norm" in o for o, _ in k.ops), k.ops
+        assert sum("sum" in o or "layer_norm" in o for o, _ in k.ops) >= 2, k.ops  # both norms
     cm = uniorch.compile(model, target="interpret")
     for _ in range(2):
         fresh = torch.randn(2, 10, dim, dtype=dtype) * 2 + 0.5
@@ -288,7 +290,7 @@ def test_post_norm_cross_compiles(target, binary):
     torch.manual_seed(10)
     model = PostNormBlock(dim=128, hidden=128).eval()
     art = uniorch.compile_aot(model, (torch.randn(2, 10, 128),), target, fallback="error")
-    assert sorted(k.kind for k in art.kernels) == ["chain", "contraction"], [k.kind for k in art.kernels]
+    assert [k.kind for k in art.kernels] == ["chain"], [k.kind for k in art.kernels]
     assert all(k.asm[binary][:4] == b"\x7fELF" for k in art.kernels)
 
 
