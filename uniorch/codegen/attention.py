@@ -509,7 +509,7 @@ class _Flash:
                 'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)',
                 "alpha = tl.exp(m_i - m_use)",
                 "p = tl.exp(s - m_use[:, None])",
-                "l_i = l_i * alpha + tl.reduce(p, 1, _add_f)",
+                f"l_i = l_i * alpha + tl.reduce(p, 1, {_body.SUM_COMBINE})",
                 "out = out * alpha[:, None]",
             ]
         loop += e2.text(self.v)
@@ -527,7 +527,7 @@ class _Flash:
         body += e2.text(self.out)
         body += e2.text(stores)
         src = ["import triton.language as tl", "", "", "@jit", "def _max_f(a, b):",
-               "    return tl.maximum(a, b)", "", "", "@jit", "def _add_f(a, b):", "    return a + b",
+               "    return tl.maximum(a, b)",
                "", "", "@jit", f"def {fn}(", "    " + ", ".join(params) + ",", "):"]
         src += ["    " + ln for ln in body]
         source = "\n".join(src) + "\n"

@@ -220,13 +220,19 @@ CMPI = {
     9: "{0}.to({US}, bitcast=True) >= {1}.to({US}, bitcast=True)",
 }
 
+# Triton's float sum combiner: tl.sum's, compiled the same as `a + b`, and the one the interpreter
+# reduces with numpy instead of calling a combine function per element pair (a per-pair Python
+# call made a training test of MobileNet's block take minutes)
+SUM_COMBINE = "tl.standard._sum_combine"
+
 # helpers a template may call: name -> source (emitted once per module when used)
 HELPERS = {
     # a row statistic reduced from a contraction's A tile (contraction_emit.row_sum); tl.sum is
-    # itself a jit function, which the interpreter does not call from a kernel's helpers' module
+    # itself a jit function, which the interpreter does not call from a kernel's helpers' module.
+    # Its combiner, Triton's own (SUM_COMBINE), is what the interpreter sums with numpy
     "_row_sum": '''@jit
 def _row_sum(x):
-    return tl.reduce(x, 1, _sum_combine)[:, None]
+    return tl.reduce(x, 1, tl.standard._sum_combine)[:, None]
 ''',
     "_sum_combine": '''@jit
 def _sum_combine(a, b):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from . import body as _body
 from .contraction_ir import _as_op, _maps, _shape
 from .contraction_plan import _Plan, _get, _known
 from .source import CodegenError
@@ -125,10 +126,10 @@ class _TileStats:
                     raise CodegenError(op, "a centred tile sum before the sum it centres on")
                 mean = f"{s_name}[None, :]" if axis == 0 else f"{s_name}[:, None]"
                 body.append(f"{name}_d = tl.where(sel, {text} - {mean} * {1.0 / L!r}, 0.0)")
-                body.append(f"{name} = tl.reduce({name}_d * {name}_d, {axis}, _sum_combine)")
+                body.append(f"{name} = tl.reduce({name}_d * {name}_d, {axis}, {_body.SUM_COMBINE})")
             else:
                 body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
-                body.append(f"{name} = tl.reduce({name}_x, {axis}, _sum_combine)")
+                body.append(f"{name} = tl.reduce({name}_x, {axis}, {_body.SUM_COMBINE})")
             sums[op.results[0]] = name
             if r is None:
                 continue

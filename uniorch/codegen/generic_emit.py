@@ -552,13 +552,16 @@ class _Emitter:
                 ident = B.constant_expr(B.identity_value(pat.COMBINERS[comb], acc_ty), acc_ty)
                 part = self.fresh("part")
                 x = f"({v.code}){_widen(v.ty, acc_ty)}"
-                sc.emit(f"{part} = tl.reduce(tl.where(row_mask & col_mask, {x}, {ident}), 1, {fn}, keep_dims=True)")
+                # a float sum reduces with Triton's own combiner, `a + b` too, which the interpreter
+                # sums with numpy instead of calling ours per element pair
+                red = B.SUM_COMBINE if comb == "arith.addf" and acc_ty in ("f32", "f64") else fn
+                sc.emit(f"{part} = tl.reduce(tl.where(row_mask & col_mask, {x}, {ident}), 1, {red}, keep_dims=True)")
                 if self.persistent:
                     sc.emit(f"{acc} = {fn}({start}, {part})")
                 else:
                     sc.emit(f"{acc} = {fn}({acc}, {part})")
                 if g in self.centred:
-                    self.welford_chunk(sc, g, x, part, fn)
+                    self.welford_chunk(sc, g, x, part)
         for idx, g, r in stores:
             self.store(sc, idx, g, r)
         if lines is not None:
@@ -575,20 +578,20 @@ class _Emitter:
             if g in self.centred:
                 self.welford_results(self.centred[g])
 
-    def welford_chunk(self, sc: _Scope, g, x: str, part: str, fn: str) -> None:
+    def welford_chunk(self, sc: _Scope, g, x: str, part: str) -> None:
         """Merges this chunk's count, mean and squared deviations into the row's (n, mean, M2)."""
         w = f"w{self.k.generics.index(g)}"
         self.root.emit(f"{w}_n = tl.full((1, 1), 0.0, tl.float32)  # Welford: count, mean, M2 of the row")
         self.root.emit(f"{w}_mean = tl.full((BLOCK_P, 1), 0.0, tl.float32)")
         self.root.emit(f"{w}_m2 = tl.full((BLOCK_P, 1), 0.0, tl.float32)")
-        sc.emit(f"{w}_cn = tl.reduce(col_mask.to(tl.float32), 1, {fn}, keep_dims=True)")
+        sc.emit(f"{w}_cn = tl.reduce(col_mask.to(tl.float32), 1, {B.SUM_COMBINE}, keep_dims=True)")
         # the chunk's own statistics by the corrected two-pass algorithm, in registers: a plain
         # sum's mean is off by ~log2(BLOCK_R) ulps of a row far from zero
         sc.emit(f"{w}_c0 = {part} / {w}_cn")
         sc.emit(f"{w}_cd = tl.where(row_mask & col_mask, {x} - {w}_c0, 0.0)")
-        sc.emit(f"{w}_cs = tl.reduce({w}_cd, 1, {fn}, keep_dims=True)")
+        sc.emit(f"{w}_cs = tl.reduce({w}_cd, 1, {B.SUM_COMBINE}, keep_dims=True)")
         sc.emit(f"{w}_cmean = {w}_c0 + {w}_cs / {w}_cn")
-        sc.emit(f"{w}_cm2 = tl.reduce({w}_cd * {w}_cd, 1, {fn}, keep_dims=True) - {w}_cs * {w}_cs / {w}_cn")
+        sc.emit(f"{w}_cm2 = tl.reduce({w}_cd * {w}_cd, 1, {B.SUM_COMBINE}, keep_dims=True) - {w}_cs * {w}_cs / {w}_cn")
         sc.emit(f"{w}_nn = {w}_n + {w}_cn")
         sc.emit(f"{w}_dl = {w}_cmean - {w}_mean")
         sc.emit(f"{w}_mean = {w}_mean + {w}_dl * ({w}_cn / {w}_nn)")
