@@ -7,7 +7,8 @@ loops on the group's domain (parallel dims `p0..`, reduction dims `r0..`); then:
 * reduction: programs own BLOCK_P rows (flattened parallel dims); rows are swept in chunks of
   BLOCK_R (flattened reduction dims). Values are [BLOCK_P, 1] (row values) or [BLOCK_P, BLOCK_R].
   A reduction whose body is `comb(out, f(ins))` with a known combiner reduces each chunk with
-  `tl.reduce` and our own `@jit` combine function; a row that fits one block is reduced in
+  `tl.reduce` and our own `@jit` combine function (a float sum: Triton's, which the interpreter
+  sums with numpy); a row that fits one block is reduced in
   registers ("persistent"), otherwise chunks are accumulated in a loop ("looped"). Reductions that
   need an earlier one's result (softmax's sum needs its max) run in later *phases*; looped phases
   re-read their inputs. Any other body (argmax) runs serially over the reduction index, exactly
