@@ -80,13 +80,8 @@ def _try_merge(block, c2) -> bool:
         if g_a is None or g_a == g_c:
             continue
         a_ops = members[g_a]
-        c1s = [o for o in a_ops if pat.is_contraction(o)]
-        if len(c1s) != 1 or kind_of(c1s[0]) != "contraction":
-            continue
-        c1 = c1s[0]
-        if any(kind_of(o) == "chain" for o in members[g_c]) or any(
-                o != c1 and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
-                and ROW_STAT not in o.attributes for o in a_ops):
+        c1 = _lone_product(a_ops)
+        if c1 is None or any(kind_of(o) == "chain" for o in members[g_c]):
             continue  # A computes more than one product (a pooling epilogue), or C is a chain already
         if not _only_used_by(a_ops, [moved.operands[0] if moved is not None else h],
                              [moved if moved is not None else c2]):
@@ -130,12 +125,8 @@ def _take_up(block, c2) -> bool:
         if g_u is None or g_u == gid:
             continue
         u_ops = members[g_u]
-        cus = [o for o in u_ops if pat.is_contraction(o)]
-        if len(cus) != 1 or kind_of(cus[0]) != "contraction":
-            continue
-        cu = cus[0]
-        if any(o != cu and pat.is_generic(o) and "reduction" in pat.iterator_types(o) and ROW_STAT not in o.attributes
-               for o in u_ops):
+        cu = _lone_product(u_ops)
+        if cu is None:
             continue
         # its prologue, and a pointwise epilogue (16-bit models round `up` as eager stores it)
         if not all(o == cu or _feeds(o, cu) or _feeds(cu, o) for o in u_ops):
@@ -170,20 +161,29 @@ def _take_lead(block, c2) -> bool:
             if g0 is None or g0 == gid:
                 continue
             l_ops = members[g0]
-            c0s = [o for o in l_ops if pat.is_contraction(o)]
-            if len(c0s) != 1 or kind_of(c0s[0]) != "contraction" or any(
-                    o != c0s[0] and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
-                    and ROW_STAT not in o.attributes for o in l_ops):
-                continue
-            if not _only_used_by(l_ops, [x], chain_ops) or check_lead(c0s[0], x, c1, _following(c0s[0])) is not None:
+            c0 = _lone_product(l_ops)
+            if c0 is None or not _only_used_by(l_ops, [x], chain_ops) \
+                    or check_lead(c0, x, c1, _following(c0)) is not None:
                 continue
             for o in l_ops:
                 join(o, gid)
-            c0s[0].attributes[LEAD] = ir.UnitAttr.get()
+            c0.attributes[LEAD] = ir.UnitAttr.get()
             p.attributes[LEAD_VALUE] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ir.OpResult(x).result_number)
-            extend_domain(c2, c0s[0])
+            extend_domain(c2, c0)
             return True
     return False
+
+
+def _lone_product(ops):
+    """The one contraction of a group of kind "contraction" whose other reductions are at most row
+    statistics (no pooling epilogue, no sibling products), or None."""
+    cs = [o for o in ops if pat.is_contraction(o)]
+    if len(cs) != 1 or kind_of(cs[0]) != "contraction":
+        return None
+    if any(o != cs[0] and pat.is_generic(o) and "reduction" in pat.iterator_types(o)
+           and ROW_STAT not in o.attributes for o in ops):
+        return None
+    return cs[0]
 
 
 def _epilogue_inputs(chain_ops, c1, hidden) -> list:

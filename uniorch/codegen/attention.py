@@ -386,12 +386,7 @@ class _Flash:
         lines += e0.text(self.lead_pre)
         lines.append(f"for start_l in range(0, {dims.code(p0.K)}, BLOCK_L):")
         inner = ["offs_l = start_l + tl.arange(0, BLOCK_L)"]
-        inner += [e0.rename_text(ln) for ln in e0.index_defs("k", "offs_l[None, :]", ctx="a")]
-        inner += [e0.rename_text(ln) for ln in e0.index_defs("k", "offs_l[:, None]", ctx="b")]
-        if "mask_ka" in e0.need:
-            inner.append(f"mask_la = offs_l[None, :] < {dims.code(p0.K)}")
-        if "mask_kb" in e0.need:
-            inner.append(f"mask_lb = offs_l[:, None] < {dims.code(p0.K)}")
+        inner += _k_defs(e0, "offs_l", "l", dims.code(p0.K))
         inner += e0.text(self.lead_loop)
         lines += ["    " + ln for ln in inner]
         return lines + e0.text(self.lead_post)
@@ -456,12 +451,7 @@ class _Flash:
         if "mask_m" in need:
             body.append(f"mask_m = offs_m[:, None] < {dims.code(M)}")
         body.append("offs_d = tl.arange(0, BLOCK_D)")
-        body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[None, :]", ctx="a")]
-        body += [e1.rename_text(ln) for ln in e1.index_defs("k", "offs_d[:, None]", ctx="b")]
-        if "mask_ka" in e1.need:
-            body.append(f"mask_da = offs_d[None, :] < {D}")
-        if "mask_kb" in e1.need:
-            body.append(f"mask_db = offs_d[:, None] < {D}")
+        body += _k_defs(e1, "offs_d", "d", D)
         body.append("offs_v = tl.arange(0, BLOCK_V)")
         body += [e2.rename_text(ln) for ln in e2.index_defs("n", "offs_v[None, :]")]
         if "mask_n" in e2.need:
@@ -547,6 +537,18 @@ class _Flash:
 
 
 __all__ = ["choose_schedule", "generate_attention"]
+
+
+def _k_defs(part: _Part, offs: str, tag: str, extent) -> list[str]:
+    """A part's K indices along `offs`, for its A tile (a row) and B tile (a column), and the
+    masks past `extent` it needs, named `mask_<tag>a` / `mask_<tag>b`."""
+    lines = [part.rename_text(ln) for ln in part.index_defs("k", f"{offs}[None, :]", ctx="a")]
+    lines += [part.rename_text(ln) for ln in part.index_defs("k", f"{offs}[:, None]", ctx="b")]
+    if "mask_ka" in part.need:
+        lines.append(f"mask_{tag}a = {offs}[None, :] < {extent}")
+    if "mask_kb" in part.need:
+        lines.append(f"mask_{tag}b = {offs}[:, None] < {extent}")
+    return lines
 
 
 def _narrow_of(p, i: int) -> str:

@@ -73,11 +73,9 @@ def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
         raise CodegenError(c2, "attention needs one head dimension for q·k and one for v")
     if p1.N != p2.K:
         raise CodegenError(c2, f"{p1.N} keys for the scores but {p2.K} for the values")
-    for c in "bm":
-        a = [p1.sizes[d] for d in p1.order[c]]
-        b = [p2.sizes[d] for d in p2.order[c]]
-        if a != b:
-            raise CodegenError(c2, f"{'batch' if c == 'b' else 'query'} dims {a} and {b} differ")
+    rows = differing_rows(p1, p2)
+    if rows is not None:
+        raise CodegenError(c2, f"{rows[0]} dims {rows[1]} and {rows[2]} differ")
     if not p2.order["m"]:
         raise CodegenError(c2, "attention with no query dimension")
     layouts = epilogue_layouts(p1, score_chain(c1, scores, ops))
@@ -116,6 +114,17 @@ def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
     if n_in != len(inputs):
         raise CodegenError(c2, "unexpected operands")
     return p1, p2
+
+
+def differing_rows(pa: _Plan, pb: _Plan):
+    """("batch" | "query", pa's sizes, pb's) for the first class of batch or row dims whose extents
+    differ between two plans (in order), or None when each tile of rows is the same in both."""
+    for c in "bm":
+        a = [pa.sizes[d] for d in pa.order[c]]
+        b = [pb.sizes[d] for d in pb.order[c]]
+        if a != b:
+            return ("batch" if c == "b" else "query", a, b)
+    return None
 
 
 def score_chain(c1, scores, ops) -> list:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .attention_plan import MAX_HEAD_DIM, _plan, _role_of, _roles, score_chain
+from .attention_plan import MAX_HEAD_DIM, _plan, _role_of, _roles, differing_rows, score_chain
 from .contraction_ir import _as_op, _elem, _shape
 from .contraction_plan import _get, _known, _Plan, epilogue_layouts
 from .source import CodegenError
@@ -68,11 +68,10 @@ def analyze_lead(c0, x, p1: _Plan, ops) -> Lead:
         raise CodegenError(c0, f"a chain lead's output is held whole: one dim of at most {MAX_HEAD_DIM} columns")
     if len(p1.order["k"]) != 1 or p1.K != p0.N:
         raise CodegenError(c0, f"the chain's input width {p1.K} is not its lead's {p0.N}")
-    for c in "bm":
-        a = [p0.sizes[d] for d in p0.order[c]]
-        b = [p1.sizes[d] for d in p1.order[c]]
-        if a != b:
-            raise CodegenError(c0, f"the lead's {'batch' if c == 'b' else 'row'} dims {a} are not the chain's {b}")
+    rows = differing_rows(p0, p1)
+    if rows is not None:
+        what = "batch" if rows[0] == "batch" else "row"
+        raise CodegenError(c0, f"the lead's {what} dims {rows[1]} are not the chain's {rows[2]}")
     p0.layouts = epilogue_layouts(p0, score_chain(c0, x, ops))
     if p0.window is not None or p0.siblings or p0.tile_stats:
         raise CodegenError(c0, "a chain lead with a pooling, sibling products or tile statistics")
