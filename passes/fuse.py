@@ -35,6 +35,7 @@ fuse_windows.py (poolings on a contraction's epilogue).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -47,6 +48,36 @@ from .fuse_common import DOMAIN, GROUP, KIND, TILE_STAT, _Group, _i64, _moves_or
 from .fuse_factors import FactorJoins
 from .fuse_windows import WindowJoins
 from .ir_utils import main_func
+
+
+def _feeds_one_epilogue(x) -> bool:
+    """A widened value whose one reader is pointwise and reads nothing else full-size (a norm's
+    scale and shift after a grouped convolution, the widening and the norm apart only because a
+    view once stood between them): the reader joins next, so the widening is no copy."""
+    users = {pat.op_of(u.owner) for u in x.results[0].uses}
+    if len(users) != 1:
+        return False
+    (r,) = users
+    if not pat.is_pointwise(r) or len(r.results) != 1:
+        return False
+    narrow = ir.RankedTensorType(x.operands[0].type).element_type
+    if ir.RankedTensorType(r.results[0].type).element_type != narrow:
+        return False  # the reader's result stays wide: storing the 16-bit value is half the bytes
+    n = math.prod(ir.RankedTensorType(x.results[0].type).shape)
+    return all(v == x.results[0] or not isinstance(v.type, ir.RankedTensorType)
+               or (math.prod(ir.RankedTensorType(v.type).shape) < n and _parameter(v, 4)) for v in pat.inputs(r))
+
+
+def _parameter(v: ir.Value, depth: int) -> bool:
+    """Computed from the function's arguments alone (a norm's weight, not statistics a reduction
+    of the activation gives, which the epilogue could not wait for)."""
+    if isinstance(v.owner, ir.Block):
+        return True
+    p = pat.op_of(v.owner)
+    if depth == 0 or not (p.name in ("tensor.expand_shape", "tensor.collapse_shape", "arith.constant")
+                          or pat.is_pointwise(p)):
+        return False
+    return all(_parameter(w, depth - 1) for w in p.operands if isinstance(w.type, ir.ShapedType))
 
 
 @dataclass(frozen=True)
@@ -381,7 +412,8 @@ class _Fusion(FactorJoins, WindowJoins):
             # the 16-bit rounding of a value computed by another generic (a matmul's accumulator)
             # rides on that generic's kernel, which then stores 16 bits, not the f32 value
             return False
-        if role == "consumer" and g.kind != "pointwise" and not self.take_widening and _widens(x) and all(pat.is_generic(pat.op_of(u.owner)) for u in x.results[0].uses):
+        if role == "consumer" and g.kind != "pointwise" and not self.take_widening and _widens(x) \
+                and all(pat.is_generic(pat.op_of(u.owner)) for u in x.results[0].uses) and not _feeds_one_epilogue(x):
             # a bf16 value widened for the generics reading it: their kernels widen it on load (a
             # cheap producer, cloned into each), and this kernel stores it in 16 bits: half the
             # bytes both ways. (Read through a reshape or returned, it stays here; pointwise
@@ -404,7 +436,7 @@ class _Fusion(FactorJoins, WindowJoins):
                         # factors: transposed or repeated (grouped-query attention's k and v);
                         # the accumulator starts from a fill or a broadcast (a convolution's bias)
                         ok = (_moves_or_widens(x) if i < n_in
-                              else pat.is_fill(x) or pat.is_data_movement(x))
+                              else pat.is_fill(x) or _moves_or_widens(x))
                         if not ok:
                             return False
                 elif not (pat.is_data_movement(x) or pat.is_fill(x) or pat.is_cheap(x)):

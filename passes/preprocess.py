@@ -17,6 +17,8 @@ from torch_mlir import ir
 from uniorch.ir.special import erase_dead_special_generics
 from uniorch.ir.stages import run_pipeline_text
 
+from uniorch.codegen import patterns as pat
+
 from .base import Pass, PassContext
 from .ir_utils import main_func
 from .compose_gathers import compose_gathers
@@ -59,6 +61,7 @@ class Preprocess(Pass):
         main = main_func(module)
         with module.context:
             erase_dead_special_generics(main)  # fusion's leftovers MLIR keeps (calls are not pure)
+            erase_checks(main)  # batch norm's variance checks: no rewrite below should see them as readers
             fold_symbolic_reshapes(main)  # elementwise fusion's reshape folding leaves pairs too
             extract_before_casts(main)  # a gather from a widened 16-bit tensor reads the 16 bits
             compose_gathers(main)  # a gather of a gather (reflect pad: one per dim) reads the source
@@ -76,3 +79,13 @@ class Preprocess(Pass):
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
             tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue
+
+
+def erase_checks(func_op: ir.Operation) -> None:
+    """Zero-result generics that only `cf.assert` (torch-mlir's check that batch norm's variance
+    is nonzero, which elementwise fusion clones next to every op it fused it with, reading whole
+    activations). Kernels cannot raise, and fusion would erase them; erased here, a convolution
+    read by BatchNorm and a channel shuffle's view has one reader, and the view moves onto it."""
+    for op in [o.operation for o in func_op.regions[0].blocks[0].operations]:
+        if pat.is_assert_only(op):
+            op.erase()

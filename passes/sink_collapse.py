@@ -110,7 +110,8 @@ def _bubble(e: ir.Operation) -> list | None:
             return None
         for v, m in zip(pat.inputs(p), pat.indexing_maps(p)):
             q = _producer(v)
-            if q is not None and pat.is_generic(q) and not pat.is_pointwise(q) and pat.map_dims(m) & set(split):
+            if q is not None and pat.is_generic(q) and not pat.is_pointwise(q) and pat.map_dims(m) & set(split) \
+                    and not _channels_splittable(q, v, m, split):
                 return None  # a view between a reduction and its consumer hides that epilogue (softmax's)
         made = _rewrite(p, split)
         if made is None:
@@ -124,6 +125,8 @@ def _bubble(e: ir.Operation) -> list | None:
             if not list(c.results[0].uses):
                 c.erase()
         return views
+    if _is_convolution(p):
+        return _split_channels(p, e, split)
     if p.name == "tensor.concat":
         dim = ir.IntegerAttr(p.attributes["dim"]).value
         if dim in split:
@@ -159,6 +162,55 @@ def _bubble(e: ir.Operation) -> list | None:
         p.erase()
         return [pat.op_of(view.owner)] if _producer(view) is not None and _producer(view).name == EXPAND else []
     return None
+
+
+def _is_convolution(p: ir.Operation) -> bool:
+    """A contraction reading its input through a window (a loop sum in an input's map)."""
+    if not pat.is_generic(p) or pat.is_pointwise(p) or "reduction" not in pat.iterator_types(p):
+        return False
+    return any(not isinstance(x, (ir.AffineDimExpr, ir.AffineConstantExpr))
+               for m in pat.indexing_maps(p)[:pat.num_inputs(p)] for x in m.results)
+
+
+def _channels_splittable(q: ir.Operation, v: ir.Value, m: ir.AffineMap, split: dict) -> bool:
+    """Whether convolution `q`, whose sole reader reads it as `v` through map `m`, can take the
+    split of loop dims `split` itself (`_split_channels`, when the view reaches it next)."""
+    if not _is_convolution(q) or len(list(q.results[0].uses)) != 1 or m != pat.indexing_maps(
+            pat.op_of(list(q.results[0].uses)[0].owner))[-1]:
+        return False
+    out_map, its = pat.indexing_maps(q)[-1], pat.iterator_types(q)
+    loops = {}
+    for j, sizes in split.items():
+        x = out_map.results[j]
+        if not isinstance(x, ir.AffineDimExpr) or its[x.position] != "parallel":
+            return False
+        loops[x.position] = sizes
+    return _can_split(q, loops)
+
+
+def _split_channels(p: ir.Operation, e: ir.Operation, split: dict[int, list[int]]) -> list | None:
+    """A view splitting a convolution's output channels (pixel_shuffle's, a channel shuffle's):
+    the convolution computes the split dims itself, its weight and bias read through the same
+    view. The permute that follows is then a reordering of the convolution's own loops, stored by
+    its epilogue, instead of a copy kernel writing the activation once more."""
+    out_map, its = pat.indexing_maps(p)[-1], pat.iterator_types(p)
+    loops = {}
+    for j, sizes in split.items():
+        x = out_map.results[j]
+        if not isinstance(x, ir.AffineDimExpr) or its[x.position] != "parallel":
+            return None
+        loops[x.position] = sizes
+    done = split_loops(p, loops)
+    if done is None:
+        return None
+    new, made = done
+    for c in made:
+        for u in list(c.results[0].uses):
+            if pat.op_of(u.owner).name == EXPAND:
+                _swap(c, pat.op_of(u.owner))
+        if not list(c.results[0].uses):
+            c.erase()
+    return _views_read(new)
 
 
 def _piece_shape(out: list[int], groups: list[list[int]], dim: int, n: int) -> list[int]:
@@ -202,6 +254,8 @@ def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
     if any(d is None or its[d] != "parallel" for d in ds):
         return False
     in_maps = pat.indexing_maps(p)[:pat.num_inputs(p)]
+    if _is_convolution(p):  # a grouped convolution's (group, channel) dims
+        return True
     if pat.is_contraction(p):  # batch dims: read by every operand
         return all(d in pat.map_dims(m) for m in in_maps for d in ds)
     if not pat.is_pointwise(p):
@@ -263,18 +317,11 @@ def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
 
 def split_loops(g: ir.Operation, split: dict[int, list[int]]):
     """`_rewrite`, returning (the new generic, the new collapses), or None."""
+    if not _can_split(g, split):
+        return None
     maps = pat.indexing_maps(g)
     its = pat.iterator_types(g)
     operands = list(pat.inputs(g)) + list(pat.outputs(g))
-    for m in maps:
-        for e in m.results:
-            if not isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)) and pat.map_dims(
-                    ir.AffineMap.get(m.n_dims, 0, [e])) & set(split):
-                return None  # a split dim inside an expression (d1 + d2): not rewritten
-    for o in pat.body_ops(g):
-        d = ir.IntegerAttr(o.attributes["dim"]).value if o.name == "linalg.index" else None
-        if d in split and sum(n != 1 for n in split[d]) > 1:
-            return None  # the index of a dim split in two: not rewritten
     new_pos, n = {}, 0
     for d in range(len(its)):
         new_pos[d] = n
@@ -327,6 +374,19 @@ def split_loops(g: ir.Operation, split: dict[int, list[int]]):
             made.append(pat.op_of(c.operation))
     g.erase()
     return new, made
+
+
+def _can_split(g: ir.Operation, split: dict[int, list[int]]) -> bool:
+    for m in pat.indexing_maps(g):
+        for e in m.results:
+            if not isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)) and pat.map_dims(
+                    ir.AffineMap.get(m.n_dims, 0, [e])) & set(split):
+                return False  # a split dim inside an expression (d1 + d2): not rewritten
+    for o in pat.body_ops(g):
+        d = ir.IntegerAttr(o.attributes["dim"]).value if o.name == "linalg.index" else None
+        if d in split and sum(n != 1 for n in split[d]) > 1:
+            return False  # the index of a dim split in two: not rewritten
+    return True
 
 
 def _renumber(e, new_pos: dict, n: int):
