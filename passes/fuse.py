@@ -192,7 +192,7 @@ class _Fusion(FactorJoins, WindowJoins):
             elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o):
                 self.scan_group(o, "sort")
             elif o.name == "tm_tensor.scatter" and _static(o):
-                self.new_group("scatter", o)
+                self.take_updates(self.new_group("scatter", o), o)
         # a widening no reader took (one it could not take, e.g. a scale before attention's q):
         # its producer's kernel widens after all, and grows on from there as it would have
         for o in list(seeds(_widens)):
@@ -274,6 +274,41 @@ class _Fusion(FactorJoins, WindowJoins):
         self.groups.append(g)
         self.group_of[op] = len(self.groups) - 1
         return g
+
+    def take_updates(self, g: _Group, op: ir.Operation) -> None:
+        """A scatter's updates computed by a pointwise op (an embedding bag's gathered rows times
+        their mask, a graph network's gathered messages) are computed in the scatter's kernel,
+        element by element as they are combined (codegen/scatter.py), instead of being written by
+        a kernel of their own and read back. Only a producer nothing else reads, seen through
+        views that add or drop unit dims, and one that reads nothing of the scatter's
+        destination: the kernel writes that in place."""
+        v, views = op.operands[0], []
+        while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in (
+                "tensor.expand_shape", "tensor.collapse_shape"):
+            view = pat.op_of(v.owner)
+            if len(list(view.results[0].uses)) != 1 or self.top(view) != view or view in self.group_of:
+                return
+            if [n for n in ir.RankedTensorType(view.operands[0].type).shape if n != 1] != \
+                    [n for n in ir.RankedTensorType(view.results[0].type).shape if n != 1]:
+                return
+            views.append(view)
+            v = view.operands[0]
+        if isinstance(v.owner, ir.Block):
+            return
+        p = pat.op_of(v.owner)
+        if (p in self.group_of or self.top(p) != p or not pat.is_generic(p) or not pat.is_pointwise(p)
+                or len(p.results) != 1 or len(list(p.results[0].uses)) != 1 or not _static(p)):
+            return
+        out_map = pat.indexing_maps(p)[-1]
+        if out_map != ir.AffineMap.get_identity(out_map.n_dims):
+            return
+        dest = op.operands[2]
+        if any(x == dest for x in list(pat.inputs(p)) + pat.captured_values(p)):
+            return
+        gid = self.groups.index(g)
+        for x in [p] + views[::-1]:
+            g.ops.insert(len(g.ops) - 1, x)
+            self.group_of[x] = gid
 
     def scan_group(self, op: ir.Operation, kind: str) -> None:
         """A scan or sort is a kernel of its own (codegen/scan.py, sort.py); the fills of its

@@ -33,6 +33,7 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
+from .scatter_updates import UpdateEmitter, producer_chain
 from .source import CodegenError, KernelSource
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
@@ -59,14 +60,16 @@ class _Scatter:
         if len(scatters) != 1:
             raise CodegenError(self.func, "a scatter kernel holds exactly one tm_tensor.scatter")
         op = self.op = scatters[0]
-        for o in ops:
-            if o != op and o.name not in ("tensor.empty", "arith.constant", "func.return"):
-                raise CodegenError(o, "only the scatter itself runs in a scatter kernel")
-        self.args = list(blk.arguments)
         if len(op.operands) != 3:
             raise CodegenError(op, "expected ins(updates, indices) outs(original)")
-        pos = []
-        for v in op.operands:
+        self.producer, views = producer_chain(op)
+        inside = [op] + ([self.producer] + views if self.producer is not None else [])
+        for o in ops:
+            if not any(o == x for x in inside) and o.name not in ("tensor.empty", "arith.constant", "func.return"):
+                raise CodegenError(o, "only the scatter and the pointwise op computing its updates run in a scatter kernel")
+        self.args = list(blk.arguments)
+        pos = [None] if self.producer is not None else []
+        for v in list(op.operands)[len(pos):]:
             i = next((k for k, a in enumerate(self.args) if a == v), None)
             if i is None:
                 raise CodegenError(op, "scatter operands must be kernel arguments")
@@ -74,6 +77,9 @@ class _Scatter:
         self.upd, self.idx, self.orig = pos
         if self.orig in (self.upd, self.idx):
             raise CodegenError(op, "the destination is also read as updates or indices")
+        if self.producer is not None and any(
+                v == self.args[self.orig] for v in list(pat.inputs(self.producer)) + pat.captured_values(self.producer)):
+            raise CodegenError(op, "the updates read the destination, which the kernel writes in place")
         ret = pat.op_of(ops[-1])
         if len(ret.operands) != 1 or ret.operands[0] != op.results[0]:
             raise CodegenError(ret, "a scatter kernel returns only the scatter's result")
@@ -215,7 +221,11 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
         lines.append(f"    mask = mask & (c{d} >= 0) & (c{d} < {s.shape[d]})")
     dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "0"
     lines.append(f"    dst = {dst_off}")
-    if s.operand == "u":
+    if s.operand == "u" and s.producer is not None:
+        em = UpdateEmitter(s.producer, s.args, lines, "mask")
+        code, ty = em.value(em.loops(s.ushape, ucoord))
+        lines.append(f"    val = {code}" if ty == s.ty else f"    val = ({code}).to({B.tl_type(s.ty)})")
+    elif s.operand == "u":
         # `other` given: Ascend's adapter aborts on a masked gather load without one
         lines.append(f"    val = tl.load(in{u}_ptr + {upd_off}, mask=mask, other=0)")
     else:
@@ -244,6 +254,10 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
             "        done = done | (seen == old_bits)",
             f"        cur = seen.to({B.tl_type(s.ty)}, bitcast=True)",
         ]
+    helpers = B.helpers_used("\n".join(lines))
+    if helpers:
+        at = lines.index("@jit")
+        lines[at:at] = [x for h in helpers for x in (B.HELPERS[h], "")]
     source = "\n".join(lines) + "\n"
     grid = (max(1, _cdiv(s.total, block)),)
     return KernelSource(s.name, fn, source, in_ranks, [rank], grid, {"BLOCK_P": block},

@@ -1,0 +1,150 @@
+"""A scatter's updates computed in its kernel: the pointwise `linalg.generic` passes/fuse.py
+(`take_updates`) put before the scatter (an embedding bag's gathered rows times their mask, a
+graph network's gathered messages) is evaluated per update element, where the kernel would
+otherwise load the element from memory.
+
+The generic's loops are the update's non-unit dims in order (the views between them only add or
+drop unit dims, and its result map is the identity); its operands are kernel arguments read
+through their indexing maps, and `tensor.extract` in its body gathers from kernel arguments, out
+of bounds reading 0 as in the other kernels.
+"""
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from . import body as B
+from . import patterns as pat
+from .generic_copy import _known_type
+from .generic_emit import _affine_code
+from .source import CodegenError
+
+VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+def producer_chain(scatter: ir.Operation) -> tuple[ir.Operation | None, list[ir.Operation]]:
+    """(the generic computing the updates, the views after it), or (None, []) when the updates are
+    read from memory."""
+    v, views = scatter.operands[0], []
+    while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEWS:
+        views.append(pat.op_of(v.owner))
+        v = views[-1].operands[0]
+    if isinstance(v.owner, ir.Block):
+        if views:
+            raise CodegenError(scatter, "scatter updates read through a view of a kernel argument")
+        return None, []
+    g = pat.op_of(v.owner)
+    if not pat.is_generic(g) or not pat.is_pointwise(g) or len(g.results) != 1:
+        raise CodegenError(g, "a scatter's updates come from a pointwise generic only")
+    return g, views
+
+
+def _shape(v: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+class UpdateEmitter:
+    """Triton lines computing generic `g`'s element at the update coordinates `ucoord`."""
+
+    def __init__(self, g: ir.Operation, args: list[ir.Value], lines: list[str], mask: str):
+        self.g, self.lines, self.mask = g, lines, mask
+        self.arg_index = {a: i for i, a in enumerate(args)}
+        self.n = 0
+
+    def fresh(self, p: str) -> str:
+        self.n += 1
+        return f"{p}{self.n}"
+
+    def loops(self, ushape: list[int], ucoord: list[str]) -> list[str]:
+        """The generic's loop indices over the update's coordinates."""
+        sizes = pat.loop_sizes(self.g)
+        nonunit_u = [c for c, n in zip(ucoord, ushape) if n != 1]
+        if [n for n in sizes if n != 1] != [n for n in ushape if n != 1]:
+            raise CodegenError(self.g, "the updates' view changes more than unit dims")
+        it = iter(nonunit_u)
+        return [f"{next(it)}.to(tl.int64)" if n != 1 else "tl.full([], 0, tl.int64)" for n in sizes]
+
+    def value(self, ucoord_loops: list[str]) -> tuple[str, str]:
+        """(the text of the updates' element, its element type)."""
+        g = self.g
+        out_map = pat.indexing_maps(g)[-1]
+        if [getattr(e, "position", None) if isinstance(e, ir.AffineDimExpr) else None
+                for e in out_map.results] != list(range(out_map.n_dims)):
+            raise CodegenError(g, "the updates' generic does not write its loops in order")
+        self.idx = ucoord_loops
+        blk = pat.body(g)
+        n_in = pat.num_inputs(g)
+        self.env: dict = {}
+        for i, a in enumerate(list(blk.arguments)[:n_in]):
+            self.env[a] = ("operand", i)
+        y = pat.yield_op(g)
+        return self.get(y.operands[0])
+
+    def get(self, v: ir.Value) -> tuple[str, str]:
+        got = self.env.get(v)
+        if isinstance(got, tuple) and got[0] == "operand":
+            got = self.env[v] = self.operand(got[1])
+        if got is not None:
+            return got
+        if isinstance(v.owner, ir.Block):
+            raise CodegenError(self.g, "a block argument the updates' body cannot read")
+        op = pat.op_of(v.owner)
+        self.env[v] = self.op(op)
+        return self.env[v]
+
+    def operand(self, i: int) -> tuple[str, str]:
+        v = pat.inputs(self.g)[i]
+        if not isinstance(v.type, ir.ShapedType):
+            if isinstance(v.owner, ir.Block) or pat.op_of(v.owner).name != "arith.constant":
+                raise CodegenError(self.g, "a scalar operand that is not a constant")
+            return self.constant(pat.op_of(v.owner))
+        a = self.arg_index.get(v)
+        if a is None:
+            raise CodegenError(self.g, "the updates' generic reads a value computed in the kernel")
+        m = pat.indexing_maps(self.g)[i]
+        terms = [f"({_affine_code(e, self.idx, [])}) * in{a}_s{j}"
+                 for j, (e, n) in enumerate(zip(m.results, _shape(v))) if n != 1]
+        var = self.fresh("x")
+        terms = terms or ["lin * 0"]  # a 0-d operand: every lane loads its one element
+        self.lines.append(f"    {var} = tl.load(in{a}_ptr{''.join(' + ' + t for t in terms)}, mask={self.mask}, other=0)")
+        return var, B.elem_name(v.type)
+
+    def constant(self, op: ir.Operation) -> tuple[str, str]:
+        attr = op.attributes["value"]
+        ty = B.type_name(op.results[0].type)
+        if ty in B.FLOATS:
+            return B.constant_expr(ir.FloatAttr(attr).value, ty), ty
+        return B.constant_expr(ir.IntegerAttr(attr).value, ty), ty
+
+    def op(self, op: ir.Operation) -> tuple[str, str]:
+        name = op.name
+        if name == "arith.constant":
+            return self.constant(op)
+        if name == "linalg.index":
+            return f"{self.idx[ir.IntegerAttr(op.attributes['dim']).value]}", "index"
+        if name == "tensor.extract":
+            return self.gather(op)
+        if len(op.results) != 1 or len(op.regions) or not _known_type(op.results[0].type):
+            raise CodegenError(op, "unsupported op in a scatter's updates")
+        args = [self.get(x) for x in op.operands]
+        rty = B.type_name(op.results[0].type)
+        expr = B.expression(op, [a for a, _ in args], [t for _, t in args], rty)
+        var = self.fresh("t")
+        self.lines.append(f"    {var} = {expr}  # {name}")
+        return var, rty
+
+    def gather(self, op: ir.Operation) -> tuple[str, str]:
+        src = op.operands[0]
+        a = self.arg_index.get(src)
+        if a is None:
+            raise CodegenError(op, "gathers only from kernel inputs")
+        conds, terms = [], []
+        for j, (x, n) in enumerate(zip(list(op.operands)[1:], _shape(src))):
+            code, _ = self.get(x)
+            conds.append(f"({code} >= 0) & ({code} < {n})")
+            terms.append(f"{code} * in{a}_s{j}")
+        var = self.fresh("gather")
+        terms.append("lin * 0")  # indices that are constants or scalars: still one lane each
+        mask = " & ".join([self.mask] + conds)
+        self.lines.append(f"    {var} = tl.load(in{a}_ptr{''.join(' + ' + t for t in terms)}, mask={mask}, other=0)"
+                          "  # tensor.extract, out of bounds -> 0")
+        return var, B.elem_name(src.type)
