@@ -305,8 +305,22 @@ class _Fusion(FactorJoins, WindowJoins):
         dest = op.operands[2]
         if any(x == dest for x in list(pat.inputs(p)) + pat.captured_values(p)):
             return
+        taken = [p]
+        for q in taken:  # pointwise producers only it reads (a bf16 row widened for the sum)
+            if len(taken) >= 4:
+                break
+            for w in pat.inputs(q):
+                if isinstance(w.owner, ir.Block) or not isinstance(w.type, ir.RankedTensorType):
+                    continue
+                r = pat.op_of(w.owner)
+                m = pat.indexing_maps(r)[-1] if pat.is_generic(r) else None
+                if (r not in self.group_of and self.top(r) == r and pat.is_generic(r) and pat.is_pointwise(r)
+                        and len(r.results) == 1 and len(list(r.results[0].uses)) == 1 and _static(r)
+                        and m == ir.AffineMap.get_identity(m.n_dims) and not any(
+                            x == dest for x in list(pat.inputs(r)) + pat.captured_values(r))):
+                    taken.append(r)
         gid = self.groups.index(g)
-        for x in [p] + views[::-1]:
+        for x in taken[::-1] + views[::-1]:
             g.ops.insert(len(g.ops) - 1, x)
             self.group_of[x] = gid
 

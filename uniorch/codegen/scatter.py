@@ -63,7 +63,13 @@ class _Scatter:
         if len(op.operands) != 3:
             raise CodegenError(op, "expected ins(updates, indices) outs(original)")
         self.producer, views = producer_chain(op)
-        inside = [op] + ([self.producer] + views if self.producer is not None else [])
+        inside = [op] + views
+        work = [self.producer] if self.producer is not None else []
+        while work:  # the producer, and the pointwise generics in the kernel it reads
+            g = work.pop()
+            inside.append(g)
+            work += [pat.op_of(v.owner) for v in pat.inputs(g) if not isinstance(v.owner, ir.Block)
+                     and pat.is_generic(pat.op_of(v.owner)) and not any(pat.op_of(v.owner) == x for x in inside)]
         for o in ops:
             if not any(o == x for x in inside) and o.name not in ("tensor.empty", "arith.constant", "func.return"):
                 raise CodegenError(o, "only the scatter and the pointwise op computing its updates run in a scatter kernel")

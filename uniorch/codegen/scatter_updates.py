@@ -23,7 +23,7 @@ VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 def producer_chain(scatter: ir.Operation) -> tuple[ir.Operation | None, list[ir.Operation]]:
     """(the generic computing the updates, the views after it), or (None, []) when the updates are
-    read from memory."""
+    read from memory. Pointwise generics the first one reads may be in the kernel too."""
     v, views = scatter.operands[0], []
     while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEWS:
         views.append(pat.op_of(v.owner))
@@ -98,15 +98,27 @@ class UpdateEmitter:
                 raise CodegenError(self.g, "a scalar operand that is not a constant")
             return self.constant(pat.op_of(v.owner))
         a = self.arg_index.get(v)
-        if a is None:
-            raise CodegenError(self.g, "the updates' generic reads a value computed in the kernel")
         m = pat.indexing_maps(self.g)[i]
+        if a is None:
+            return self.computed(v, m)
         terms = [f"({_affine_code(e, self.idx, [])}) * in{a}_s{j}"
                  for j, (e, n) in enumerate(zip(m.results, _shape(v))) if n != 1]
         var = self.fresh("x")
         terms = terms or ["lin * 0"]  # a 0-d operand: every lane loads its one element
         self.lines.append(f"    {var} = tl.load(in{a}_ptr{''.join(' + ' + t for t in terms)}, mask={self.mask}, other=0)")
         return var, B.elem_name(v.type)
+
+    def computed(self, v: ir.Value, m: ir.AffineMap) -> tuple[str, str]:
+        """An operand a pointwise generic in the kernel computes (fusion took it along): its body
+        at the element this generic reads."""
+        q = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
+        if q is None or not pat.is_generic(q) or not pat.is_pointwise(q) or len(q.results) != 1:
+            raise CodegenError(self.g, "the updates' generic reads a value computed in the kernel")
+        sub = UpdateEmitter(q, [], self.lines, self.mask)
+        sub.arg_index, sub.n = self.arg_index, self.n
+        got = sub.value([_affine_code(e, self.idx, []) for e in m.results])
+        self.n = sub.n
+        return got
 
     def constant(self, op: ir.Operation) -> tuple[str, str]:
         attr = op.attributes["value"]
