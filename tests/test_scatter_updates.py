@@ -37,8 +37,11 @@ def _graph(nodes, edges, dim, seed):
             torch.randint(0, nodes, (edges,), generator=g), torch.rand(edges, generator=g))
 
 
-def test_message_passing_gathers_in_the_scatter():
-    model = MessagePassing(scatter_add=False)
+@pytest.mark.parametrize("scatter_add", [False, True])
+def test_message_passing_gathers_in_the_scatter(scatter_add):
+    """index_add, or scatter_add with the edge index expanded along the features (PyTorch
+    Geometric's form, rewritten to whole rows at capture: uniorch/capture/scatter_rows.py)."""
+    model = MessagePassing(scatter_add)
     args = _graph(12, 40, 16, seed=0)
     rep = uniorch.explain(model, *args, target="interpret")
     assert not rep.fallbacks, rep.fallbacks
@@ -55,15 +58,46 @@ def test_message_passing_gathers_in_the_scatter():
         assert _rel(cm(*fresh), model(*fresh)) <= 1e-5
 
 
-def test_scatter_add_with_an_expanded_index():
-    """The same sum through scatter_add and an index expanded along the features: torch-mlir
-    lowers it with a coordinate per element, and the messages are still written (a gap, see
-    docs/kernels.md); the answer matches eager."""
-    model = MessagePassing(scatter_add=True)
+class PartialScatterAdd(nn.Module):
+    """scatter_add forms that are not whole rows: a source larger than the index, dim 1, an index
+    expanded over fewer columns than the destination has."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x, src, dst, w):
+        msg = x[src] * w[:, None]
+        if self.form == "bigger_src":
+            idx = dst[:30, None].expand(30, x.shape[1])
+            return torch.zeros_like(x).scatter_add(0, idx, msg)
+        if self.form == "dim1":
+            idx = (dst % x.shape[1])[None, :16].expand(x.shape[0], 16)
+            return torch.zeros_like(x).scatter_add(1, idx, msg[:12, :16] if msg.shape[0] >= 12 else msg)
+        idx = dst[:, None].expand(-1, 8)
+        return torch.zeros_like(x).scatter_add(0, idx, msg[:, :8])
+
+
+@pytest.mark.parametrize("form", ["bigger_src", "dim1", "fewer_columns"])
+def test_scatter_add_not_whole_rows_keeps_its_answer(form):
+    model = PartialScatterAdd(form)
     cm = uniorch.compile(model, target="interpret", fallback="error")
     for seed in (1, 2):
         fresh = _graph(12, 40, 16, seed)
         assert _rel(cm(*fresh), model(*fresh)) <= 1e-5
+
+
+def test_scatter_add_rows_gradients():
+    torch.manual_seed(8)
+    x, src, dst, w = _graph(12, 40, 16, seed=9)
+    model = MessagePassing(scatter_add=True)
+    cm = uniorch.compile(model, target="interpret")
+    x1, w1 = x.clone().requires_grad_(), w.clone().requires_grad_()
+    x2, w2 = x.clone().requires_grad_(), w.clone().requires_grad_()
+    r = torch.randn(12, 16, generator=torch.Generator().manual_seed(10))
+    (cm(x1, src, dst, w1) * r).sum().backward()
+    (model(x2, src, dst, w2) * r).sum().backward()
+    assert _rel(x1.grad, x2.grad) <= 1e-5 and _rel(w1.grad, w2.grad) <= 1e-5
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])

@@ -33,6 +33,7 @@ from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
 from .rnn_cells import CellsAsMath
+from .scatter_rows import scatter_add_rows
 from .strided_views import as_strided_as_views
 from .symbolic_views import collapse_symbolic_views, drop_noop_expands, specialized_sizes_as_ints
 
@@ -116,6 +117,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
+    scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
     if dynamic:
         specialized_sizes_as_ints(cg.graph_module)
         drop_noop_expands(cg.graph_module)

@@ -225,7 +225,7 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
     for d, st in enumerate(starts):
         lines.append(f"    c{d} = {st}")
         lines.append(f"    mask = mask & (c{d} >= 0) & (c{d} < {s.shape[d]})")
-    dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "0"
+    dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "lin * 0"  # 0-d: a block of one address
     lines.append(f"    dst = {dst_off}")
     if s.operand == "u" and s.producer is not None:
         em = UpdateEmitter(s.producer, s.args, lines, "mask")
