@@ -46,6 +46,7 @@ from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 from .base import Pass, PassContext
 from .fuse_common import DOMAIN, GROUP, KIND, TILE_STAT, _Group, _i64, _moves_or_widens, _rounds, _size_attr, _static, _widens
 from .fuse_factors import FactorJoins
+from .fuse_scatter import ScatterJoins
 from .fuse_windows import WindowJoins
 from .ir_utils import main_func
 
@@ -93,7 +94,7 @@ class Fuse(Pass):
             _Fusion(main, self.max_ops, self.views).run()
 
 
-class _Fusion(FactorJoins, WindowJoins):
+class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
     def __init__(self, main, max_ops: int, views: bool = True):
         self.main = main
         self.block = main.regions[0].blocks[0]
@@ -192,7 +193,7 @@ class _Fusion(FactorJoins, WindowJoins):
             elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o):
                 self.scan_group(o, "sort")
             elif o.name == "tm_tensor.scatter" and _static(o):
-                self.take_updates(self.new_group("scatter", o), o)
+                self.take_scatter_operands(self.new_group("scatter", o), o)
         # a widening no reader took (one it could not take, e.g. a scale before attention's q):
         # its producer's kernel widens after all, and grows on from there as it would have
         for o in list(seeds(_widens)):
@@ -274,55 +275,6 @@ class _Fusion(FactorJoins, WindowJoins):
         self.groups.append(g)
         self.group_of[op] = len(self.groups) - 1
         return g
-
-    def take_updates(self, g: _Group, op: ir.Operation) -> None:
-        """A scatter's updates computed by a pointwise op (an embedding bag's gathered rows times
-        their mask, a graph network's gathered messages) are computed in the scatter's kernel,
-        element by element as they are combined (codegen/scatter.py), instead of being written by
-        a kernel of their own and read back. Only a producer nothing else reads, seen through
-        views that add or drop unit dims, and one that reads nothing of the scatter's
-        destination: the kernel writes that in place."""
-        v, views = op.operands[0], []
-        while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in (
-                "tensor.expand_shape", "tensor.collapse_shape"):
-            view = pat.op_of(v.owner)
-            if len(list(view.results[0].uses)) != 1 or self.top(view) != view or view in self.group_of:
-                return
-            if [n for n in ir.RankedTensorType(view.operands[0].type).shape if n != 1] != \
-                    [n for n in ir.RankedTensorType(view.results[0].type).shape if n != 1]:
-                return
-            views.append(view)
-            v = view.operands[0]
-        if isinstance(v.owner, ir.Block):
-            return
-        p = pat.op_of(v.owner)
-        if (p in self.group_of or self.top(p) != p or not pat.is_generic(p) or not pat.is_pointwise(p)
-                or len(p.results) != 1 or len(list(p.results[0].uses)) != 1 or not _static(p)):
-            return
-        out_map = pat.indexing_maps(p)[-1]
-        if out_map != ir.AffineMap.get_identity(out_map.n_dims):
-            return
-        dest = op.operands[2]
-        if any(x == dest for x in list(pat.inputs(p)) + pat.captured_values(p)):
-            return
-        taken = [p]
-        for q in taken:  # pointwise producers only it reads (a bf16 row widened for the sum)
-            if len(taken) >= 4:
-                break
-            for w in pat.inputs(q):
-                if isinstance(w.owner, ir.Block) or not isinstance(w.type, ir.RankedTensorType):
-                    continue
-                r = pat.op_of(w.owner)
-                m = pat.indexing_maps(r)[-1] if pat.is_generic(r) else None
-                if (r not in self.group_of and self.top(r) == r and pat.is_generic(r) and pat.is_pointwise(r)
-                        and len(r.results) == 1 and len(list(r.results[0].uses)) == 1 and _static(r)
-                        and m == ir.AffineMap.get_identity(m.n_dims) and not any(
-                            x == dest for x in list(pat.inputs(r)) + pat.captured_values(r))):
-                    taken.append(r)
-        gid = self.groups.index(g)
-        for x in taken[::-1] + views[::-1]:
-            g.ops.insert(len(g.ops) - 1, x)
-            self.group_of[x] = gid
 
     def scan_group(self, op: ir.Operation, kind: str) -> None:
         """A scan or sort is a kernel of its own (codegen/scan.py, sort.py); the fills of its

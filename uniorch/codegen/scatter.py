@@ -33,7 +33,7 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
-from .scatter_updates import UpdateEmitter, producer_chain
+from .scatter_updates import UpdateEmitter, computed_operand, in_kernel, loops_at
 from .source import CodegenError, KernelSource
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
@@ -62,30 +62,29 @@ class _Scatter:
         op = self.op = scatters[0]
         if len(op.operands) != 3:
             raise CodegenError(op, "expected ins(updates, indices) outs(original)")
-        self.producer, views = producer_chain(op)
-        inside = [op] + views
-        work = [self.producer] if self.producer is not None else []
-        while work:  # the producer, and the pointwise generics in the kernel it reads
-            g = work.pop()
-            inside.append(g)
-            work += [pat.op_of(v.owner) for v in pat.inputs(g) if not isinstance(v.owner, ir.Block)
-                     and pat.is_generic(pat.op_of(v.owner)) and not any(pat.op_of(v.owner) == x for x in inside)]
+        self.producer, self.upd_r, views = computed_operand(op, 0)
+        self.idx_gen, self.idx_r, idx_views = computed_operand(op, 1)
+        computed = in_kernel([self.producer, self.idx_gen])
+        inside = [op] + views + idx_views + computed
         for o in ops:
             if not any(o == x for x in inside) and o.name not in ("tensor.empty", "arith.constant", "func.return"):
-                raise CodegenError(o, "only the scatter and the pointwise op computing its updates run in a scatter kernel")
+                raise CodegenError(o, "only the scatter and the pointwise ops computing its updates and indices "
+                                      "run in a scatter kernel")
         self.args = list(blk.arguments)
-        pos = [None] if self.producer is not None else []
-        for v in list(op.operands)[len(pos):]:
-            i = next((k for k, a in enumerate(self.args) if a == v), None)
+        pos = []
+        for k, v in enumerate(op.operands):
+            if (k == 0 and self.producer is not None) or (k == 1 and self.idx_gen is not None):
+                pos.append(None)
+                continue
+            i = next((j for j, a in enumerate(self.args) if a == v), None)
             if i is None:
                 raise CodegenError(op, "scatter operands must be kernel arguments")
             pos.append(i)
         self.upd, self.idx, self.orig = pos
-        if self.orig in (self.upd, self.idx):
+        if self.orig is None or (self.orig in (self.upd, self.idx)):
             raise CodegenError(op, "the destination is also read as updates or indices")
-        if self.producer is not None and any(
-                v == self.args[self.orig] for v in list(pat.inputs(self.producer)) + pat.captured_values(self.producer)):
-            raise CodegenError(op, "the updates read the destination, which the kernel writes in place")
+        if any(v == self.args[self.orig] for g in computed for v in list(pat.inputs(g)) + pat.captured_values(g)):
+            raise CodegenError(op, "the updates or indices read the destination, which the kernel writes in place")
         ret = pat.op_of(ops[-1])
         if len(ret.operands) != 1 or ret.operands[0] != op.results[0]:
             raise CodegenError(ret, "a scatter kernel returns only the scatter's result")
@@ -217,7 +216,12 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
     for k, iv in enumerate(slice_ivs):
         starts[offset + k] = f"{iv}.to(tl.int64)"
     for i, d in enumerate(s.dim_map):
-        lines.append(f"    j{i} = tl.load(in{x}_ptr + u0.to(tl.int64) * in{x}_s0 + {i} * in{x}_s1, mask=mask, other=0).to(tl.int64)")
+        if s.idx_gen is not None:  # computed here: the index generic's element (u0, i)
+            em = UpdateEmitter(s.idx_gen, s.args, lines, "mask", prefix=f"j{i}_")
+            code, _ = em.value(loops_at(s.idx_gen, s.ishape, ["u0", f"tl.full([], {i}, tl.int64)"]), s.idx_r)
+            lines.append(f"    j{i} = ({code}).to(tl.int64)")
+        else:
+            lines.append(f"    j{i} = tl.load(in{x}_ptr + u0.to(tl.int64) * in{x}_s0 + {i} * in{x}_s1, mask=mask, other=0).to(tl.int64)")
         lines.append(f"    j{i} = tl.where(j{i} < 0, j{i} + {s.shape[d]}, j{i})")
         starts[d] = f"j{i}" if starts[d] is None else f"({starts[d]} + j{i})"
     if any(st is None for st in starts):
@@ -228,8 +232,8 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
     dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "lin * 0"  # 0-d: a block of one address
     lines.append(f"    dst = {dst_off}")
     if s.operand == "u" and s.producer is not None:
-        em = UpdateEmitter(s.producer, s.args, lines, "mask")
-        code, ty = em.value(em.loops(s.ushape, ucoord))
+        em = UpdateEmitter(s.producer, s.args, lines, "mask", prefix="v_")
+        code, ty = em.value(loops_at(s.producer, s.ushape, ucoord), s.upd_r)
         lines.append(f"    val = {code}" if ty == s.ty else f"    val = ({code}).to({B.tl_type(s.ty)})")
     elif s.operand == "u":
         # `other` given: Ascend's adapter aborts on a masked gather load without one

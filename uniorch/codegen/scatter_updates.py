@@ -21,21 +21,46 @@ from .source import CodegenError
 VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
-def producer_chain(scatter: ir.Operation) -> tuple[ir.Operation | None, list[ir.Operation]]:
-    """(the generic computing the updates, the views after it), or (None, []) when the updates are
-    read from memory. Pointwise generics the first one reads may be in the kernel too."""
-    v, views = scatter.operands[0], []
+def computed_operand(scatter: ir.Operation, k: int) -> tuple[ir.Operation | None, int, list[ir.Operation]]:
+    """(the generic computing the scatter's operand k, which of its results, the views after it),
+    or (None, 0, []) when the operand is read from memory (updates k=0, indices k=1)."""
+    v, views = scatter.operands[k], []
     while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEWS:
         views.append(pat.op_of(v.owner))
         v = views[-1].operands[0]
     if isinstance(v.owner, ir.Block):
         if views:
-            raise CodegenError(scatter, "scatter updates read through a view of a kernel argument")
-        return None, []
+            raise CodegenError(scatter, "a scatter operand read through a view of a kernel argument")
+        return None, 0, []
     g = pat.op_of(v.owner)
-    if not pat.is_generic(g) or not pat.is_pointwise(g) or len(g.results) != 1:
-        raise CodegenError(g, "a scatter's updates come from a pointwise generic only")
-    return g, views
+    if not pat.is_generic(g) or not pat.is_pointwise(g):
+        raise CodegenError(g, "a scatter's updates and indices come from pointwise generics only")
+    return g, list(g.results).index(v), views
+
+
+def in_kernel(gens: list[ir.Operation]) -> list[ir.Operation]:
+    """`gens` and the generics in the kernel they read, through operands or gathers."""
+    out: list = []
+    work = [g for g in gens if g is not None]
+    while work:
+        g = work.pop()
+        if any(g == x for x in out):
+            continue
+        out.append(g)
+        for v in list(pat.inputs(g)) + pat.captured_values(g):
+            if not isinstance(v.owner, ir.Block) and pat.is_generic(pat.op_of(v.owner)):
+                work.append(pat.op_of(v.owner))
+    return out
+
+
+def loops_at(g: ir.Operation, shape: list[int], coords: list[str]) -> list[str]:
+    """Generic `g`'s loop indices for the element at `coords` of its result viewed as `shape`
+    (the views between only add or drop unit dims)."""
+    sizes = pat.loop_sizes(g)
+    if [n for n in sizes if n != 1] != [n for n in shape if n != 1]:
+        raise CodegenError(g, "a scatter operand's view changes more than unit dims")
+    it = iter(c for c, n in zip(coords, shape) if n != 1)
+    return [f"({next(it)}).to(tl.int64)" if n != 1 else "tl.full([], 0, tl.int64)" for n in sizes]
 
 
 def _shape(v: ir.Value) -> list[int]:
@@ -45,28 +70,19 @@ def _shape(v: ir.Value) -> list[int]:
 class UpdateEmitter:
     """Triton lines computing generic `g`'s element at the update coordinates `ucoord`."""
 
-    def __init__(self, g: ir.Operation, args: list[ir.Value], lines: list[str], mask: str):
-        self.g, self.lines, self.mask = g, lines, mask
+    def __init__(self, g: ir.Operation, args: list[ir.Value], lines: list[str], mask: str, prefix: str = ""):
+        self.g, self.lines, self.mask, self.prefix = g, lines, mask, prefix
         self.arg_index = {a: i for i, a in enumerate(args)}
         self.n = 0
 
     def fresh(self, p: str) -> str:
         self.n += 1
-        return f"{p}{self.n}"
+        return f"{self.prefix}{p}{self.n}"
 
-    def loops(self, ushape: list[int], ucoord: list[str]) -> list[str]:
-        """The generic's loop indices over the update's coordinates."""
-        sizes = pat.loop_sizes(self.g)
-        nonunit_u = [c for c, n in zip(ucoord, ushape) if n != 1]
-        if [n for n in sizes if n != 1] != [n for n in ushape if n != 1]:
-            raise CodegenError(self.g, "the updates' view changes more than unit dims")
-        it = iter(nonunit_u)
-        return [f"{next(it)}.to(tl.int64)" if n != 1 else "tl.full([], 0, tl.int64)" for n in sizes]
-
-    def value(self, ucoord_loops: list[str]) -> tuple[str, str]:
-        """(the text of the updates' element, its element type)."""
+    def value(self, ucoord_loops: list[str], r: int = 0) -> tuple[str, str]:
+        """(the text of result `r`'s element at these loop indices, its element type)."""
         g = self.g
-        out_map = pat.indexing_maps(g)[-1]
+        out_map = pat.indexing_maps(g)[pat.num_inputs(g) + r]
         if [getattr(e, "position", None) if isinstance(e, ir.AffineDimExpr) else None
                 for e in out_map.results] != list(range(out_map.n_dims)):
             raise CodegenError(g, "the updates' generic does not write its loops in order")
@@ -77,7 +93,7 @@ class UpdateEmitter:
         for i, a in enumerate(list(blk.arguments)[:n_in]):
             self.env[a] = ("operand", i)
         y = pat.yield_op(g)
-        return self.get(y.operands[0])
+        return self.get(y.operands[r])
 
     def get(self, v: ir.Value) -> tuple[str, str]:
         got = self.env.get(v)
@@ -112,11 +128,15 @@ class UpdateEmitter:
         """An operand a pointwise generic in the kernel computes (fusion took it along): its body
         at the element this generic reads."""
         q = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
-        if q is None or not pat.is_generic(q) or not pat.is_pointwise(q) or len(q.results) != 1:
+        if q is None or not pat.is_generic(q) or not pat.is_pointwise(q):
             raise CodegenError(self.g, "the updates' generic reads a value computed in the kernel")
-        sub = UpdateEmitter(q, [], self.lines, self.mask)
+        return self.evaluate(q, list(q.results).index(v), [_affine_code(e, self.idx, []) for e in m.results],
+                             self.mask)
+
+    def evaluate(self, q: ir.Operation, r: int, loops: list[str], mask: str) -> tuple[str, str]:
+        sub = UpdateEmitter(q, [], self.lines, mask, self.prefix)
         sub.arg_index, sub.n = self.arg_index, self.n
-        got = sub.value([_affine_code(e, self.idx, []) for e in m.results])
+        got = sub.value(loops, r)
         self.n = sub.n
         return got
 
@@ -147,13 +167,22 @@ class UpdateEmitter:
     def gather(self, op: ir.Operation) -> tuple[str, str]:
         src = op.operands[0]
         a = self.arg_index.get(src)
-        if a is None:
-            raise CodegenError(op, "gathers only from kernel inputs")
-        conds, terms = [], []
+        conds, terms, codes = [], [], []
         for j, (x, n) in enumerate(zip(list(op.operands)[1:], _shape(src))):
             code, _ = self.get(x)
+            codes.append(code)
             conds.append(f"({code} >= 0) & ({code} < {n})")
             terms.append(f"{code} * in{a}_s{j}")
+        if a is None:  # from a generic in the kernel: its element there, computed (out of bounds: 0)
+            q = None if isinstance(src.owner, ir.Block) else pat.op_of(src.owner)
+            if q is None or not pat.is_generic(q) or not pat.is_pointwise(q):
+                raise CodegenError(op, "gathers only from kernel inputs and pointwise generics")
+            inside = self.fresh("inb")
+            self.lines.append(f"    {inside} = {' & '.join([self.mask] + conds)}")
+            code, ty = self.evaluate(q, list(q.results).index(src), codes, inside)
+            var = self.fresh("gather")
+            self.lines.append(f"    {var} = tl.where({inside}, {code}, 0)  # tensor.extract of a computed value")
+            return var, ty
         var = self.fresh("gather")
         terms.append("lin * 0")  # indices that are constants or scalars: still one lane each
         mask = " & ".join([self.mask] + conds)
