@@ -56,10 +56,14 @@ class ScatterJoins:
 
     def _computable(self, p: ir.Operation, v: ir.Value, dest: ir.Value, taken: list) -> bool:
         """A pointwise generic computing `v` that the kernel can evaluate wherever it reads `v`:
-        `v` its only result anything reads, read once, its loops written in order."""
+        `v` its only result anything reads, read once or only by generics the kernel takes, its
+        loops written in order."""
         if (any(p == x for x in taken) or p in self.group_of or self.top(p) != p or not pat.is_generic(p)
-                or not pat.is_pointwise(p) or not _static(p) or len(list(v.uses)) != 1):
+                or not pat.is_pointwise(p) or not _static(p)):
             return False
+        readers = [self.top(u.owner) for u in v.uses]
+        if len(readers) != 1 and not all(any(r == x for x in taken) for r in readers):
+            return False  # read elsewhere too (read twice by what the kernel takes: evaluated twice)
         if any(r != v and list(r.uses) for r in p.results):
             return False  # (torch-mlir's scatter_add generic also yields coordinates; unread here)
         m = pat.indexing_maps(p)[list(p.results).index(v) + pat.num_inputs(p)]

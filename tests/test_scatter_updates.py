@@ -200,3 +200,22 @@ def test_one_hot_scatter_is_one_kernel():
     g = torch.Generator().manual_seed(15)
     logits, labels = torch.randn(32, 10, generator=g), torch.randint(0, 10, (32,), generator=g)
     assert _rel(cm(logits, labels), OneHotLoss()(logits, labels)) <= 1e-5
+
+
+class ComputedBuckets(nn.Module):
+    """The index is computed too (torch-mlir reads it twice: for the coordinates, and in the generic
+    that flattens the updates, whose coordinate results nobody reads)."""
+
+    def forward(self, p):
+        bucket = (p * 6).long().clamp(max=5)
+        return torch.zeros(p.shape[0], 6).scatter_add(1, bucket, p)
+
+
+def test_computed_index_is_computed_in_the_scatter():
+    g = torch.Generator().manual_seed(16)
+    p = torch.rand(8, 20, generator=g)
+    rep = uniorch.explain(ComputedBuckets(), p, target="interpret")
+    assert [k.kind for k in rep.kernels] == ["scatter"], rep
+    cm = uniorch.compile(ComputedBuckets(), target="interpret", fallback="error")
+    p = torch.rand(8, 20, generator=torch.Generator().manual_seed(17))
+    assert _rel(cm(p), ComputedBuckets()(p)) <= 1e-6
