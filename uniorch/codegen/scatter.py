@@ -33,7 +33,7 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
-from .scatter_updates import UpdateEmitter, computed_operand, in_kernel, loops_at
+from .scatter_updates import VIEWS, UpdateEmitter, computed_operand, in_kernel, loops_at
 from .source import CodegenError, KernelSource
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
@@ -66,6 +66,9 @@ class _Scatter:
         self.idx_gen, self.idx_r, idx_views = computed_operand(op, 1)
         computed = in_kernel([self.producer, self.idx_gen])
         inside = [op] + views + idx_views + computed
+        for o in ops[::-1]:  # a view a computed generic writes into (its `outs`, never read)
+            if o.name in VIEWS and all(any(pat.op_of(u.owner) == x for x in inside) for u in o.results[0].uses):
+                inside.append(o)
         for o in ops:
             if not any(o == x for x in inside) and o.name not in ("tensor.empty", "arith.constant", "func.return"):
                 raise CodegenError(o, "only the scatter and the pointwise ops computing its updates and indices "
