@@ -1,5 +1,5 @@
 """A scatter whose updates a pointwise op computes, gathers included, computes them in its own
-kernel (passes/fuse.py `take_updates`, codegen/scatter_updates.py): the gathered rows of an
+kernel (passes/fuse_scatter.py, codegen/scatter_updates.py): the gathered rows of an
 embedding bag or a graph network's messages are never written and read back.
 
 Numerics against eager on fresh inputs (duplicate destinations included: the kernel adds them

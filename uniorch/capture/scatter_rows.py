@@ -6,7 +6,7 @@ edge index to the messages' shape: `out.scatter_add(0, index[:, None].expand_as(
 torch-mlir lowers scatter_add with one coordinate pair per element: an `[E·F, 2]` index tensor and
 the messages flattened, both written by kernels of their own. The same sum as an index_put of
 whole rows takes `[E, 1]` indices and the messages as `[E, F]` updates, which the scatter kernel
-computes itself (passes/fuse.py `take_updates`). The rewrite is structural (the index is an
+computes itself (passes/fuse_scatter.py). The rewrite is structural (the index is an
 `expand` in the graph, so every call has the same form); it needs static sizes, and leaves
 anything else as it was.
 """

@@ -1,12 +1,14 @@
-"""A scatter's updates computed in its kernel: the pointwise `linalg.generic` passes/fuse.py
-(`take_updates`) put before the scatter (an embedding bag's gathered rows times their mask, a
-graph network's gathered messages) is evaluated per update element, where the kernel would
-otherwise load the element from memory.
+"""A scatter's updates and indices computed in its kernel: the pointwise `linalg.generic`s
+passes/fuse_scatter.py puts in the scatter's group (an embedding bag's gathered rows times their
+mask, a graph network's gathered messages, torch-mlir's flattened updates and assembled
+coordinates) are evaluated per update element, where the kernel would otherwise load the element
+from memory.
 
-The generic's loops are the update's non-unit dims in order (the views between them only add or
-drop unit dims, and its result map is the identity); its operands are kernel arguments read
-through their indexing maps, and `tensor.extract` in its body gathers from kernel arguments, out
-of bounds reading 0 as in the other kernels.
+A generic's loops are the operand's non-unit dims in order (the views between them only add or
+drop unit dims, and its result map is the identity). Its operands are kernel arguments read
+through their indexing maps, or generics in the kernel evaluated at that element; `tensor.extract`
+in its body gathers from a kernel argument, or evaluates a generic in the kernel at the gathered
+position, out of bounds reading 0 as in the other kernels.
 """
 from __future__ import annotations
 
