@@ -178,21 +178,12 @@ def _channels_splittable(q: ir.Operation, v: ir.Value, m: ir.AffineMap, split: d
     if not _is_convolution(q) or len(list(q.results[0].uses)) != 1 or m != pat.indexing_maps(
             pat.op_of(list(q.results[0].uses)[0].owner))[-1]:
         return False
-    out_map, its = pat.indexing_maps(q)[-1], pat.iterator_types(q)
-    loops = {}
-    for j, sizes in split.items():
-        x = out_map.results[j]
-        if not isinstance(x, ir.AffineDimExpr) or its[x.position] != "parallel":
-            return False
-        loops[x.position] = sizes
-    return _can_split(q, loops)
+    loops = _channel_loops(q, split)
+    return loops is not None and _can_split(q, loops)
 
 
-def _split_channels(p: ir.Operation, e: ir.Operation, split: dict[int, list[int]]) -> list | None:
-    """A view splitting a convolution's output channels (pixel_shuffle's, a channel shuffle's):
-    the convolution computes the split dims itself, its weight and bias read through the same
-    view. The permute that follows is then a reordering of the convolution's own loops, stored by
-    its epilogue, instead of a copy kernel writing the activation once more."""
+def _channel_loops(p: ir.Operation, split: dict[int, list[int]]) -> dict[int, list[int]] | None:
+    """`split` (result dim -> sizes) as loop dims of `p`, or None unless each is a parallel loop."""
     out_map, its = pat.indexing_maps(p)[-1], pat.iterator_types(p)
     loops = {}
     for j, sizes in split.items():
@@ -200,7 +191,16 @@ def _split_channels(p: ir.Operation, e: ir.Operation, split: dict[int, list[int]
         if not isinstance(x, ir.AffineDimExpr) or its[x.position] != "parallel":
             return None
         loops[x.position] = sizes
-    done = split_loops(p, loops)
+    return loops
+
+
+def _split_channels(p: ir.Operation, e: ir.Operation, split: dict[int, list[int]]) -> list | None:
+    """A view splitting a convolution's output channels (pixel_shuffle's, a channel shuffle's):
+    the convolution computes the split dims itself, its weight and bias read through the same
+    view. The permute that follows is then a reordering of the convolution's own loops, stored by
+    its epilogue, instead of a copy kernel writing the activation once more."""
+    loops = _channel_loops(p, split)
+    done = None if loops is None else split_loops(p, loops)
     if done is None:
         return None
     new, made = done
