@@ -17,10 +17,10 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.domain import VIEW_OPS
 
 from .fuse_common import _Group, _static
 
-_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 MAX_TAKEN = 4
 
 
@@ -30,7 +30,7 @@ class ScatterJoins:
         taken: list = []
         for k in (0, 1):  # updates, indices
             v, views = op.operands[k], []
-            while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in _VIEWS:
+            while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEW_OPS:
                 view = pat.op_of(v.owner)
                 if len(list(view.results[0].uses)) != 1 or self.top(view) != view or view in self.group_of:
                     break
@@ -67,6 +67,6 @@ class ScatterJoins:
         if any(r != v and list(r.uses) for r in p.results):
             return False  # (torch-mlir's scatter_add generic also yields coordinates; unread here)
         m = pat.indexing_maps(p)[list(p.results).index(v) + pat.num_inputs(p)]
-        if [e.position if isinstance(e, ir.AffineDimExpr) else None for e in m.results] != list(range(m.n_dims)):
+        if not pat.is_identity_map(m):
             return False
         return not any(x == dest for x in list(pat.inputs(p)) + pat.captured_values(p))

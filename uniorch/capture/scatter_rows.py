@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .symbolic_views import _set_tensor_meta
+
 aten = torch.ops.aten
 
 
@@ -45,6 +47,7 @@ def scatter_add_rows(gm: torch.fx.GraphModule) -> int:
         with gm.graph.inserting_before(node):
             flat = gm.graph.call_function(aten.view.default, (base, [bs[0]]))
             flat.meta["val"] = base.meta["val"].view(bs[0])
+            _set_tensor_meta(flat)
             put = gm.graph.call_function(aten.index_put.default, (x, [flat], src, True))
         put.meta = dict(node.meta)
         node.replace_all_uses_with(put)

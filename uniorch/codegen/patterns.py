@@ -407,6 +407,12 @@ def is_contraction(op) -> bool:
         return False
 
 
+def is_identity_map(m: ir.AffineMap) -> bool:
+    """Every loop dim in order, nothing else (no context needed, unlike comparing with
+    `AffineMap.get_identity`)."""
+    return [e.position if isinstance(e, ir.AffineDimExpr) else None for e in m.results] == list(range(m.n_dims))
+
+
 def map_dims(m: ir.AffineMap) -> set[int]:
     """Loop dims an indexing map reads (inside sums and products too)."""
     out: set[int] = set()

@@ -33,7 +33,8 @@ from torch_mlir import ir
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
-from .scatter_updates import VIEWS, UpdateEmitter, computed_operand, in_kernel, loops_at
+from .domain import VIEW_OPS
+from .scatter_updates import UpdateEmitter, computed_operand, in_kernel, loops_at
 from .source import CodegenError, KernelSource
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
@@ -67,7 +68,7 @@ class _Scatter:
         computed = in_kernel([self.producer, self.idx_gen])
         inside = [op] + views + idx_views + computed
         for o in ops[::-1]:  # a view a computed generic writes into (its `outs`, never read)
-            if o.name in VIEWS and all(any(pat.op_of(u.owner) == x for x in inside) for u in o.results[0].uses):
+            if o.name in VIEW_OPS and all(any(pat.op_of(u.owner) == x for x in inside) for u in o.results[0].uses):
                 inside.append(o)
         for o in ops:
             if not any(o == x for x in inside) and o.name not in ("tensor.empty", "arith.constant", "func.return"):

@@ -16,18 +16,18 @@ from torch_mlir import ir
 
 from . import body as B
 from . import patterns as pat
+from .domain import VIEW_OPS
 from .generic_copy import _known_type
 from .generic_emit import _affine_code
 from .source import CodegenError
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
 def computed_operand(scatter: ir.Operation, k: int) -> tuple[ir.Operation | None, int, list[ir.Operation]]:
     """(the generic computing the scatter's operand k, which of its results, the views after it),
     or (None, 0, []) when the operand is read from memory (updates k=0, indices k=1)."""
     v, views = scatter.operands[k], []
-    while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEWS:
+    while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in VIEW_OPS:
         views.append(pat.op_of(v.owner))
         v = views[-1].operands[0]
     if isinstance(v.owner, ir.Block):
@@ -85,8 +85,7 @@ class UpdateEmitter:
         """(the text of result `r`'s element at these loop indices, its element type)."""
         g = self.g
         out_map = pat.indexing_maps(g)[pat.num_inputs(g) + r]
-        if [getattr(e, "position", None) if isinstance(e, ir.AffineDimExpr) else None
-                for e in out_map.results] != list(range(out_map.n_dims)):
+        if not pat.is_identity_map(out_map):
             raise CodegenError(g, "the updates' generic does not write its loops in order")
         self.idx = ucoord_loops
         blk = pat.body(g)
