@@ -161,7 +161,7 @@ def _take_lead(block, c2) -> bool:
             if g0 is None or g0 == gid:
                 continue
             l_ops = members[g0]
-            c0 = _lone_product(l_ops)
+            c0 = _lone_product(l_ops, convolutions=True)  # a depthwise convolution leads too
             if c0 is None or not _only_used_by(l_ops, [x], chain_ops) \
                     or check_lead(c0, x, c1, _following(c0)) is not None:
                 continue
@@ -174,10 +174,11 @@ def _take_lead(block, c2) -> bool:
     return False
 
 
-def _lone_product(ops):
-    """The one contraction of a group of kind "contraction" whose other reductions are at most row
-    statistics (no pooling epilogue, no sibling products), or None."""
-    cs = [o for o in ops if pat.is_contraction(o)]
+def _lone_product(ops, convolutions: bool = False):
+    """The one contraction (or with `convolutions`, convolution) of a group of kind "contraction"
+    whose other reductions are at most row statistics (no pooling epilogue, no sibling products),
+    or None."""
+    cs = [o for o in ops if pat.is_contraction(o) or (convolutions and pat.is_convolution(o))]
     if len(cs) != 1 or kind_of(cs[0]) != "contraction":
         return None
     if any(o != cs[0] and pat.is_generic(o) and "reduction" in pat.iterator_types(o)

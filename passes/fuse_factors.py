@@ -148,6 +148,11 @@ class FactorJoins:
         if not (conv or pat.is_contraction(a)) or not pat.is_pointwise(x) or not _static(x):
             return False
         limit = PROLOGUE_MAX_FILTERS if conv else MATMUL_PROLOGUE_MAX_N
+        if not conv and _feeds_product(a):
+            # what uniorch-fuse-chain makes one kernel of: a chain loops over the hidden columns in
+            # one program per row tile, which computes the prologue once (ConvNeXt's 96 channels,
+            # LayerNorm'd into 384)
+            limit = CHAIN_PROLOGUE_MAX_N
         if not conv:
             if _moves_or_widens(x) and any(pat.op_of(u.owner) == a for r in x.results for u in r.uses):
                 return False  # a transposed or widened factor: read in place (`admissible`)
@@ -290,3 +295,29 @@ class FactorJoins:
             if it == "parallel" and d not in used:
                 n *= size
         return n
+
+
+# a chain's widths (codegen/attention_plan.py MAX_HEAD_DIM, passes/fuse_chain.py MAX_HIDDEN)
+CHAIN_PROLOGUE_MAX_N, _CHAIN_MAX_WIDTH = 4096, 256
+
+
+def _feeds_product(a: ir.Operation) -> bool:
+    """Matmul `a` (its A rows at most a chain's width) has one result whose one reader, through
+    one-reader pointwise ops, is another matmul's input: the first product of a chain."""
+    from uniorch.codegen.attention_plan import _plan
+
+    k = _plan(a).K
+    if not isinstance(k, int) or k > _CHAIN_MAX_WIDTH or len(a.results) != 1:
+        return False
+    v = a.results[0]
+    for _ in range(16):
+        uses = list(v.uses)
+        if len(uses) != 1:
+            return False
+        o = pat.op_of(uses[0].owner)
+        if pat.is_contraction(o):
+            return uses[0].operand_number < pat.num_inputs(o)
+        if not pat.is_pointwise(o) or len(o.results) != 1:
+            return False
+        v = o.results[0]
+    return False

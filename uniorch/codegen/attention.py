@@ -28,7 +28,7 @@ from uniorch.ir import dims
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
 from .causal_bound import causal_offset
-from .chain_lead import LEAD, lead_of
+from .chain_lead import DEPTHWISE_RENAME, LEAD, depthwise_lines, depthwise_product, lead_of
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
@@ -142,7 +142,7 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         stages = 2 if kind == "rocm" else 3
     out = {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
            "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
-    if plan.lead is not None:  # the lead product's K tile (chain_lead.py): beside x's tile and W0's
+    if plan.lead is not None and not plan.lead.depthwise:  # the lead product's K tile (chain_lead.py): beside x's tile and W0's
         k0 = max(16, _pow2(dims.hinted(plan.lead.plan.K, hints)))
         out["block_l"] = min(k0, 64 if kind == "interpret" or bd <= 128 else 32)
     return out
@@ -253,11 +253,14 @@ class _Flash:
         self.e0 = None
         self.lead_pre, self.lead_loop, self.lead_post = [], [], []  # the lead product (chain_lead.py)
         if plan.lead is not None:
-            s0 = {"block_m": s["block_m"], "block_n": s["block_d"], "block_k": s["block_l"]}
+            s0 = {"block_m": s["block_m"], "block_n": s["block_d"], "block_k": s.get("block_l", 1)}
+            rename = {"acc": "lacc", "n": "dn", "mask_n": "mask_dn", "ka": "la", "kb": "lb",
+                      "mask_ka": "mask_la", "mask_kb": "mask_lb", "BLOCK_K": "BLOCK_L", "BLOCK_N": "BLOCK_D"}
+            if plan.lead.depthwise:  # its N is the chain's rows, one tap per step
+                s0, rename = {"block_m": 1, "block_n": s["block_m"], "block_k": 1}, DEPTHWISE_RENAME
             self.e0 = _Part(plan.lead.plan, s0, target, "l_",
                             {"a": self.lead_loop, "b": self.lead_loop, "e": self.lead_post, "init": self.lead_pre},
-                            {"acc": "lacc", "n": "dn", "mask_n": "mask_dn", "ka": "la", "kb": "lb",
-                             "mask_ka": "mask_la", "mask_kb": "mask_lb", "BLOCK_K": "BLOCK_L", "BLOCK_N": "BLOCK_D"})
+                            rename)
             for part in (self.e1, self.eu):
                 if part is not None:
                     part.held = (plan.lead, "a")
@@ -357,11 +360,15 @@ class _Flash:
         e0, lead = self.e0, self.plan.lead
         p0 = lead.plan
         e0.acc_ty = acc_ty
-        at, bt, e0.dot_dt, prec = self.dot_operands(e0, e0.operand("a"), e0.operand("b"), None, None)
+        if lead.depthwise:
+            product = depthwise_product(e0, acc_ty)
+        else:
+            at, bt, e0.dot_dt, prec = self.dot_operands(e0, e0.operand("a"), e0.operand("b"), None, None)
+            product = f"acc = tl.dot({at}, {bt}, acc{prec})"
         init = e0.value(p0.gen.opview.outputs[0], p0.acc_layout, "init")
         self.lead_pre.append(f"# the lead product ({p0.gen.name} at {_loc(p0.gen)}): x's row tile, computed here")
         self.lead_pre.append(e0._acc_init("acc", init, _TL[acc_ty]))
-        self.lead_loop.append(f"acc = tl.dot({at}, {bt}, acc{prec})")
+        self.lead_loop.append(product)
         xv = e0.value(lead.x, _get(p0.layouts, lead.x), "e")
         ty = lead.ty
         if xv.const is not None:
@@ -370,7 +377,9 @@ class _Flash:
             text = xv.text if xv.ty == ty else f"{xv.text}.to({_TL[ty]})"  # rounded as a store would
             if set(xv.cls) != {"m", "n"}:
                 text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
-        if e0.mask_n:
+        if lead.depthwise:
+            text = f"tl.where(mask_dn, {text}, 0.0)"  # its clamped columns (chain_lead.depthwise_lines)
+        elif e0.mask_n:
             e0.need.add("mask_n")
             text = f"tl.where(mask_n, {text}, 0.0)"
         self.lead_post.append(f"xl = {text}")
@@ -378,6 +387,8 @@ class _Flash:
     def lead_lines(self, defined: set) -> list[str]:
         """The lead's section of the kernel body: its own index names, K loop and epilogue."""
         e0, p0 = self.e0, self.plan.lead.plan
+        if self.plan.lead.depthwise:
+            return depthwise_lines(e0, self.plan.lead, defined, self.lead_pre, self.lead_loop, self.lead_post)
         lines = [ln for c, flat in (("b", "pid_b"), ("m", "offs_m[:, None]")) for ln in e0.index_defs(c, flat)
                  if ln.split(" =")[0] not in defined]
         lines += [e0.rename_text(ln) for ln in e0.index_defs("n", "offs_d[None, :]")]
@@ -416,7 +427,7 @@ class _Flash:
         params = tensor_params(in_ranks, out_ranks) + symbols
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_D": s["block_d"],
                       "BLOCK_V": s["block_v"]}
-        if self.e0 is not None:
+        if "block_l" in s:
             constexprs["BLOCK_L"] = s["block_l"]
         params.extend(f"{k}: tl.constexpr" for k in constexprs)
         M, N, D, DV = p1.M, p1.N, p1.K, p2.N

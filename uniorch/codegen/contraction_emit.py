@@ -495,10 +495,11 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
 
     # -- the kernel -----------------------------------------------------------------------------
 
-    def operand(self, side: str, unscaled: bool = False) -> _Val:
+    def operand(self, side: str, unscaled: bool = False, tile: bool = True) -> _Val:
         """The [BLOCK_M, BLOCK_K] (side "a") or [BLOCK_K, BLOCK_N] (side "b") dot operand; with
         `unscaled`, the 16-bit factor of a factor scaled by a constant (`_Plan.dot_scaled`), the
-        constant left to the caller."""
+        constant left to the caller; with `tile` False, the factor's value as its body computes it
+        (not broadcast to the tile, nor masked or widened: chain_lead.py's depthwise product)."""
         p = self.p
         v = p.x if side == "a" else p.y
         dot_ty = p.dot_types[0 if side == "a" else 1]
@@ -527,6 +528,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
             val = self.body_value(gen, body, body_ops, v, env, side, [], arg)
         finally:
             self.frames.pop()
+        if not tile:
+            return val
         shape = "(BLOCK_M, BLOCK_K)" if side == "a" else "(BLOCK_K, BLOCK_N)"
         full = {"m", "k"} if side == "a" else {"k", "n"}
         text, ty = val.text, val.ty
