@@ -204,6 +204,8 @@ class _Part(_Emitter):
     def block(self, ctx: str, cls) -> list[str]:
         if ctx not in self.sections:
             raise CodegenError(self.p.gen, f"attention kernels have no {ctx!r} section here")
+        if ctx in ("a", "b") and "k" not in cls and "hoist" in self.sections:
+            return self.sections["hoist"]  # a depthwise lead's operand code not along the taps
         return self.sections[ctx]
 
     def text(self, lines: list[str]) -> list[str]:
@@ -256,11 +258,11 @@ class _Flash:
             s0 = {"block_m": s["block_m"], "block_n": s["block_d"], "block_k": s.get("block_l", 1)}
             rename = {"acc": "lacc", "n": "dn", "mask_n": "mask_dn", "ka": "la", "kb": "lb",
                       "mask_ka": "mask_la", "mask_kb": "mask_lb", "BLOCK_K": "BLOCK_L", "BLOCK_N": "BLOCK_D"}
+            sections = {"a": self.lead_loop, "b": self.lead_loop, "e": self.lead_post, "init": self.lead_pre}
             if plan.lead.depthwise:  # its N is the chain's rows, one tap per step
                 s0, rename = {"block_m": 1, "block_n": s["block_m"], "block_k": 1}, DEPTHWISE_RENAME
-            self.e0 = _Part(plan.lead.plan, s0, target, "l_",
-                            {"a": self.lead_loop, "b": self.lead_loop, "e": self.lead_post, "init": self.lead_pre},
-                            rename)
+                sections["hoist"] = self.lead_pre
+            self.e0 = _Part(plan.lead.plan, s0, target, "l_", sections, rename)
             for part in (self.e1, self.eu):
                 if part is not None:
                     part.held = (plan.lead, "a")

@@ -23,3 +23,22 @@ class Block(nn.Module):
 def make():
     torch.manual_seed(0)
     return Block().eval(), (torch.randn(2, 96, 6, 6),)
+
+
+class ReflectBlock(Block):
+    """The same block padded by F.pad(mode="reflect") (a gather of index tables) before an unpadded
+    depthwise convolution, at 8 channels."""
+
+    def __init__(self):
+        super().__init__(8)
+        self.dw = nn.Conv2d(8, 8, 7, groups=8)
+
+    def forward(self, x):
+        h = self.norm(self.dw(F.pad(x, (3, 3, 3, 3), mode="reflect")).permute(0, 2, 3, 1))
+        h = self.gamma * self.pw2(F.gelu(self.pw1(h)))
+        return x + h.permute(0, 3, 1, 2)
+
+
+def make_reflect():
+    torch.manual_seed(0)
+    return ReflectBlock().eval(), (torch.randn(2, 8, 9, 9),)
