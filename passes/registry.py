@@ -13,6 +13,7 @@ _PASSES = {
     "uniorch-fuse-attention": "fuse_attention:FuseAttention",
     "uniorch-fuse-chain": "fuse_chain:FuseChain",
     "uniorch-fuse-siblings": "fuse_siblings:FuseSiblings",
+    "uniorch-fuse-depthwise": "fuse_depthwise:FuseDepthwise",
     "uniorch-fuse-row-stats": "fuse_row_stats:FuseRowStats",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",

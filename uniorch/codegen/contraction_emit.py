@@ -2,23 +2,22 @@
 with producers evaluated in the operand tiles and the epilogue on the accumulator."""
 from __future__ import annotations
 
-import math
-
-import numpy as np
 from torch_mlir import ir
 
 from uniorch.ir.dims import cdiv as size_cdiv, code as size_code, kernel_symbols, prod as size_prod
 
 from . import body as _body
 from .contraction_ir import (
-    Lin, Quot, _NP, _PTR, _TL, _Val, _as_op, _const_value, _elem, _is_float, _is_shaped, _iterators,
+    Lin, Quot, _PTR, _TL, _Val, _as_op, _const_value, _elem, _is_float, _is_shaped, _iterators,
     _lin, _lit, _loc, _maps, _producer, _round, _shape,
 )
 from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_sizes, unit_view_index
+from .const_fold import _CASTS, _LITERAL_OK, _fold
 from .contraction_gather import _Gathers
 from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
 from .contraction_stats import _TileStats
+from .contraction_window import WINDOW_PRODUCER, _Windows
 from .conv_layout import channels_last_relayout
 from .fma_relayout import fma_relayout
 from .patterns import dot_precision
@@ -34,7 +33,7 @@ def _vendor(target) -> str:
         return ""
 
 
-class _Emitter(_Reductions, _Gathers, _TileStats):
+class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
     def __init__(self, plan: _Plan, sched: dict, target: str):
         self.p = plan
         self.s = sched
@@ -61,6 +60,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
         self.last_loc: dict[int, str] = {}
         self.win = None             # window element being evaluated (a pooling epilogue), or None
         self.win_defs: dict[str, str] = {}   # windowed index name -> its definition
+        self.tap_names: dict = {}  # a depthwise producer's tap dims (contraction_window.py) -> names
         self.pos = {}
         for c in "bmnk":
             for i, d in enumerate(plan.order[c]):
@@ -98,6 +98,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
         return name
 
     def dim_name(self, d: int, ctx: str) -> str:
+        if d in self.tap_names:
+            return self.tap_names[d]
         c = self.p.cls[d]
         i = self.pos[d]
         if c == "b":
@@ -134,7 +136,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
         return " + ".join(parts)
 
     def lin_cls(self, lin: Lin) -> set:
-        return {self.p.cls[d] for d in lin.dims()} & {"m", "n", "k"}
+        return {self.p.cls.get(d, "k") for d in lin.dims()} & {"m", "n", "k"}  # tap dims: K
 
     def mask(self, cls, ctx: str) -> str | None:
         parts = []
@@ -393,6 +395,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
         if "reduction" in _iterators(op):
             if ROW_STAT in op.attributes:
                 return self.row_sum(op, idx, ctx)
+            if WINDOW_PRODUCER in op.attributes:
+                return self.windowed(op, result_no, idx, ctx)
             raise CodegenError(op, "a second reduction inside a contraction kernel")
         view = op.opview
         n_in = len(view.inputs)
@@ -762,39 +766,3 @@ class _Emitter(_Reductions, _Gathers, _TileStats):
                 text += f" % {size_code(p.sizes[d])}"
             out.append(f"{name} = {text}  # d{d} ({p.sizes[d]})")
         return out
-
-
-_CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.extsi", "arith.trunci",
-          "arith.index_cast")
-_LITERAL_OK = {
-    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.addi", "arith.subi", "arith.muli",
-    "arith.andi", "arith.ori", "arith.xori", "arith.select", "arith.cmpf", "arith.cmpi",
-    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.maxsi", "arith.minsi",
-}
-
-
-def _fold(name: str, d, ins: list[_Val], ty: str):
-    """Compile-time value of an op on constants, or None."""
-    if not ins or any(v.const is None for v in ins):
-        return None
-    c = [v.const for v in ins]
-    with np.errstate(all="ignore"):
-        if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.extsi", "arith.trunci",
-                    "arith.index_cast", "arith.fptosi"):
-            v = c[0]
-            if ins[0].ty == "i1" and name in ("arith.sitofp", "arith.extsi"):
-                v = -1 if v else 0  # signed i1: true is -1
-            if name == "arith.fptosi":
-                if not math.isfinite(v):
-                    return None
-                v = math.trunc(v)
-            return _round(v, ty)
-        if _is_float(ty) and ty != "bf16":
-            f = _NP[ty]
-            x = [f(v) for v in c]
-            ops = {"arith.addf": lambda: x[0] + x[1], "arith.subf": lambda: x[0] - x[1],
-                   "arith.mulf": lambda: x[0] * x[1], "arith.divf": lambda: x[0] / x[1],
-                   "arith.negf": lambda: -x[0]}
-            if name in ops:
-                return float(f(ops[name]()))
-    return None

@@ -307,6 +307,7 @@ def supports(op) -> bool:
 ROW_STAT = "uniorch.row_stat"  # passes/fuse_row_stats.py
 SIBLING = "uniorch.sibling"  # passes/fuse_siblings.py
 TILE_STAT = "uniorch.tile_stat"  # passes/tile_stats.py
+WINDOW_PRODUCER = "uniorch.window_producer"  # passes/fuse_depthwise.py, codegen/contraction_window.py
 
 
 def _analyze(kernel) -> _Plan:
@@ -329,7 +330,8 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(op, "tensor constants inside a contraction kernel are not supported")
     gens = [op for op in ops if op.name == "linalg.generic"]
     contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None
-             and ROW_STAT not in op.attributes and SIBLING not in op.attributes and TILE_STAT not in op.attributes]
+             and ROW_STAT not in op.attributes and SIBLING not in op.attributes and TILE_STAT not in op.attributes
+             and WINDOW_PRODUCER not in op.attributes]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")

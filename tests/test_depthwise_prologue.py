@@ -1,0 +1,123 @@
+"""A depthwise convolution computed in the B tiles of the 1x1 convolution that projects it
+(passes/fuse_depthwise.py, codegen/contraction_window.py): MobileNetV2's inverted residual is two
+kernels, the expansion and the projection, and the expanded depthwise output is never written.
+
+Numerics against eager on fresh inputs; kernels and bytes from `uniorch.explain`. Where the
+depthwise output has another reader (a squeeze-excite mean, a returned value) or is read through a
+window (a 3x3 convolution after it), it stays a kernel and the result must still be right."""
+import pytest
+import torch
+from torch import nn
+
+import uniorch
+
+DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
+
+
+def _bn(c, g):
+    bn = nn.BatchNorm2d(c)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
+        bn.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+        bn.weight.copy_(torch.rand(c, generator=g) + 0.5)
+        bn.bias.copy_(torch.rand(c, generator=g) - 0.5)
+    return bn
+
+
+def _cba(cin, cout, k, stride=1, groups=1, act=nn.ReLU6, g=None):
+    layers = [nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False), _bn(cout, g)]
+    return nn.Sequential(*layers, act()) if act is not None else nn.Sequential(*layers)
+
+
+class InvertedResidual(nn.Module):
+    """torchvision's MobileNetV2 block (expand 1x1, depthwise kxk, project 1x1, residual at stride
+    1); `se` adds MobileNetV3's squeeze-excite on the depthwise output, `tail` a 3x3 convolution
+    where the projection was, `keep` returns the depthwise output too."""
+
+    def __init__(self, c, t=6, k=3, stride=1, act=nn.ReLU6, se=False, tail=False, keep=False):
+        super().__init__()
+        g = torch.Generator().manual_seed(c * 10 + k)
+        h = c * t
+        self.expand = _cba(c, h, 1, act=act, g=g)
+        self.dw = _cba(h, h, k, stride, groups=h, act=act, g=g)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(h, h // 4, 1), nn.ReLU(),
+                                nn.Conv2d(h // 4, h, 1), nn.Hardsigmoid()) if se else None
+        self.project = _cba(h, c, 3 if tail else 1, act=None, g=g)
+        self.residual, self.keep = stride == 1, keep
+
+    def forward(self, x):
+        d = self.dw(self.expand(x))
+        y = self.project(d * self.se(d) if self.se is not None else d)
+        y = x + y if self.residual else y
+        return (y, d) if self.keep else y
+
+
+def _err(got, want):
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+def _check(model, shape, dtype, tol):
+    model = model.eval().to(dtype)
+    rep = uniorch.explain(model, torch.randn(shape).to(dtype), target="interpret")
+    assert not rep.fallbacks, rep.fallbacks
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    fresh = torch.randn(shape, generator=torch.Generator().manual_seed(9)).to(dtype)
+    with torch.no_grad():
+        got, want = cm(fresh), model(fresh)
+    for g, w in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want))):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert _err(g, w) <= tol, _err(g, w)
+    return rep
+
+
+def _expanded_bytes(shape, t, stride, dtype):
+    b, c, hgt, wid = shape
+    out = lambda n: (n + 2 - 3) // stride + 1  # noqa: E731 - a 3x3 window, padding 1
+    return b * c * t * out(hgt) * out(wid) * torch.empty(0, dtype=dtype).element_size()
+
+
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("stride,shape", [(1, (2, 16, 10, 10)), (2, (2, 8, 9, 11))])
+def test_mobilenetv2_block_is_two_kernels(stride, shape, dtype, tol):
+    rep = _check(InvertedResidual(shape[1], stride=stride), shape, dtype, tol)
+    assert [k.kind for k in rep.kernels] == ["contraction"] * 2, rep
+    # the projection writes only the block's output: the depthwise activation never goes to memory
+    out = rep.kernels[1].bytes_written
+    assert out < _expanded_bytes(shape, 6, stride, dtype) / 3, (out, rep)
+
+
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+def test_efficientnet_5x5_silu(dtype, tol):
+    rep = _check(InvertedResidual(8, t=4, k=5, act=nn.SiLU), (2, 8, 7, 9), dtype, tol)
+    assert [k.kind for k in rep.kernels] == ["contraction"] * 2, rep
+
+
+@pytest.mark.parametrize("case", ["se", "tail", "keep"])
+def test_depthwise_with_other_readers_stays_a_kernel(case):
+    rep = _check(InvertedResidual(8, t=4, **{case: True}), (2, 8, 6, 6), torch.float32, 1e-5)
+    assert len(rep.kernels) >= 3, rep
+
+
+def test_mobilenetv2_gradients():
+    torch.manual_seed(3)
+    model, ref = InvertedResidual(8, t=4), InvertedResidual(8, t=4)
+    ref.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 8, 6, 7)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    w = torch.randn(2, 8, 6, 7, generator=torch.Generator().manual_seed(5))
+    (cm(x1) * w).sum().backward()
+    (ref(x2) * w).sum().backward()
+    assert _err(x1.grad, x2.grad) <= 1e-4
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert _err(p.grad, q.grad) <= 1e-4
+
+
+@pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mobilenetv2_block_cross_compiles(target, binary, dtype):
+    model = InvertedResidual(24).eval().to(dtype)
+    art = uniorch.compile_aot(model, (torch.randn(4, 24, 28, 28).to(dtype),), target, fallback="error")
+    assert not art.fallbacks, art.fallbacks
+    assert [k.kind for k in art.kernels] == ["contraction"] * 2, [k.kind for k in art.kernels]
+    assert all(k.asm[binary][:4] == b"\x7fELF" for k in art.kernels)
