@@ -19,8 +19,15 @@ The depthwise convolution is marked `uniorch.window_producer`. Codegen
 a loop over the taps adds `w[c, tap] * in[c, pixel + offset(tap)]` into a [channels, pixels]
 tile. Each depthwise output is computed once per tile of the projection's output channels
 (one tile up to 64 of them), a few multiply-adds per tap against the bytes of writing and reading
-it. A depthwise output also read elsewhere (a squeeze-excite mean, a returned value, a backward)
-stays a kernel of its own.
+it.
+
+A squeeze-excite between them (MobileNetV3, EfficientNet: `project(d * se(mean(d)))`) needs the
+mean over all pixels first. Its per-chunk partial sums come from the depthwise kernel's epilogue
+(passes/tile_stats.py). Then the depthwise group is cloned instead of moved: the original computes
+only the partial sums (its output is no longer written), and the clone joins the projection, read
+through the pointwise `d * s` in its B-side prologue. The depthwise convolution runs twice, and
+the expanded activation is read twice but never written. A depthwise output read any other way
+(a returned value, a backward, a full-size reduction) stays a kernel of its own.
 """
 from __future__ import annotations
 
@@ -67,8 +74,8 @@ def _depthwise(ops):
     if len(anchors) != 1 or not pat.is_convolution(anchors[0]):
         return None
     dw = anchors[0]
-    if any(o != dw and (TILE_STAT in o.attributes or ROW_STAT in o.attributes
-                        or (pat.is_generic(o) and "reduction" in pat.iterator_types(o))) for o in ops):
+    if any(o != dw and TILE_STAT not in o.attributes and (ROW_STAT in o.attributes or pat.is_reduction(o))
+           for o in ops):
         return None
     p = _plan(dw)
     if p.order["m"] or len(p.order["b"]) != 1 or not p.order["n"] or p.window is not None:
@@ -84,23 +91,82 @@ def _try(members: dict, gid: int) -> bool:
     if dw is None:
         return False
     inside = set(ops)
-    leaving = [(r, u) for o in ops for r in o.results for u in r.uses
+    stats = {o for o in ops if TILE_STAT in o.attributes}
+    leaving = [(r, pat.op_of(u.owner)) for o in ops if o not in stats for r in o.results for u in r.uses
                if pat.op_of(u.owner) not in inside]
     if not leaving or any(r != leaving[0][0] for r, _ in leaving):
         return False
     v = leaving[0][0]
-    reader = pat.op_of(leaving[0][1].owner)
-    if any(pat.op_of(u.owner) != reader for _, u in leaving):
+    g_c = group_of(leaving[0][1])
+    if g_c is None or g_c == gid or any(group_of(o) != g_c for _, o in leaving):
         return False
-    g_c = group_of(reader)
-    if g_c is None or g_c == gid or kind_of(reader) != "contraction":
+    anchors = [o for o in members[g_c] if kind_of(o) == "contraction"]
+    if len(anchors) != 1 or not (pat.is_convolution(anchors[0]) or pat.is_contraction(anchors[0])):
         return False
-    if not (pat.is_convolution(reader) or pat.is_contraction(reader)) or not _b_factor_only(reader, v):
+    c = anchors[0]
+    if not all(o == c and _b_factor_only(c, v) or _scales_b_factor(o, v, c) for _, o in leaving):
         return False
-    for o in ops:
-        join(o, g_c)
-    dw.attributes[WINDOW_PRODUCER] = ir.UnitAttr.get()
+    if not stats:
+        for o in ops:
+            join(o, g_c)
+        dw.attributes[WINDOW_PRODUCER] = ir.UnitAttr.get()
+        return True
+    return _clone_into(ops, stats, dw, v, [o for _, o in leaving], g_c)
+
+
+def _scales_b_factor(o, v, c) -> bool:
+    """o is pointwise over v's shape (a squeeze-excite's `d * s`), reads v element for element, and
+    its one result is read by contraction c only, as its B factor through plain dims."""
+    if not pat.is_pointwise(o) or len(o.results) != 1 or o == c:
+        return False
+    maps = pat.indexing_maps(o)
+    ins = list(o.operands)[:pat.num_inputs(o)]
+    if not pat.is_identity_map(maps[-1]) or any(x == v and not pat.is_identity_map(m) for x, m in zip(ins, maps)):
+        return False
+    return all(pat.op_of(u.owner) == c for u in o.results[0].uses) and _b_factor_only(c, o.results[0])
+
+
+def _clone_into(ops, stats, dw, v, readers, g_c) -> bool:
+    """The ops of the depthwise group that compute `v`, cloned before its first reader into group
+    g_c (the depthwise convolution marked as a window producer), the readers pointed at the clone;
+    the originals stay for the partial sums."""
+    need, stack = [], [v]
+    inside = set(ops) - stats
+    while stack:
+        w = stack.pop()
+        if isinstance(w.owner, ir.Block):
+            continue
+        o = pat.op_of(w.owner)
+        if o in inside and o not in need:
+            need.append(o)
+            stack.extend(o.operands)
+    need = [o for o in ops if o in need]  # block order
+    if any(not isinstance(x.owner, ir.Block) and pat.op_of(x.owner) in need for o in need
+           for x in pat.captured_values(o)):
+        return False  # a body reading another cloned op (a gather's table): not cloned here
+    first = min(readers, key=_index_in_block)
+    clones: dict = {}
+    with ir.InsertionPoint(first):
+        for o in need:
+            y = pat.op_of(o.clone())
+            for i, x in enumerate(y.operands):
+                if not isinstance(x.owner, ir.Block) and pat.op_of(x.owner) in clones:
+                    src = pat.op_of(x.owner)
+                    y.operands[i] = clones[src].results[ir.OpResult(x).result_number]
+            clones[o] = y
+            join(y, g_c)
+    new_v = clones[pat.op_of(v.owner)].results[ir.OpResult(v).result_number]
+    for o in readers:
+        for i, x in enumerate(o.operands):
+            if x == v:
+                o.operands[i] = new_v
+    clones[dw].attributes[WINDOW_PRODUCER] = ir.UnitAttr.get()
     return True
+
+
+def _index_in_block(op) -> int:
+    block = op.operation.block
+    return next(i for i, o in enumerate(block.operations) if o.operation == op)
 
 
 def _b_factor_only(c, v) -> bool:

@@ -3,8 +3,9 @@
 kernels, the expansion and the projection, and the expanded depthwise output is never written.
 
 Numerics against eager on fresh inputs; kernels and bytes from `uniorch.explain`. Where the
-depthwise output has another reader (a squeeze-excite mean, a returned value) or is read through a
-window (a 3x3 convolution after it), it stays a kernel and the result must still be right."""
+depthwise output has another reader (a returned value) or is read through a
+window (a 3x3 convolution after it), it stays a kernel and the result must still be right; a
+squeeze-excite mean from partial sums leaves it computed twice, never written."""
 import pytest
 import torch
 from torch import nn
@@ -92,10 +93,22 @@ def test_efficientnet_5x5_silu(dtype, tol):
     assert [k.kind for k in rep.kernels] == ["contraction"] * 2, rep
 
 
-@pytest.mark.parametrize("case", ["se", "tail", "keep"])
+@pytest.mark.parametrize("case", ["tail", "keep"])
 def test_depthwise_with_other_readers_stays_a_kernel(case):
     rep = _check(InvertedResidual(8, t=4, **{case: True}), (2, 8, 6, 6), torch.float32, 1e-5)
     assert len(rep.kernels) >= 3, rep
+
+
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+def test_squeeze_excite_reads_the_depthwise_twice(dtype, tol):
+    """MobileNetV3's squeeze-excite: the mean comes from sums of the depthwise kernel's epilogue
+    (passes/tile_stats.py), which then writes only those; a clone of the depthwise convolution
+    feeds the projection. No kernel but the expansion writes an expanded activation."""
+    shape = (2, 8, 8, 8)
+    rep = _check(InvertedResidual(8, t=4, se=True, act=nn.Hardswish), shape, dtype, tol)
+    expanded = _expanded_bytes(shape, 4, 1, dtype)
+    writers = [k.name for k in rep.kernels if k.bytes_written >= expanded]
+    assert writers == [rep.kernels[0].name], rep
 
 
 def test_mobilenetv2_gradients():
