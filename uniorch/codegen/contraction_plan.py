@@ -45,6 +45,7 @@ class _Plan:
     tile_stats: list = field(default_factory=list)  # per-chunk partial sums of the epilogue (contraction_stats.py)
     tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
     tile_stat_layouts: list = field(default_factory=list)  # per tile statistic: contraction_stats._stat_layout
+    windowed: bool = False         # a factor tile computed tap by tap (contraction_window.py)
 
     @property
     def windows(self) -> int:
@@ -337,6 +338,7 @@ def _analyze(kernel) -> _Plan:
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
     gen = contr[0]
     plan = _Plan(func, name, args, list(ret.operands), **_classify(gen))
+    plan.windowed = any(WINDOW_PRODUCER in op.attributes for op in gens)
     for sib in (op for op in gens if SIBLING in op.attributes):
         c = _classify(sib)
         # the shared first factor may be on either tile side (a convolution's input is the B side)

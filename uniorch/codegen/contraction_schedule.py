@@ -61,6 +61,10 @@ def _schedule(plan: _Plan, target: str) -> dict:
                 bm //= 2
             else:
                 bn //= 2
+        if plan.windowed:
+            # a factor tile summed tap by tap lives in registers beside the accumulator (spills
+            # at 64 x 128: 2.5 KB a thread in bf16 on sm_90): K tiles of 16
+            bk = 16
         if plan.row_stats or plan.row_n:
             # a row is one K tile (statistics reduced from the A tile) or one N tile (from the
             # output tile): the other tiles shrink so a pipeline stage's A and B stay within 32 KB
