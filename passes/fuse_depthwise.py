@@ -43,8 +43,7 @@ from uniorch.codegen.contraction_plan import WINDOW_PRODUCER
 from .base import Pass, PassContext
 from .fuse_common import TILE_STAT
 from .fuse_row_stats import ROW_STAT
-from .groups import group_of, join, kind_of, renumber
-from .groups import members as group_members
+from .groups import group_of, join, kind_of, merge_each_group
 from .ir_utils import main_func
 
 MAX_TAPS = 49  # up to 7x7 windows: each tap is a gathered load and a multiply-add per element
@@ -58,14 +57,7 @@ class FuseDepthwise(Pass):
     def run(self, module, pctx: PassContext) -> None:
         main = main_func(module)
         with module.context:
-            block = main.regions[0].blocks[0]
-            changed = False
-            for gid in sorted(group_members(block)):
-                members = group_members(block)
-                if gid in members:
-                    changed |= _try(members, gid)
-            if changed:
-                renumber(block)
+            merge_each_group(main.regions[0].blocks[0], _try)
 
 
 def _depthwise(ops):

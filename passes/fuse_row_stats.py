@@ -32,8 +32,7 @@ from uniorch.codegen.attention_plan import _plan
 from .base import Pass, PassContext
 from .fuse_common import TILE_STAT
 from .fuse_factors import _numel as numel
-from .groups import group_of, join, kind_of, renumber, top_level
-from .groups import members as group_members
+from .groups import group_of, join, kind_of, merge_each_group, top_level
 from .ir_utils import main_func
 
 ROW_STAT = "uniorch.row_stat"
@@ -51,13 +50,7 @@ class FuseRowStats(Pass):
         main = main_func(module)
         with module.context:
             block = main.regions[0].blocks[0]
-            changed = False
-            for gid in sorted(group_members(block)):
-                members = group_members(block)
-                if gid in members:
-                    changed |= _try(block, members, gid)
-            if changed:
-                renumber(block)
+            merge_each_group(block, lambda members, gid: _try(block, members, gid))
 
 
 def _row_sum(op) -> int | None:

@@ -72,6 +72,18 @@ def merge_into_contractions(block, try_merge) -> None:
         renumber(block)
 
 
+def merge_each_group(block, try_group) -> None:
+    """`try_group(members, gid)` for each group in turn (members as they are by then: earlier
+    calls may have merged it away); group numbers dense again if any returned True."""
+    changed = False
+    for gid in sorted(members(block)):
+        now = members(block)
+        if gid in now:
+            changed |= try_group(now, gid)
+    if changed:
+        renumber(block)
+
+
 def renumber(block) -> None:
     """Group numbers dense again, in order of each group's first op."""
     first: dict[int, int] = {}
