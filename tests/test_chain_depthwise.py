@@ -120,11 +120,10 @@ def test_hf_convnext_layers_are_chains():
     cfg = transformers.ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[2, 1], image_size=32,
                                       num_labels=5)
     model = transformers.ConvNextForImageClassification(cfg).eval()
-    x = torch.randn(2, 3, 32, 32)
-    rep = uniorch.explain(model, x, target="interpret")
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    rep = cm.explain(torch.randn(2, 3, 32, 32))
     assert not rep.fallbacks, rep.fallbacks
     assert [k.kind for k in rep.kernels].count("chain") == 3, rep
-    cm = uniorch.compile(model, target="interpret", fallback="error")
     fresh = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         got, want = cm(fresh).logits, model(fresh).logits

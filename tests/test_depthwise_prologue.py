@@ -59,9 +59,9 @@ def _err(got, want):
 
 def _check(model, shape, dtype, tol):
     model = model.eval().to(dtype)
-    rep = uniorch.explain(model, torch.randn(shape).to(dtype), target="interpret")
-    assert not rep.fallbacks, rep.fallbacks
     cm = uniorch.compile(model, target="interpret", fallback="error")
+    rep = cm.explain(torch.randn(shape).to(dtype))
+    assert not rep.fallbacks, rep.fallbacks
     fresh = torch.randn(shape, generator=torch.Generator().manual_seed(9)).to(dtype)
     with torch.no_grad():
         got, want = cm(fresh), model(fresh)
