@@ -134,6 +134,6 @@ def test_mobilenetv2_block_cross_compiles(target, binary, dtype):
     assert not art.fallbacks, art.fallbacks
     assert [k.kind for k in art.kernels] == ["contraction"] * 2, [k.kind for k in art.kernels]
     assert all(k.asm[binary][:4] == b"\x7fELF" for k in art.kernels)
-    # the B tile summed tap by tap stays in registers: 16-deep K tiles (64 deep spilled 2.5 KB a
-    # thread in bf16 on sm_90, `ptxas -v`)
+    # the B tile summed tap by tap stays in registers: 16-deep K tiles (64 deep spilled in bf16 on
+    # sm_90, `ptxas -v`: 428 B a thread with Triton 3.6's ptxas, 2.5 KB with 3.9's)
     assert art.kernels[1].source.constexprs["BLOCK_K"] == 16, art.kernels[1].source.constexprs
