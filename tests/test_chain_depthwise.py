@@ -14,6 +14,7 @@ from torch import nn
 
 import uniorch
 from uniorch.testing import zoo
+from uniorch.testing.gradients import weighted_grads
 
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
@@ -134,17 +135,10 @@ def test_convnext_block_gradients():
     """Training keeps the depthwise output for the backward, so it is written; the compiled step's
     gradients are eager's."""
     torch.manual_seed(2)
-    model, ref = ConvNeXtBlock(8), ConvNeXtBlock(8)
-    ref.load_state_dict(model.state_dict())
-    cm = uniorch.compile(model, target="interpret")
-    x = torch.randn(2, 8, 6, 5)
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    w = torch.randn(2, 8, 6, 5, generator=torch.Generator().manual_seed(5))
-    (cm(x1) * w).sum().backward()
-    (ref(x2) * w).sum().backward()
-    assert _err(x1.grad, x2.grad) <= 1e-5
-    for p, q in zip(model.parameters(), ref.parameters()):
-        assert _err(p.grad, q.grad) <= 1e-4
+    grads = weighted_grads(lambda: ConvNeXtBlock(8), torch.randn(2, 8, 6, 5))
+    assert _err(*grads[0]) <= 1e-5
+    for got, want in grads[1:]:
+        assert _err(got, want) <= 1e-4
 
 
 @pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import uniorch
+from uniorch.testing.gradients import weighted_grads
 
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
@@ -101,22 +102,14 @@ def test_grouped_conv_bf16_bias_in_the_accumulator(groups):
 
 def test_pixel_shuffle_gradients():
     torch.manual_seed(4)
-    model = PixelShuffleHead(4, 2, True)
-    ref = PixelShuffleHead(4, 2, True)
-    ref.load_state_dict(model.state_dict())
-    cm = uniorch.compile(model, target="interpret")
-    x = torch.randn(2, 4, 5, 7)
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    w = torch.randn(2, 3, 10, 14, generator=torch.Generator().manual_seed(5))
-    (cm(x1) * w).sum().backward()
-    (ref(x2) * w).sum().backward()
+    grads = weighted_grads(lambda: PixelShuffleHead(4, 2, True), torch.randn(2, 4, 5, 7))
 
     def rel(a, b):
         return ((a - b).abs().max() / b.abs().max()).item()
 
-    assert rel(x1.grad, x2.grad) <= 1e-5
-    for p, q in zip(model.parameters(), ref.parameters()):
-        assert rel(p.grad, q.grad) <= 1e-5
+    assert rel(*grads[0]) <= 1e-5
+    for got, want in grads[1:]:
+        assert rel(got, want) <= 1e-5
 
 
 @pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import uniorch
+from uniorch.testing.gradients import weighted_grads
 
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
@@ -113,17 +114,10 @@ def test_squeeze_excite_reads_the_depthwise_twice(dtype, tol):
 
 def test_mobilenetv2_gradients():
     torch.manual_seed(3)
-    model, ref = InvertedResidual(8, t=4), InvertedResidual(8, t=4)
-    ref.load_state_dict(model.state_dict())
-    cm = uniorch.compile(model, target="interpret")
-    x = torch.randn(2, 8, 6, 7)
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    w = torch.randn(2, 8, 6, 7, generator=torch.Generator().manual_seed(5))
-    (cm(x1) * w).sum().backward()
-    (ref(x2) * w).sum().backward()
-    assert _err(x1.grad, x2.grad) <= 1e-4
-    for p, q in zip(model.parameters(), ref.parameters()):
-        assert _err(p.grad, q.grad) <= 1e-4
+    grads = weighted_grads(lambda: InvertedResidual(8, t=4), torch.randn(2, 8, 6, 7))
+    assert _err(*grads[0]) <= 1e-4
+    for got, want in grads[1:]:
+        assert _err(got, want) <= 1e-4
 
 
 @pytest.mark.parametrize("target,binary", [("cuda:sm_90", "cubin"), ("rocm:gfx942", "hsaco")])
