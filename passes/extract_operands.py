@@ -10,6 +10,8 @@ can take a causal mask built from symbolic positions into their epilogue.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg
 
@@ -60,6 +62,9 @@ def _reads(op, iotas: dict) -> list:
         for x, n in zip(exprs, shape):
             if isinstance(x, int):
                 ok &= x == 0 and n == 1 or isinstance(n, int) and 0 <= x < n
+            elif isinstance(x, _Affine):  # every position the loop takes is inside the dim
+                s = sizes[x.dim] if x.dim < n_loops else None
+                ok &= isinstance(s, int) and isinstance(n, int) and 0 <= x.low(s) and x.high(s) < n
             else:  # the tensor's dim spans the loop's range, as a map read needs
                 ok &= x[1] < n_loops and sizes[x[1]] is not None and dims.prod([sizes[x[1]]]) == dims.prod([n])
         if ok:
@@ -67,10 +72,56 @@ def _reads(op, iotas: dict) -> list:
     return out
 
 
+@dataclass(frozen=True)
+class _Affine:
+    """coef * d_dim + const, a position the body computes from one loop's (a flip: `2 - kh`, how
+    torch-mlir lowers `aten.flip` and the flipped filters of a convolution's input gradient)."""
+
+    dim: int
+    coef: int
+    const: int
+
+    def low(self, size: int) -> int:
+        return self.const + min(0, self.coef * (size - 1))
+
+    def high(self, size: int) -> int:
+        return self.const + max(0, self.coef * (size - 1))
+
+    def expr(self):
+        term = ir.AffineMulExpr.get(ir.AffineDimExpr.get(self.dim), ir.AffineConstantExpr.get(self.coef))
+        return ir.AffineAddExpr.get(term, ir.AffineConstantExpr.get(self.const))
+
+
+def _combine(name: str, a, b):
+    """`a <op> b` of two positions (see `_index`) when the result is one loop's affine function."""
+    def parts(x):
+        if isinstance(x, int):
+            return None, 0, x
+        if isinstance(x, tuple):
+            return x[1], 1, 0
+        return x.dim, x.coef, x.const
+
+    if a is None or b is None:
+        return None
+    (da, ca, ka), (db, cb, kb) = parts(a), parts(b)
+    if name == "arith.muli":
+        if da is not None and db is not None:
+            return None
+        d, c, k = (da, ca * kb, ka * kb) if db is None else (db, cb * ka, kb * ka)
+    else:
+        sign = 1 if name == "arith.addi" else -1
+        if da is not None and db is not None and da != db:
+            return None
+        d, c, k = (da if da is not None else db), ca + sign * cb, ka + sign * kb
+    if d is None or c == 0:
+        return k
+    return ("d", d) if (c, k) == (1, 0) else _Affine(d, c, k)
+
+
 def _index(w, body, iotas: dict):
-    """A loop dim (int position as ("d", n), or ("d", n, i) when it is the value of iota input i)
-    or constant for an index value of the body, deciding selects on sizes; None when it is
-    anything else."""
+    """A loop dim (int position as ("d", n), or ("d", n, i) when it is the value of iota input i),
+    an affine function of one (`_Affine`) or a constant for an index value of the body, deciding
+    selects on sizes; None when it is anything else."""
     if isinstance(w.owner, ir.Block):
         if w.owner == body and w.arg_number in iotas:
             return ("d", iotas[w.arg_number], w.arg_number)
@@ -82,6 +133,8 @@ def _index(w, body, iotas: dict):
         return ("d", int(ir.IntegerAttr(o.attributes["dim"]).value))
     if o.name == "arith.index_cast":
         return _index(o.operands[0], body, iotas)
+    if o.name in ("arith.addi", "arith.subi", "arith.muli"):
+        return _combine(o.name, *(_index(v, body, iotas) for v in o.operands))
     if o.name == "arith.select" and o.parent is not None:
         try:
             pick = dims.decide(o.operands[0])
@@ -161,8 +214,8 @@ def _rebuild(op, reads: list, iotas: dict) -> None:
     n_loops = len(pat.iterator_types(op))
     new_maps = []
     for _, _, exprs in reads:
-        res = [ir.AffineDimExpr.get(x[1]) if isinstance(x, tuple) else ir.AffineConstantExpr.get(x)
-               for x in exprs]
+        res = [ir.AffineDimExpr.get(x[1]) if isinstance(x, tuple) else x.expr() if isinstance(x, _Affine)
+               else ir.AffineConstantExpr.get(x) for x in exprs]
         new_maps.append(ir.AffineMap.get(n_loops, 0, res))
     attrs = {name: op.attributes[name] for name in op.attributes}
     attrs["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in [maps[i] for i in keep] + new_maps + maps[n_in:]])

@@ -127,7 +127,17 @@ class FactorJoins:
         if not users or any(o != g.anchor or i >= n_in for o, i in users):
             return False
         fill = pat.op_of(dest.owner)
-        alone = fill not in self.group_of and all(pat.op_of(u.owner) == x for u in dest.uses)
+        if fill not in self.group_of and any(pat.op_of(u.owner) != x for u in dest.uses):
+            # one zero buffer shared by several pads (a backward pass's input-gradient
+            # convolutions, which torch-mlir writes as insert_slices into one CSE'd fill): each
+            # takes a copy of the fill, a constant in its kernel, so no buffer is written and read
+            shared = fill
+            fill, moved = self.clone_for({x}, fill)
+            self.rebuild_graph()
+            if self.creates_cycle(g, x, [fill]):
+                self.undo_clone(shared, fill, moved)
+                return False
+        alone = fill not in self.group_of and all(pat.op_of(u.owner) == x for u in fill.results[0].uses)
         if self.creates_cycle(g, x, [fill] if alone else []):
             return False
         if alone:  # the fill is read only here: a constant in the kernel, not a buffer
