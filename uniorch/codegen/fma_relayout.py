@@ -30,9 +30,13 @@ def fma_relayout(emitter) -> list:
     def n_last(i, idx):
         classes = [emitter.lin_cls(lin) for lin in idx]
         n_dims = [j for j, c in enumerate(classes) if c == {"n"}]
-        if i in emitter.a_inputs or len(idx) < 2 or len(n_dims) != 1 or not any(c == {"k"} for c in classes):
-            return KEEP  # read by both tiles, or not one plain N dim: as it is
-        return n_dims[0]
+        if i in emitter.a_inputs or len(idx) < 2 or not n_dims or not any(c == {"k"} for c in classes):
+            return KEEP  # read by both tiles, or no plain N dim: as it is
+        if any(c & {"n"} and c != {"n"} for c in classes):
+            return KEEP  # N mixed with other dims in one index
+        # N split over several dims (a projection's output viewed as heads x head dim: the weight
+        # read as [heads, head dim, K]): all of them innermost, in the tensor's order
+        return n_dims if len(n_dims) > 1 else n_dims[0]
 
     return last_dim_orders(emitter.b_loads, n_last)
 
@@ -42,15 +46,17 @@ KEEP, SKIP = None, -1
 
 def last_dim_orders(loads, dim_to_last) -> list:
     """[(input, dim order)] for the launch plan (KernelSource.relayout): per input, the tensor dim
-    `dim_to_last(input, index per dim)` moved innermost. It returns KEEP where the input must stay
-    as it is, SKIP for a load that says nothing about its layout; an input whose loads disagree
-    stays too, and orders that already are the identity are left out."""
+    `dim_to_last(input, index per dim)` (or list of dims, kept in that order) moved innermost. It
+    returns KEEP where the input must stay as it is, SKIP for a load that says nothing about its
+    layout; an input whose loads disagree stays too, and orders that already are the identity are
+    left out."""
     orders: dict = {}
     for i, idx in loads:
         j = dim_to_last(i, idx)
-        if j == SKIP:
+        if not isinstance(j, list) and j == SKIP:
             continue
-        order = None if j is KEEP else [x for x in range(len(idx)) if x != j] + [j]
+        last = j if isinstance(j, list) else [j]
+        order = None if j is KEEP else [x for x in range(len(idx)) if x not in last] + last
         orders[i] = order if order is not None and orders.get(i, order) == order else None
     return [(i, order) for i, order in sorted(orders.items())
             if order is not None and order != list(range(len(order)))]
