@@ -107,3 +107,22 @@ def test_graphed_backend_runs(tmp_path):
     opt = runner.Options("cpu", ["eager", "uniorch_graphs"], warmup=1, iters=2, cache_root=str(tmp_path))
     row = runner.run_workload(WORKLOADS["gelu_silu_chain"], "fp32", opt)
     assert row["errors"] == {} and row["checks"]["uniorch_graphs"] is True, row
+
+
+def test_kernel_times_match_whole_function_names(monkeypatch):
+    """Profiler times go to the kernel whose function has that exact name: k1 is not k11, and a
+    reduction's source defines its combine function before the kernel."""
+    from types import SimpleNamespace
+
+    from uniorch.tools.bench import runner
+
+    times = {"k1_contraction": 1.0, "k11_contraction": 2.0, "k0_reduction": 3.0, "void at::native::copy": 0.5}
+    monkeypatch.setattr(runner, "device_times", lambda cm, args: dict(times))
+    kernels = [SimpleNamespace(name="k0_reduction", source="@jit\ndef _combine_addf(a, b):\n    return a + b\n\n@jit\ndef k0_reduction(x):\n    pass\n"),
+               SimpleNamespace(name="k1_contraction", source="def k1_contraction(\n    x):\n    pass\n"),
+               SimpleNamespace(name="k11_contraction", source="def k11_contraction(x):\n    pass\n")]
+    stats = [dict(name=k.name, ms=None) for k in kernels]
+    row = {}
+    runner._kernel_times(None, (), kernels, stats, row)
+    assert [s["ms"] for s in stats] == [3.0, 1.0, 2.0]
+    assert row["device_ms"] == 6.5

@@ -214,8 +214,13 @@ def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
                                  sorted(totals.items(), key=lambda kv: -kv[1])[:16]]
         row["device_ms"] = round(sum(totals.values()), 5)
         for k, s in zip(kernels, stats):
-            m = re.search(r"def\s+(\w+)\s*\(", k.source or "")
-            hits = [v for n, v in totals.items() if m and m.group(1) in n]
+            # the kernel's own function (a reduction's source defines its combine function
+            # first), matched whole: k1_contraction is not k11_contraction. Regions of one
+            # program repeat names (r0.k2, r1.k2): the profiler cannot tell those apart
+            fn = k.name.split(".")[-1]
+            if not re.search(rf"def\s+{re.escape(fn)}\s*\(", k.source or ""):
+                continue
+            hits = [v for n, v in totals.items() if n == fn]
             if hits:
                 s["ms"] = sum(hits)
     except Exception as e:  # noqa: BLE001 - the per-kernel view is optional
