@@ -152,7 +152,7 @@ def _direct_launch(compiled, tail: tuple) -> Callable:
     runtime = knobs.runtime
 
     def launch(grid, args):
-        if runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None:
+        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
             compiled[_grid3(grid)](*args, *tail)  # the hooks want their metadata: Triton's own path
             return
         g = _grid3(grid)
@@ -160,6 +160,16 @@ def _direct_launch(compiled, tail: tuple) -> Callable:
         run(g[0], g[1], g[2], stream, function, packed, None, None, None, *args, *tail)
 
     return launch
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: Triton 3.5 on holds an always-present `HookChain`, empty when
+    nothing is registered (H200 run 5's host profile: every launch took Triton's own path, a closure,
+    the launch metadata and the stream lookups, because the chains are never None)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
 
 
 def _grid3(grid) -> tuple:

@@ -102,3 +102,45 @@ def test_a_refused_direct_launch_goes_back_to_tritons_path():
     table["k"] = _checked(lambda grid, args: calls.append(grid), table, "k")
     assert table["k"]((2,), []) is True and table["k"]((3,), []) is True
     assert calls == [(2,), (3,)]
+
+
+def test_empty_launch_hook_chains_keep_the_direct_launch(monkeypatch):
+    """Triton's launch hooks are `HookChain`s, never None: only a chain holding a hook sends a
+    launch through Triton's own path (which builds the hooks' metadata)."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    from uniorch.backends.triton_launch import _direct_launch
+
+    class Active:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device):
+            return 7
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self):
+            self.direct, self.own = [], []
+            self.run = lambda *a: self.direct.append(a)
+
+        def _init_handles(self):
+            pass
+
+        def __getitem__(self, grid):
+            return lambda *args: self.own.append((grid, args))
+
+    monkeypatch.setattr(driver, "_active", Active())
+    compiled = Compiled()
+    launch = _direct_launch(compiled, (64,))
+    launch((3,), ["x", 1])
+    assert compiled.direct == [(3, 1, 1, 7, "fn", "meta", None, None, None, "x", 1, 64)] and not compiled.own
+    hook = lambda *a: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        launch((3,), ["x", 1])
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert compiled.own == [((3, 1, 1), ("x", 1, 64))]
