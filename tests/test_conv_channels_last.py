@@ -124,3 +124,64 @@ def test_channels_last_gpu_kernel_computes_what_eager_does(make, shape):
     x2 = torch.randn(shape)
     ref = copy.deepcopy(model).double()(x2.double())
     torch.testing.assert_close(cm(x2).double(), ref, rtol=0, atol=1e-4)
+
+
+class _Basic(nn.Module):
+    """Two ResNet basic blocks: each convolution's input is the previous kernel's output, and the
+    first block's output is also the second's residual."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(c, c, 3, padding=1, bias=False) for _ in range(4))
+        self.bns = nn.ModuleList(_bn(c) for _ in range(4))
+
+    def forward(self, x):
+        for b in range(2):
+            h = torch.relu(self.bns[2 * b](self.convs[2 * b](x)))
+            x = torch.relu(self.bns[2 * b + 1](self.convs[2 * b + 1](h)) + x)
+        return x
+
+
+def test_producers_write_what_the_next_convolution_reads_channels_last():
+    """The plan has each convolution's output written channels-last when the convolutions reading
+    it want it so (runtime/plan.py `_write_relaid`): only the model's own input is copied. Run with
+    the sm_90 kernels on Triton's interpreter, as in the test above."""
+    from torch_mlir import ir
+
+    from uniorch.backends.triton_launch import TritonLauncher
+    from uniorch.codegen import generate
+    from uniorch.codegen.patterns import FP32_DOT
+    from uniorch.runtime import loader
+    from uniorch.runtime.plan import build_plan
+
+    torch.manual_seed(4)
+    model, x = _Basic().eval().requires_grad_(False), torch.randn(2, 32, 6, 7)
+    cm = uniorch.compile(model, target="interpret")
+    cm(x)
+    (region,) = [r for e in cm._cache.values() for r in e.program.regions]
+    kernels = region.plan.kernels
+    assert len(kernels) == 4
+    for k in kernels.values():
+        k.func_op.attributes[FP32_DOT] = ir.StringAttr.get("tf32", k.func_op.context)
+        k.source = generate(k.func_op, "cuda:sm_90")
+        assert [list(o) for _, o in k.source.relayout] == [[0, 2, 3, 1], [0, 2, 3, 1]]  # input, filters
+        k.fn = TritonLauncher(k.source, loader.load(k.source, interpret=True))
+    (main,) = [op for op in region.module.body.operations
+               if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main"]
+    region.plan = build_plan(region.module, main, kernels, region.plan.launch)
+    # every convolution but the first reads its input as the kernel before it wrote it
+    assert sorted(region.plan.laid_out) == sorted(kernels)[1:] and all(v == {0} or 0 in v for v in region.plan.laid_out.values())
+    seen = []
+    for k in kernels.values():
+        real = k.fn
+
+        def spy(inputs, outputs, sizes=None, real=real):
+            seen.append([t.stride() for t in inputs])
+            return real(inputs, outputs)
+
+        k.fn = spy
+    x2 = torch.randn(2, 32, 6, 7)
+    ref = copy.deepcopy(model).double()(x2.double())
+    torch.testing.assert_close(cm(x2).double(), ref, rtol=0, atol=1e-4)
+    # channels innermost for every kernel's input (copied for the first, written so for the rest)
+    assert all(strides[0][1] == 1 for strides in seen), seen

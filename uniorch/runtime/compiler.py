@@ -241,8 +241,6 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
         sched = schedule_text(op)
         read, written = kernel_bytes(op, calls.get(name, ()))
-        copied = relayout_bytes(op, ks.relayout)  # factors copied to another layout before it
-        read, written = read + copied, written + copied
         infos.append(KernelInfo(name, ir.StringAttr(op.attributes["uniorch.kind"]).value, _nodes_in(op), sched,
                                 ks.source, read, written))
     try:
@@ -251,6 +249,11 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
         bad = [op for op in _main_ops(main) if str(op.location) == err.location]
         nodes = _nodes_in(bad[0]) if bad else []
         raise RegionError("plan", str(err), nodes or all_nodes) from None
+    for info in infos:  # factors copied to another layout before the kernel, unless written in it
+        k = kernels[info.name]
+        done = plan.laid_out.get(info.name, set())
+        copied = relayout_bytes(k.func_op, [(i, o) for i, o in k.source.relayout if i not in done])
+        info.bytes_read, info.bytes_written = info.bytes_read + copied, info.bytes_written + copied
     timings["codegen"] = time.perf_counter() - t
     if run:
         t = time.perf_counter()
