@@ -140,12 +140,21 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
+        if big and _exact_fp32(p1):
+            # FMA dots hold a thread's share of the whole head dim: at 64x64 tiles over 128 dims,
+            # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
+            # attention took 23.5 ms; 32x32 spills 0.5 KB
+            bm, bn = min(bm, 32), min(bn, 32)
     out = {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
            "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
     if plan.lead is not None and not plan.lead.depthwise:  # the lead product's K tile (chain_lead.py): beside x's tile and W0's
         k0 = max(16, _pow2(dims.hinted(plan.lead.plan.K, hints)))
         out["block_l"] = min(k0, 64 if kind == "interpret" or bd <= 128 else 32)
     return out
+
+
+def _exact_fp32(p) -> bool:
+    return all(t == "f32" for t in p.dot_types) and "ieee" in dot_precision(p.func, "f32")
 
 
 def choose_schedule(kernel, target: str) -> dict:
