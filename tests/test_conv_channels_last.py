@@ -185,3 +185,38 @@ def test_producers_write_what_the_next_convolution_reads_channels_last():
     torch.testing.assert_close(cm(x2).double(), ref, rtol=0, atol=1e-4)
     # channels innermost for every kernel's input (copied for the first, written so for the rest)
     assert all(strides[0][1] == 1 for strides in seen), seen
+
+
+def _weight_grad(x, dy, w):
+    return torch.ops.aten.convolution_backward(dy, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                               [False, True, False])[1]
+
+
+@pytest.mark.parametrize("cin", [64, 32])  # 32: an N tile of 64 spans two window positions
+def test_exact_fp32_weight_gradient_reads_x_channels_last(cin):
+    """An fp32 weight gradient on FMA units (conv_layout.fma_channels_innermost): x laid out
+    channels-last, N enumerated window-major with the input channel innermost, the window position
+    one scalar per N tile and K tiles of 16 (no spills for sm_90 with Triton 3.6's ptxas). Run on
+    Triton's interpreter with the plan's relayout, it computes eager's gradient."""
+    from uniorch.backends.triton_launch import TritonLauncher
+    from uniorch.codegen import generate
+    from uniorch.runtime import loader
+
+    torch.manual_seed(3)
+    args = (torch.randn(2, cin, 9, 7), torch.randn(2, 16, 9, 7), torch.randn(16, cin, 3, 3))
+    cm = uniorch.compile(_weight_grad, target="interpret", fallback="error")
+    cm(*args)
+    regions = [r for e in cm._cache.values() for r in e.program.regions]
+    (kernel,) = [k for r in regions for k in r.plan.kernels.values() if k.source.name.endswith("contraction")]
+    gpu = generate(kernel.func_op, "cuda:sm_90")
+    assert [list(o) for _, o in gpu.relayout] == [[0, 2, 3, 1]], gpu.relayout
+    assert ("pid_n * BLOCK_N // 64" in gpu.source) == (cin == 64), gpu.source
+    # the tiles come from the schedule recorded for the target (here the interpreter's): for sm_90
+    (aot,) = [k for k in compile_aot(_weight_grad, args, target="cuda:sm_90").kernels if k.kind == "contraction"]
+    assert aot.source.constexprs["BLOCK_K"] == 16 and [list(o) for _, o in aot.source.relayout] == [[0, 2, 3, 1]]
+    bf16 = generate(kernel.func_op, "interpret")
+    assert bf16.relayout == []  # the interpreter's own kernel keeps NCHW
+    kernel.source, kernel.fn = gpu, TritonLauncher(gpu, loader.load(gpu, interpret=True))
+    args2 = tuple(torch.randn_like(a) for a in args)
+    ref = _weight_grad(*(a.double() for a in args2))
+    torch.testing.assert_close(cm(*args2).double(), ref, rtol=0, atol=1e-4)

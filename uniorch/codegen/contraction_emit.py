@@ -762,6 +762,9 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
             if c == "k" and p.channels_last is not None and inner != 1 and isinstance(inner, int) \
                     and inner % self.s["block_k"] == 0:
                 text = f"k0 // {inner}"  # one window position per K tile: a scalar, masks constant along K
+            elif c == "n" and p.channels_last == dims[-1] and inner != 1 and isinstance(inner, int) \
+                    and inner % self.s["block_n"] == 0:
+                text = f"pid_n * BLOCK_N // {inner}"  # a weight gradient's window position, per N tile
             if i > 0:
                 text += f" % {size_code(p.sizes[d])}"
             out.append(f"{name} = {text}  # d{d} ({p.sizes[d]})")

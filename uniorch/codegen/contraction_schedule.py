@@ -66,6 +66,10 @@ def _schedule(plan: _Plan, target: str) -> dict:
             # in bf16 on sm_90 `ptxas -v` reports spills (428 B a thread with Triton 3.6's ptxas,
             # 2.5 KB with 3.9's), at 16 none: K tiles of 16
             bk = 16
+        if not narrow and plan.channels_last is not None and plan.channels_last in plan.order["n"]:
+            # an fp32 weight gradient read channels-last (conv_layout.fma_channels_innermost):
+            # at 64x64x32 on 4 warps Triton 3.6's ptxas spills 1 KB a thread for sm_90, at K 16 none
+            bk = 16
         if plan.row_stats or plan.row_n:
             # a row is one K tile (statistics reduced from the A tile) or one N tile (from the
             # output tile): the other tiles shrink so a pipeline stage's A and B stay within 32 KB
@@ -113,7 +117,12 @@ def _grid(plan: _Plan, bm: int, bn: int) -> list:
 def choose_schedule(kernel, target: str) -> dict:
     """Tile sizes, warps, stages and grid of a contraction kernel for `target`
     ("interpret", "cuda", "rocm")."""
-    return _schedule(_analyze(kernel), target)
+    from .conv_layout import channels_innermost, fma_channels_innermost
+
+    plan = _analyze(kernel)
+    channels_innermost(plan, target)  # the layout decisions codegen makes, which tiles depend on
+    fma_channels_innermost(plan, target)
+    return _schedule(plan, target)
 
 
 def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
