@@ -220,3 +220,12 @@ def test_exact_fp32_weight_gradient_reads_x_channels_last(cin):
     args2 = tuple(torch.randn_like(a) for a in args)
     ref = _weight_grad(*(a.double() for a in args2))
     torch.testing.assert_close(cm(*args2).double(), ref, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(32, 64, 7, 7), (16, 32, 3, 3)])
+def test_small_forward_convolutions_keep_their_fp32_layout(shape):
+    """A forward convolution over a small image has the weight gradient's shape with the roles
+    swapped (batch plain in x, output pixels summed with taps): it keeps NCHW."""
+    x = torch.randn(shape)
+    (kernel,) = _conv_kernels(nn.Conv2d(shape[1], 64, 3, padding=1, bias=False), x, "cuda:sm_90")
+    assert kernel.source.relayout == [] and "pid_n * BLOCK_N //" not in kernel.source.source

@@ -71,6 +71,15 @@ def fma_channels_innermost(plan, target: str) -> None:
     window = [d for d in ns if d != plain[0]]
     if not window or any(not isinstance(plan.sizes[d], int) or plan.sizes[d] > MAX_WINDOW for d in window):
         return
+    # a forward convolution has the same shape with the roles swapped (N = batch x output pixels,
+    # each pixel summed with a filter tap of K): a weight gradient's window dim is the smaller of
+    # each pair summed in one index (a 3-tap window beside 56 pixels)
+    ks = set(plan.order["k"])
+    for d in window:
+        pairs = [_map_dims(e) - {d} for m in plan.maps[:2] for e in m.results if d in _map_dims(e)]
+        partners = [e for p in pairs for e in p if e in ks]
+        if not partners or any(not isinstance(plan.sizes[e], int) or plan.sizes[e] <= plan.sizes[d] for e in partners):
+            return
     plan.order["n"] = window + plain
     plan.channels_last = plain[0]
 
