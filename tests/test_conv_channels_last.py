@@ -214,8 +214,8 @@ def test_exact_fp32_weight_gradient_reads_x_channels_last(cin):
     # the tiles come from the schedule recorded for the target (here the interpreter's): for sm_90
     (aot,) = [k for k in compile_aot(_weight_grad, args, target="cuda:sm_90").kernels if k.kind == "contraction"]
     assert aot.source.constexprs["BLOCK_K"] == 16 and [list(o) for _, o in aot.source.relayout] == [[0, 2, 3, 1]]
-    bf16 = generate(kernel.func_op, "interpret")
-    assert bf16.relayout == []  # the interpreter's own kernel keeps NCHW
+    own = generate(kernel.func_op, "interpret")
+    assert own.relayout == []  # the interpreter's own kernel keeps NCHW
     kernel.source, kernel.fn = gpu, TritonLauncher(gpu, loader.load(gpu, interpret=True))
     args2 = tuple(torch.randn_like(a) for a in args)
     ref = _weight_grad(*(a.double() for a in args2))

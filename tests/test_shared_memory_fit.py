@@ -61,7 +61,7 @@ def wide_tiles(monkeypatch):
     32x32 tiles (codegen/attention.py: FMA dots spill at 64), which fit by themselves."""
     from uniorch.codegen import attention
 
-    monkeypatch.setattr(attention, "_exact_fp32", lambda p: False)
+    monkeypatch.setattr(attention, "exact_fp32", lambda func, dot_types: False)
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "cuda:sm_89", "rocm:gfx942"])

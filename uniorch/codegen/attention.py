@@ -34,7 +34,7 @@ from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, 
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
 from .fma_relayout import fma_relayout
-from .patterns import dot_precision, recorded_schedule
+from .patterns import dot_precision, exact_fp32, recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
@@ -140,7 +140,7 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
-        if big and _exact_fp32(p1):
+        if big and exact_fp32(p1.func, p1.dot_types):
             # FMA dots hold a thread's share of the whole head dim: at 64x64 tiles over 128 dims,
             # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
             # attention took 23.5 ms; 32x32 spills 0.5 KB
@@ -151,10 +151,6 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         k0 = max(16, _pow2(dims.hinted(plan.lead.plan.K, hints)))
         out["block_l"] = min(k0, 64 if kind == "interpret" or bd <= 128 else 32)
     return out
-
-
-def _exact_fp32(p) -> bool:
-    return all(t == "f32" for t in p.dot_types) and "ieee" in dot_precision(p.func, "f32")
 
 
 def choose_schedule(kernel, target: str) -> dict:

@@ -47,7 +47,7 @@ from __future__ import annotations
 from .contraction_emit import _Emitter
 from .contraction_plan import _analyze, supports
 from .contraction_schedule import _recorded_schedule, choose_schedule
-from .conv_layout import channels_innermost, fma_channels_innermost
+from .conv_layout import laid_out
 from .source import KernelSource
 
 __all__ = ["supports", "choose_schedule", "generate_contraction"]
@@ -55,8 +55,6 @@ __all__ = ["supports", "choose_schedule", "generate_contraction"]
 
 def generate_contraction(kernel, target: str) -> KernelSource:
     """Triton source for one contraction kernel (docs/kernels.md §3-4) on `target`."""
-    plan = _analyze(kernel)
-    channels_innermost(plan, target)  # a convolution on tensor cores reads NHWC (codegen/conv_layout.py)
-    fma_channels_innermost(plan, target)  # so does an exact fp32 weight gradient, along N
+    plan = laid_out(_analyze(kernel), target)  # convolutions read channels innermost (codegen/conv_layout.py)
     sched = _recorded_schedule(plan.func, plan, target)
     return _Emitter(plan, sched, target).build()

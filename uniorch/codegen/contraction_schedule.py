@@ -117,12 +117,9 @@ def _grid(plan: _Plan, bm: int, bn: int) -> list:
 def choose_schedule(kernel, target: str) -> dict:
     """Tile sizes, warps, stages and grid of a contraction kernel for `target`
     ("interpret", "cuda", "rocm")."""
-    from .conv_layout import channels_innermost, fma_channels_innermost
+    from .conv_layout import laid_out
 
-    plan = _analyze(kernel)
-    channels_innermost(plan, target)  # the layout decisions codegen makes, which tiles depend on
-    fma_channels_innermost(plan, target)
-    return _schedule(plan, target)
+    return _schedule(laid_out(_analyze(kernel), target), target)
 
 
 def _recorded_schedule(func, plan: _Plan, target: str) -> dict:

@@ -59,10 +59,10 @@ def fma_channels_innermost(plan, target: str) -> None:
 
     if _target_kind(target)[0] == "interpret" or _vendor(target) not in ("cuda", "rocm"):
         return
-    if plan.channels_last is not None or not _pat.is_convolution(plan.gen) or not _exact_fp32(plan):
+    if plan.channels_last is not None or not _pat.is_convolution(plan.gen) or not _pat.exact_fp32(plan.func, plan.dot_types):
         return
     ns = list(plan.order["n"])
-    dims_of = [set().union(*[_map_dims(e) for e in m.results]) for m in plan.maps[:2]]
+    dims_of = [_pat.map_dims(m) for m in plan.maps[:2]]
     # the channel: an N dim one factor reads plainly and the other not at all
     plain = [d for d in ns for i in (0, 1)
              if d not in dims_of[1 - i] and any(_dim_pos(e) == d for e in plan.maps[i].results)]
@@ -76,7 +76,7 @@ def fma_channels_innermost(plan, target: str) -> None:
     # each pair summed in one index (a 3-tap window beside 56 pixels)
     ks = set(plan.order["k"])
     for d in window:
-        pairs = [_map_dims(e) - {d} for m in plan.maps[:2] for e in m.results if d in _map_dims(e)]
+        pairs = [_pat.expr_dims(e) - {d} for m in plan.maps[:2] for e in m.results if d in _pat.expr_dims(e)]
         partners = [e for p in pairs for e in p if e in ks]
         if not partners or any(not isinstance(plan.sizes[e], int) or plan.sizes[e] <= plan.sizes[d] for e in partners):
             return
@@ -84,20 +84,12 @@ def fma_channels_innermost(plan, target: str) -> None:
     plan.channels_last = plain[0]
 
 
-def _exact_fp32(plan) -> bool:
-    return all(t == "f32" for t in plan.dot_types) and "ieee" in _pat.dot_precision(plan.func, "f32")
-
-
-def _map_dims(e) -> set:
-    """Loop dims an affine expression of a map reads."""
-    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
-    from torch_mlir import ir
-
-    if isinstance(e, ir.AffineDimExpr):
-        return {e.position}
-    if isinstance(e, ir.AffineBinaryExpr):
-        return _map_dims(e.lhs) | _map_dims(e.rhs)
-    return set()
+def laid_out(plan, target: str):
+    """`plan` with the layout decisions codegen makes for `target` (which the schedule's tiles
+    depend on too): a convolution read channels innermost, along K or along N."""
+    channels_innermost(plan, target)
+    fma_channels_innermost(plan, target)
+    return plan
 
 
 def _tensor_cores(plan) -> bool:
@@ -122,4 +114,4 @@ def channels_last_relayout(emitter) -> list:
     return last_dim_orders(list(emitter.a_loads) + list(emitter.b_loads), channel_last)
 
 
-__all__ = ["channels_innermost", "fma_channels_innermost", "channels_last_relayout", "MIN_CHANNELS"]
+__all__ = ["channels_innermost", "fma_channels_innermost", "laid_out", "channels_last_relayout", "MIN_CHANNELS"]

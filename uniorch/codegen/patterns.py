@@ -82,6 +82,11 @@ def dot_precision(func, dt: str) -> str:
     return f', input_precision="{mode}"'
 
 
+def exact_fp32(func, dot_types) -> bool:
+    """Whether a kernel's dots over `dot_types` are exact float32 ones, which run on FMA units."""
+    return all(t == "f32" for t in dot_types) and "ieee" in dot_precision(func, "f32")
+
+
 def is_generic(op) -> bool:
     return op_of(op).name == GENERIC
 
@@ -415,19 +420,17 @@ def is_identity_map(m: ir.AffineMap) -> bool:
 
 def map_dims(m: ir.AffineMap) -> set[int]:
     """Loop dims an indexing map reads (inside sums and products too)."""
-    out: set[int] = set()
+    return set().union(*[expr_dims(r) for r in m.results])
 
-    def visit(e):
-        e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
-        if isinstance(e, ir.AffineDimExpr):
-            out.add(e.position)
-        elif isinstance(e, ir.AffineBinaryExpr):
-            visit(e.lhs)
-            visit(e.rhs)
 
-    for r in m.results:
-        visit(r)
-    return out
+def expr_dims(e) -> set[int]:
+    """Loop dims one affine expression of a map reads."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position}
+    if isinstance(e, ir.AffineBinaryExpr):
+        return expr_dims(e.lhs) | expr_dims(e.rhs)
+    return set()
 
 
 def is_convolution(op) -> bool:

@@ -234,7 +234,7 @@ def _write_relaid(produced: dict, reads: dict, other: set) -> dict:
         if j in k.inplace or want is None or any(w is not None and w != want for w in wanted) \
                 or any(w is None and _kind(u) not in _TILED for (u, _), w in zip(users, wanted)):
             continue
-        orders[j] = list(want)
+        orders[j] = (list(want), [list(want).index(d) for d in range(len(want))])
         for (u, i), w in zip(users, wanted):
             if w is not None:
                 skipped[(u.name, i)] = skipped.get((u.name, i), 0) + 1
@@ -334,7 +334,8 @@ def _resolve(shape, ctx):
 
 
 def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict):
-    """`orders`: output index -> the dim order to write it in (outermost first; `_write_relaid`)."""
+    """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
+    from `_write_relaid`."""
     def run(slots, ctx):
         inputs = [slots[i] for i in ins]
         for i, order in k.source.relayout:  # a factor the kernel reads faster with another dim innermost
@@ -343,12 +344,12 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict):
                 inputs[i] = t.permute(order).contiguous().permute([order.index(d) for d in range(len(order))])
         results = []
         for j, (bid, (shape, dtype)) in enumerate(zip(bids, specs)):
-            order = orders.get(j)
-            if order is None:
+            laid = orders.get(j)
+            if laid is None:
                 out = ctx.buffer(bid, _resolve(shape, ctx), dtype)
             else:
-                full = _resolve(shape, ctx)
-                out = ctx.buffer(bid, [full[d] for d in order], dtype).permute([order.index(d) for d in range(len(order))])
+                full, (order, inverse) = _resolve(shape, ctx), laid
+                out = ctx.buffer(bid, [full[d] for d in order], dtype).permute(inverse)
             if j in k.inplace:
                 dest = inputs[k.inplace[j]]
                 if dest.data_ptr() != out.data_ptr():
