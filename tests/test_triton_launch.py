@@ -144,3 +144,31 @@ def test_empty_launch_hook_chains_keep_the_direct_launch(monkeypatch):
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert compiled.own == [((3, 1, 1), ("x", 1, 64))]
+
+
+def test_the_launch_key_never_joins_what_triton_specializes_apart():
+    """The direct path's key (cheaper than Triton's own per tensor) may tell apart argument lists
+    Triton launches alike, never the reverse: two lists with one key must get one kernel."""
+    import itertools
+
+    from triton._C.libtriton import native_specialize_impl
+
+    from uniorch.backends.triton_launch import specialization_key
+
+    backend, _ = _binder(loader.load(_kernels(False)[0], interpret=False))
+    native = lambda a: native_specialize_impl(type(backend), a, False, True, True)  # noqa: E731
+    key = specialization_key(native, lambda: 0)
+    base = torch.zeros(256)
+    values = [base, base[1:], base[4:], base[8:], base.to(torch.bfloat16), base.to(torch.bfloat16)[8:],
+              nn.Parameter(base.clone()), base.long(), 0, 1, 2, 15, 16, 17, 32, -1, -16, 2 ** 31, 2 ** 32 + 16,
+              2 ** 40, 1.0, 2.5, True, None]
+    cases = [list(p) for p in itertools.product(values, repeat=2)]
+    by_key: dict = {}
+    for args in cases:
+        by_key.setdefault(key(args), []).append(args)
+    for group in by_key.values():
+        first = [tuple(native(a)) for a in group[0]]
+        assert all([tuple(native(a)) for a in args] == first for args in group[1:]), group
+    # and it does tell apart what Triton does: alignment, dtype, an int's class
+    assert key([base]) != key([base[1:]]) and key([base]) == key([base[8:]])
+    assert key([base]) != key([base.to(torch.bfloat16)]) and key([1]) != key([16])

@@ -143,6 +143,11 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
         return slot[v]
 
     symbolic = dims.has_symbols(main)
+    bid_uses: dict[int, int] = {}
+    for op in block.operations:
+        if op.operation.name == "func.call" and "uniorch.buffers" in op.operation.attributes:
+            for a in ir.ArrayAttr(op.operation.attributes["uniorch.buffers"]):
+                bid_uses[ir.IntegerAttr(a).value] = bid_uses.get(ir.IntegerAttr(a).value, 0) + 1
     produced: dict[int, tuple] = {}   # slot -> (its kernel's output orders, output index, kernel)
     reads: dict[int, list] = {}       # slot -> [(kernel, input index)] of the launches reading it
     other: set[int] = set()           # slots read by anything else (views, slices, the return)
@@ -172,7 +177,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 reads.setdefault(s, []).append((k, i))
             for j, s in enumerate(outs):
                 produced[s] = (orders, j, k)
-            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders), callee))
+            own = [bid_uses.get(b) == 1 and buffer_bytes[b] >= 0 for b in bids]
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, own), callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
             continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
@@ -333,30 +339,30 @@ def _resolve(shape, ctx):
     return shape(ctx) if callable(shape) else shape
 
 
-def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict):
+def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, own: list):
     """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
-    from `_write_relaid`."""
+    from `_write_relaid`. `own`: per output, whether its buffer holds nothing else in the plan
+    (then it is one allocation of its own shape, not views of shared bytes: each view is about a
+    microsecond of host time, and a small GPU kernel takes tens)."""
+    source = k.source
+    allocs: list = []  # made at the first run: `orders` is filled once the whole plan is built
+
     def run(slots, ctx):
+        if not allocs:
+            allocs.extend(_allocator(bid, shape, dtype, orders.get(j), mine)
+                          for j, (bid, (shape, dtype), mine) in enumerate(zip(bids, specs, own)))
         inputs = [slots[i] for i in ins]
-        for i, order in k.source.relayout:  # a factor the kernel reads faster with another dim innermost
+        for i, order in source.relayout:  # a factor the kernel reads faster with another dim innermost
             t = inputs[i]
             if t.stride(order[-1]) != 1 and t.numel() > 1:
                 inputs[i] = t.permute(order).contiguous().permute([order.index(d) for d in range(len(order))])
-        results = []
-        for j, (bid, (shape, dtype)) in enumerate(zip(bids, specs)):
-            laid = orders.get(j)
-            if laid is None:
-                out = ctx.buffer(bid, _resolve(shape, ctx), dtype)
-            else:
-                full, (order, inverse) = _resolve(shape, ctx), laid
-                out = ctx.buffer(bid, [full[d] for d in order], dtype).permute(inverse)
-            if j in k.inplace:
-                dest = inputs[k.inplace[j]]
-                if dest.data_ptr() != out.data_ptr():
-                    out.copy_(dest)  # the destination is still read later: write into a copy
-            results.append(out)
-        if k.source.symbols:  # its size symbols' values in this call (uniorch/ir/dims.py)
-            ctx.launch(k, inputs, results, [ctx.sizes[s] for s in k.source.symbols])
+        results = [alloc(ctx) for alloc in allocs]
+        for j, i in k.inplace.items():
+            dest, out = inputs[i], results[j]
+            if dest.data_ptr() != out.data_ptr():
+                out.copy_(dest)  # the destination is still read later: write into a copy
+        if source.symbols:  # its size symbols' values in this call (uniorch/ir/dims.py)
+            ctx.launch(k, inputs, results, [ctx.sizes[s] for s in source.symbols])
         else:
             ctx.launch(k, inputs, results)
         k.launches += 1
@@ -364,6 +370,30 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict):
             slots[s] = results[j]
 
     return run
+
+
+def _allocator(bid: int, shape, dtype, laid, own: bool) -> Callable:
+    """ctx -> a launch output: a view of its (shared) buffer, or where the buffer is its own and
+    its shape static, one allocation in the layout its readers want."""
+    if own and not callable(shape):
+        if laid is None:
+            return lambda ctx: torch.empty(shape, dtype=dtype, device=ctx.device)
+        order, inverse = laid
+        stored = [shape[d] for d in order]
+        inner = [1] * len(stored)
+        for i in range(len(stored) - 2, -1, -1):
+            inner[i] = inner[i + 1] * stored[i + 1]
+        strides = [inner[inverse[d]] for d in range(len(shape))]
+        return lambda ctx: torch.empty_strided(shape, strides, dtype=dtype, device=ctx.device)
+    if laid is None:
+        return lambda ctx: ctx.buffer(bid, _resolve(shape, ctx), dtype)
+    order, inverse = laid
+
+    def relaid(ctx):
+        full = _resolve(shape, ctx)
+        return ctx.buffer(bid, [full[d] for d in order], dtype).permute(inverse)
+
+    return relaid
 
 
 def _alloc_step(d, shape, dtype):
@@ -455,6 +485,10 @@ def device_of(inputs: list, default=None):
     elements is among them; else `default` (the device the capture recorded for the region's
     results). 0-d CPU tensors decide nothing: PyTorch lets such scalars join GPU ops, and a region
     computed from them and loop indices alone (a causal mask's `arange`s) belongs on the GPU."""
+    if inputs:  # the model's first input decides when off the CPU (the common GPU call)
+        dev = getattr(inputs[0], "device", None)
+        if dev is not None and dev.type != "cpu":
+            return dev
     cpu = False
     for t in inputs:
         dev = getattr(t, "device", None)
