@@ -126,3 +126,22 @@ def test_kernel_times_match_whole_function_names(monkeypatch):
     runner._kernel_times(None, (), kernels, stats, row)
     assert [s["ms"] for s in stats] == [3.0, 1.0, 2.0]
     assert row["device_ms"] == 6.5
+
+
+def test_host_profile_measures_the_host_path_without_launches(tmp_path):
+    """host_profile's no-op column: the compiled call with every launch replaced by nothing, the
+    launches restored afterwards (the same compiled model still computes eager's numbers)."""
+    import uniorch
+    from uniorch.tools.bench import host_profile
+
+    model, args = WORKLOADS["layernorm"].make("cpu", torch.float32)
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad():
+        cm(*args)
+        us = host_profile.noop_host_us(cm, args, 5, "cpu")
+        assert us > 0
+        torch.testing.assert_close(cm(*args), model(*args))
+    assert host_profile.main(["--out", str(tmp_path), "--device", "cpu", "--models", "layernorm", "--dtype", "fp32",
+                              "--calls", "3", "--profile-calls", "2"]) == 0
+    row = json.loads((tmp_path / "host_profile.json").read_text())["rows"][0]
+    assert row["noop_host_us"] > 0 and row["kernels"] == 1

@@ -11,6 +11,8 @@ the benchmark alone cannot say which part of it. Per workload this measures, in 
   asynchronous: when this exceeds the kernels' time, the host is the bottleneck);
 - `wall_us`: the same calls with the device synchronised at the end, per call;
 - the same two for eager, for scale;
+- `noop_host_us`: the host time per call with every kernel launch replaced by nothing: uniorch's
+  own host path, without the backend's launch (on any machine, a CPU one included);
 - a cProfile of `--profile-calls` calls, its top functions by own and by cumulative time, printed;
 - Triton's own launch cost with no uniorch around it: a one-line kernel launched through
   `JITFunction` with 4 and with 24 arguments (our kernels pass every stride), and, where Triton
@@ -83,6 +85,7 @@ def workload_row(name: str, dtype_name: str, device: str, sizes: str, calls: int
             model(*args)
         row["host_us"], row["wall_us"] = _per_call(cm, args, calls, device)
         row["eager_host_us"], row["eager_wall_us"] = _per_call(model, args, calls, device)
+        row["noop_host_us"] = noop_host_us(cm, args, calls, device)
         text = _profile(cm, args, profile_calls)
         # the same with the launches replayed as CUDA graphs (uniorch.compile(..., cuda_graphs=True))
         graphed = uniorch.compile(model, target=target, cuda_graphs=True)
@@ -93,6 +96,27 @@ def workload_row(name: str, dtype_name: str, device: str, sizes: str, calls: int
         row["graphs_replays"] = sum(getattr(r.graphs, "replays", 0) for e in graphed._cache.values()
                                     for r in e.program.regions)
     return row, f"===== {name} {dtype_name} ({row['kernels']} kernels) =====\n{text}\n"
+
+
+def noop_host_us(cm, args, calls: int, device: str) -> float:
+    """Host time per call with every kernel launch replaced by nothing: uniorch's own host path
+    (inputs, guards, the plan's allocations and views, outputs), without the backend's launch.
+    Measurable on any machine."""
+    kernels = [k for e in cm._cache.values() for r in e.program.regions for k in r.plan.kernels.values()]
+    real = [k.fn for k in kernels]
+    try:
+        for k in kernels:
+            k.fn = _noop
+        for _ in range(3):
+            cm(*args)
+        return _per_call(cm, args, calls, device)[0]
+    finally:
+        for k, fn in zip(kernels, real):
+            k.fn = fn
+
+
+def _noop(*args) -> None:
+    return None
 
 
 _KERNEL_SRC = '''
@@ -184,14 +208,14 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "host_profile.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("\n".join(texts), flush=True)  # (into session.log in a GPU run: one file fewer to bring back)
-    print(f"{'workload':22} {'kernels':>7} {'host us':>9} {'wall us':>9} {'eager host':>10} {'eager wall':>10} "
-          f"{'graph host':>10} {'graph wall':>10}")
+    print(f"{'workload':22} {'kernels':>7} {'host us':>9} {'wall us':>9} {'no-op us':>9} {'eager host':>10} "
+          f"{'eager wall':>10} {'graph host':>10} {'graph wall':>10}")
     for r in result["rows"]:
         if "error" in r:
             print(f"{r['model'] + ' ' + r['dtype']:22} error: {r['error'][:80]}")
             continue
         print(f"{r['model'] + ' ' + r['dtype']:22} {r['kernels']:7d} {r['host_us']:9.1f} {r['wall_us']:9.1f} "
-              f"{r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f} {r['graphs_host_us']:10.1f} "
+              f"{r['noop_host_us']:9.1f} {r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f} {r['graphs_host_us']:10.1f} "
               f"{r['graphs_wall_us']:10.1f}")
     for r in result["triton_launch"]:
         print("triton launch:", json.dumps(r))
