@@ -8,7 +8,9 @@ LLVM's FileCheck) next to the interpreter running lit (a virtual environment's b
 else as `python -m ...`. No machine's paths are written here.
 
 Substitutions in RUN lines:
-    uniorch-opt            the uniorch-opt console script
+    uniorch-opt            the uniorch-opt console script (through opt_forkserver.py when
+                           UNIORCH_LIT_FORKSERVER names its socket: tests/test_lit.py)
+    %uniorch-opt-script    the console script, always
     FileCheck, filecheck   the FileCheck clone
     %python                the interpreter running lit
     %models                tests/filecheck/Inputs (the Python model files, `%models/mlp.py:make`)
@@ -24,7 +26,7 @@ import lit.formats
 config.name = "uniorch"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "lit.cfg.py", "CMakeLists.txt"]
+config.excludes = ["Inputs", "lit.cfg.py", "CMakeLists.txt", "opt_forkserver.py"]
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 # `--param exec_root=DIR` (CMake passes its build folder) keeps lit's Output/ out of the sources.
 config.test_exec_root = lit_config.params.get("exec_root", config.test_source_root)
@@ -42,6 +44,14 @@ def _tool(script: str, module: str) -> str:
 
 
 uniorch_opt = _tool("uniorch-opt", "uniorch.tools.opt")
+uniorch_opt_script = uniorch_opt
+# tests/test_lit.py runs a fork server (opt_forkserver.py) that imports uniorch-opt's modules once:
+# the commands then start in milliseconds instead of seconds. `%uniorch-opt-script` is always the
+# console script itself.
+forkserver = os.environ.get("UNIORCH_LIT_FORKSERVER")
+if forkserver:
+    uniorch_opt = " ".join(shlex.quote(x) for x in (python, os.path.join(config.test_source_root, "opt_forkserver.py"),
+                                                     "run", forkserver))
 filecheck = _tool("filecheck", "filecheck")
 inputs = os.path.join(config.test_source_root, "Inputs")
 
@@ -57,6 +67,7 @@ config.substitutions[:0] = [
     ("%python", shlex.quote(python)),
     ("%models", shlex.quote(inputs)),
     ("%inputs", shlex.quote(inputs)),
+    ("%uniorch-opt-script", uniorch_opt_script),
     (_command("uniorch-opt"), uniorch_opt),
     (_command("FileCheck"), filecheck),
     (_command("filecheck"), filecheck),
