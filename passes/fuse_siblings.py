@@ -221,12 +221,12 @@ def _reaches(block, src: int, dst: int) -> bool:
     """Whether a value of group `src` reaches group `dst` (through any ops and groups)."""
     groups = members(block)
     stack = list(groups[src])
-    seen: list = []
+    seen: set = set()  # operations (an OpView and its Operation hash alike only through .operation)
     while stack:
         op = stack.pop()
-        if any(op == s for s in seen):
+        if op.operation in seen:
             continue
-        seen.append(op)
+        seen.add(op.operation)
         for r in op.results:
             for u in r.uses:
                 t = top_level(pat.op_of(u.owner))
