@@ -99,3 +99,22 @@ def test_zero_element_view_output():
     x = torch.randn(3, 4)
     want, got = f(x), uniorch.compile(f, target="interpret")(x)
     assert got.shape == want.shape and got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("make", [
+    lambda b: b.view(2, 8, 3, 16)[:, :, 1],           # one of q, k, v split off a projection
+    lambda b: b.view(2, 8, 48).transpose(0, 1)[:, :, 16:32],
+    lambda b: b.view(4, 4, 48)[::2, :, ::3],            # gaps in two dims
+    lambda b: b.view(2, 8, 48)[:, :1, :5].expand(2, 3, 5),  # overlapping: an expand
+    lambda b: b.view(2, 8, 48)[1:, 2:3, 7:9],
+], ids=["qkv-slice", "transposed-slice", "two-gaps", "expanded", "unit-dims"])
+def test_outputs_laid_out_as_eager_views_hold_the_values(make):
+    """`laid_out` gives a contiguous kernel result eager's strides and offset: the strided copy
+    (non-overlapping layouts) and the scatter of positions (overlapping ones) both put each value
+    where eager's view reads it."""
+    from uniorch.runtime.boundary import laid_out
+
+    view = make(torch.randn(768))
+    out = laid_out(view.contiguous(), (view.stride(), view.storage_offset()))
+    assert out.stride() == view.stride() and out.storage_offset() == view.storage_offset()
+    assert torch.equal(out, view)

@@ -44,6 +44,8 @@ class TrainingCompile:
         self.forward: list = []   # uniorch CompiledModules of the forward graphs, in compile order
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
+        # the forward leaves its saved activations as its kernels wrote them (AOTAutograd said which)
+        self.saved_as_written = False
         self.saved: dict = {}  # id(backward half) -> bytes of forward activations it reads (saved)
         # the halves the last call ran, in order: more than one forward graph means Dynamo broke
         # the model into pieces (graph_breaks says where); explain reports them together
@@ -66,9 +68,16 @@ class TrainingCompile:
                 _inline_composite_ops(gm)
                 cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
                 store.append(cm)
+                visible = _visible_forward_outputs() if store is self.forward else None
+                dense: set = set()
                 if store is self.backward:
                     self.saved[id(cm)] = saved_activation_bytes(gm)
-                self.examples[id(cm)] = _compile_now(cm, example_inputs)
+                    if self.saved_as_written:  # the forward hands them over as its kernels wrote them
+                        dense = _saved_inputs(gm)
+                self.examples[id(cm)] = _compile_now(cm, example_inputs, dense)
+                if visible is not None:
+                    _saved_outputs_as_written(cm, visible)
+                    self.saved_as_written = True
                 return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward)
             return compile_half
 
@@ -200,17 +209,56 @@ def _inline_composite_ops(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _compile_now(cm, example_inputs: list) -> tuple:
+def _compile_now(cm, example_inputs: list, dense: set = frozenset()) -> tuple:
     """Compiles a half for its example inputs' spec now: at its first call it would run inside
     AOTAutograd's autograd.Function, where torch.export cannot trace. The inputs are real tensors of
-    the examples' shapes (zeros: index inputs stay in range for the trial launch)."""
+    the examples' shapes (zeros: index inputs stay in range for the trial launch), contiguous at the
+    positions in `dense` (the trial launch compiles kernels for the strides the calls will pass)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        real = [torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device=e.device).zero_()
-                if isinstance(e, torch.Tensor) else e for e in example_inputs]
+        real = [(torch.zeros(e.shape, dtype=e.dtype, device=e.device) if i in dense else
+                 torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device=e.device).zero_())
+                if isinstance(e, torch.Tensor) else e for i, e in enumerate(example_inputs)]
         cm.entry(tuple(real), {})
     return tuple(real)
+
+
+def _visible_forward_outputs() -> Optional[int]:
+    """How many of the forward graph's outputs its caller sees (mutated inputs, the model's
+    outputs, their bases); the rest are saved for the backward. From AOTAutograd's metadata of the
+    graph being compiled; None where this PyTorch does not say."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    n = getattr(meta, "num_forward", None)
+    return n if isinstance(n, int) else None
+
+
+def _saved_outputs_as_written(cm, visible: int) -> None:
+    """Activations the forward saves for the backward leave in the layout the kernels wrote them,
+    not eager's: only the compiled backward reads them, and it takes any strides (its views are
+    reshapes: `_views_as_reshapes`). Eager's layout of a strided slice (q, k and v split off one
+    projection) is a copy into a storage of the whole projection's extent per call."""
+    import dataclasses
+
+    for entry in cm._cache.values():
+        cg = entry.captured
+        if cg is None:
+            continue
+        user = -1
+        for i, out in enumerate(cg.outputs):
+            if out.kind != "user":
+                continue
+            user += 1
+            if user >= visible and out.layout is not None:
+                cg.outputs[i] = dataclasses.replace(out, layout=None)
+
+
+def _saved_inputs(gm: torch.fx.GraphModule) -> set:
+    """Positions of a backward graph's inputs that are saved activations (not the forward's own
+    inputs, `primals_*`, nor the outputs' gradients, `tangents_*`)."""
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return {i for i, name in enumerate(names) if not name.startswith(("tangents", "primals"))}
 
 
 def _break_line(reason: str) -> str:
