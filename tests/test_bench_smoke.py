@@ -38,6 +38,8 @@ def test_cli_cpu_smoke(tmp_path):
         assert r["correct"] is True, (r["model"], r["rel_err"], r["errors"])
         assert r["eager_ms"] > 0 and r["uniorch_ms"] > 0 and r["uniorch_compile_s"] > 0
         assert r["kernels"] >= 1 and r["achieved_GBps"] > 0
+        stages = r["uniorch_compile_stages"]  # where the cold compile went
+        assert stages["capture"] > 0 and stages["passes"] > 0 and stages["compile"] >= stages["passes"]
         assert "inductor_max_autotune" not in r["errors"]   # not asked for, so not attempted
     assert data["results"][-1]["flops"] == 2 * 16 * 32 * 32   # the matmul's FLOPs, for the roofline
     assert "geomean speedup of uniorch" in proc.stdout

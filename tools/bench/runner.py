@@ -179,6 +179,13 @@ def _uniorch_report(cm, args, device: str, row: dict) -> None:
     if len(reports) > 1:
         row.update(backward_kernels=len(rep.backward.kernels), saved_bytes=rep.saved_bytes,
                    eager_saved_bytes=rep.eager_saved_bytes)
+    # where the cold compile went (capture, passes, codegen, the first launch compiling kernels),
+    # both halves of a training step together
+    stages: dict = {}
+    for r in reports:
+        for k, v in (r.timings or {}).items():
+            stages[k.strip()] = round(stages.get(k.strip(), 0.0) + v, 3)
+    row["uniorch_compile_stages"] = stages
     stats = [dict(name=k.name, kind=k.kind, bytes=k.bytes_read + k.bytes_written, ms=None) for k in kernels]
     if device == "cuda":
         _kernel_times(cm, args, kernels, stats, row)
