@@ -92,11 +92,17 @@ def is_generic(op) -> bool:
 
 
 def iterator_types(op) -> list[str]:
-    out = []
-    for a in ir.ArrayAttr(op_of(op).attributes["iterator_types"]):
-        s = str(a)  # #linalg.iterator_type<parallel>
-        out.append("reduction" if "reduction" in s else "parallel")
-    return out
+    # the array printed once, "[#linalg.iterator_type<parallel>, ...]", and memoized: the fusion
+    # passes ask thousands of times per model, each element's own print was most of the cost
+    text = str(op_of(op).attributes["iterator_types"])
+    out = _ITERATORS.get(text)
+    if out is None:
+        parts = text.strip("[] ").split(",") if text.strip("[] ") else []
+        out = _ITERATORS[text] = tuple("reduction" if "reduction" in p else "parallel" for p in parts)
+    return list(out)
+
+
+_ITERATORS: dict[str, tuple] = {}
 
 
 def indexing_maps(op) -> list[ir.AffineMap]:
