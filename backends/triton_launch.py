@@ -19,8 +19,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
-import torch
-
 from .sdk import tensor_args
 
 
@@ -136,6 +134,7 @@ def specialization_key(native: Callable, current: Callable) -> Callable:
     for its dtype and whether its address is 16-byte aligned (what Triton's key of a pointer
     says), anything else for Triton's own key. Triton's `native_specialize_impl` of a tensor
     cost 1.9 us on this CPU, this key's 0.4, and a kernel passes 2-6 tensors."""
+    import torch  # here, not at import: uniorch-opt on MLIR text loads this module without torch
 
     def key(args: list) -> tuple:
         return (current(),) + tuple([a if type(a) is int else
