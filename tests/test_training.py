@@ -435,3 +435,23 @@ def test_saved_activations_leave_the_forward_as_written(monkeypatch):
         for p, r in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
     assert calls == [], calls  # the second step: no output of the forward was laid out anew
+
+
+def test_training_halves_and_the_optimizer_skip_fx_per_call():
+    """Each compiled half of a training step, and the optimizer's update, is one region that also
+    returns some inputs (saved for the backward) or None (no gradient): it is called without FX's
+    generated forward, and an optimizer's lists of tensors find their compile without pytree."""
+    from uniorch.runtime.partition import _one_region_call
+
+    torch.manual_seed(0)
+    model = SplitAttention()
+    cm = uniorch.compile(model, target="interpret")
+    opt = uniorch.compile(torch.optim.AdamW(model.parameters(), lr=1e-3), target="interpret")
+    for _ in range(2):
+        opt.zero_grad()
+        cm(torch.randn(2, 8, 32)).pow(2).mean().backward()
+        opt.step()
+    halves = cm.training.forward + cm.training.backward + [opt._last[0]]
+    programs = [e.program for h in halves for e in h._cache.values()]
+    assert len(programs) == 3 and all(_one_region_call(p.module) is not None for p in programs)
+    assert all(len(h._spec_memo) == 1 for h in halves)  # found by the memoized key, not pytree's

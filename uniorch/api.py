@@ -21,6 +21,21 @@ from .targets import Target, parse_target, require_runnable
 DEFAULT_CACHE_LIMIT = 8
 
 
+def _shallow_key(args: tuple):
+    """A key equal for two calls only where `_spec` is: per argument a tensor's metadata, or a
+    list's or tuple's type and its tensors' metadata (an optimizer's arguments); None for any
+    other argument."""
+    key = []
+    for a in args:
+        if type(a) is torch.Tensor:
+            key.append((a.shape, a.dtype, a.device.type, a.requires_grad))
+        elif type(a) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in a):
+            key.append((type(a), tuple((t.shape, t.dtype, t.device.type, t.requires_grad) for t in a)))
+        else:
+            return None
+    return tuple(key)
+
+
 def _spec(args: tuple, kwargs: dict):
     """The guard key of one call: structure, and per leaf its tensor metadata or constant value."""
     leaves, tree = pytree.tree_flatten((args, kwargs))
@@ -99,11 +114,14 @@ class CompiledModule:
         return self._target
 
     def _spec(self, args: tuple, kwargs: dict):
-        """`_spec(args, kwargs)`, remembered per tensor metadata for calls of positional tensors
-        only (the common call: pytree's flatten is microseconds a call, a small GPU kernel tens)."""
-        if kwargs or not all(type(a) is torch.Tensor for a in args):
+        """`_spec(args, kwargs)`, remembered per tensor metadata for calls of positional tensors and
+        lists of them (the common calls: pytree's flatten is microseconds a call, a small GPU
+        kernel tens)."""
+        if kwargs:
             return _spec(args, kwargs)
-        fast = tuple((a.shape, a.dtype, a.device.type, a.requires_grad) for a in args)
+        fast = _shallow_key(args)
+        if fast is None:
+            return _spec(args, kwargs)
         key = self._spec_memo.get(fast)
         if key is None:
             if len(self._spec_memo) >= 256:  # sizes that vary call to call: keep it bounded

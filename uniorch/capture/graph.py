@@ -90,6 +90,8 @@ class CapturedGraph:
         # on a GPU, where a whole small kernel takes tens)
         if not kwargs and self._flat_positional(args):
             flat = args
+        elif not kwargs and self._shallow_lists(args):  # an optimizer's lists of tensors
+            flat = [t for a in args for t in (a if type(a) in (list, tuple) else (a,))]
         else:
             flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
             if spec != self.in_spec:
@@ -110,6 +112,24 @@ class CapturedGraph:
         if n not in known:
             known[n] = pytree.tree_flatten((tuple(args), {}))[1] == self.in_spec
         return known[n]
+
+    def _shallow_lists(self, args: tuple) -> bool:
+        """Whether `args`, tensors and lists or tuples of tensors (an optimizer's parameters,
+        gradients and states), flatten to their concatenation under the capture's input structure:
+        pytree's flatten and spec comparison of 60 tensors in lists took 0.3 ms a step."""
+        shape = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                shape.append(None)
+            elif type(a) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in a):
+                shape.append((type(a), len(a)))
+            else:
+                return False
+        shape = tuple(shape)
+        known = self.__dict__.setdefault("_shallow_specs", {})
+        if shape not in known:
+            known[shape] = pytree.tree_flatten((tuple(args), {}))[1] == self.in_spec
+        return known[shape]
 
     def _readers_of_inputs(self) -> tuple[list, bool]:
         """(per graph input `(module, flat user args, constants) -> value`, whether any input is

@@ -52,7 +52,8 @@ class Program:
             return self.module(*inputs)
         region, order, picks = direct
         outs = region.forward(*[inputs[i] for i in order])
-        return tuple(outs[j] for j in picks)
+        # per output: the region's j-th result, the program's i-th input, or None
+        return tuple(outs[v] if k == 0 else inputs[v] if k == 1 else None for k, v in picks)
 
     @property
     def launch_failures(self) -> list[Fallback]:
@@ -90,7 +91,7 @@ class _Region(torch.nn.Module):
 
 def _one_region_call(gm: fx.GraphModule):
     """(region, input order, output picks) where the program is one compiled region reading only
-    the program's inputs, called without FX's generated forward and nn.Module's call machinery
+    the program's inputs and returning its results, those inputs or None, called without FX's generated forward and nn.Module's call machinery
     (microseconds a call: a small GPU kernel takes tens); None otherwise."""
     nodes = list(gm.graph.nodes)
     places = [n for n in nodes if n.op == "placeholder"]
@@ -105,9 +106,19 @@ def _one_region_call(gm: fx.GraphModule):
            or not isinstance(n.args[1], int) for n in rest):
         return None
     out = next(n for n in nodes if n.op == "output").args[0]
-    if not isinstance(out, (tuple, list)) or any(o not in rest for o in out):
+    if not isinstance(out, (tuple, list)):
         return None
-    return getattr(gm, region.target), [places.index(a) for a in region.args], [o.args[1] for o in out]
+    picks = []
+    for o in out:  # a training half also returns inputs it saves, and None for inputs with no gradient
+        if o is None:
+            picks.append((2, None))
+        elif o in rest:
+            picks.append((0, o.args[1]))
+        elif o in places:
+            picks.append((1, places.index(o)))
+        else:
+            return None
+    return getattr(gm, region.target), [places.index(a) for a in region.args], picks
 
 
 def _calls(gm) -> list[fx.Node]:
