@@ -163,3 +163,29 @@ def test_updates_of_differently_shaped_parameters_are_not_multiplied_together():
         dims = re.search(r"# domain: parallel \[([^\]]*)\]", k.source)
         lanes = math.prod(int(d) for d in dims.group(1).split(",")) if dims and dims.group(1).strip() else 1
         assert lanes <= largest, (k.name, dims.group(0))
+
+
+def test_the_learning_rate_is_never_copied_from_host_memory(monkeypatch):
+    """A step builds its learning-rate tensor by a fill, once per value: `torch.tensor(lr, device=...)`
+    copies from host memory, and on a GPU that copy waits for every queued kernel (the whole
+    backward) each step. A schedule's new value is still the one the update uses."""
+    ref = _mlp(0)
+    mine = copy.deepcopy(ref)
+    eager_opt, opt = torch.optim.AdamW(ref.parameters(), lr=1e-2), torch.optim.AdamW(mine.parameters(), lr=1e-2)
+    compiled = uniorch.compile(opt, target="interpret")
+    runs = [(ref, eager_opt), (mine, compiled)]
+    _train_together(runs, 1, seed=3)  # compiles
+    real = torch.tensor
+
+    def no_host_copies(data, *args, **kwargs):
+        raise AssertionError(f"torch.tensor({data!r}) in a compiled step")
+
+    monkeypatch.setattr(torch, "tensor", no_host_copies)
+    _train_together(runs, 2, seed=4)
+    for group in (eager_opt.param_groups[0], opt.param_groups[0]):
+        group["lr"] = 3e-3  # a new value: a new fill, still no copy
+    _train_together(runs, 2, seed=5)
+    monkeypatch.setattr(torch, "tensor", real)
+    for p, r in zip(mine.parameters(), ref.parameters()):
+        assert _rel(p.detach(), r.detach()) < 1e-5
+    assert len(compiled._lrs) == 2

@@ -85,6 +85,7 @@ class CompiledOptimizer:
         self._compiled: dict = {}  # (class, hyperparameters) -> CompiledModule of the update
         self.eager_steps: list[str] = []  # why a group's step ran eagerly, per such step (explain)
         self._last: Optional[tuple] = None  # (CompiledModule, args) of the last compiled group update
+        self._lrs: dict = {}  # (value, device, dtype) -> the 0-d learning-rate tensor passed for it
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
@@ -146,7 +147,7 @@ class CompiledOptimizer:
         device = devices.pop()
         lr = group["lr"]
         lr = (lr.detach().to(device=device, dtype=torch.float32) if isinstance(lr, torch.Tensor)
-              else torch.tensor(float(lr), device=device))
+              else self._lr_tensor(float(lr), device))
         grads = [p.grad for p in params]
         if kind is torch.optim.SGD:
             hyper = {k: group[k] for k in _SGD_ARGS}
@@ -179,6 +180,20 @@ class CompiledOptimizer:
 
             cm = self._compiled[key] = CompiledModule(update(), self._target, self._fallback, self._limit)
         return cm, args
+
+    def _lr_tensor(self, value: float, device) -> torch.Tensor:
+        """The learning rate as a 0-d tensor on the parameters' device, made once per value and
+        made by a fill: `torch.tensor(value, device=...)` copies from host memory, and on a GPU
+        such a copy waits for the stream to drain, every step: the step's host work then no longer
+        overlaps the forward's and backward's kernels."""
+        dtype = torch.get_default_dtype()
+        key = (value, device, dtype)
+        t = self._lrs.get(key)
+        if t is None:
+            if len(self._lrs) >= 64:  # a schedule's values: keep the table small
+                self._lrs.clear()
+            t = self._lrs[key] = torch.full((), value, dtype=dtype, device=device)
+        return t
 
     def _adam_state(self, p: torch.Tensor, amsgrad: bool, device) -> dict:
         """The parameter's Adam state as torch.optim makes it, with the step count a float32 tensor
