@@ -91,7 +91,8 @@ class LaunchPlan:
         slots: list[Any] = [None] * self.num_slots
         device = device_of(inputs, self.device)
         if self.seeds:  # PyTorch's generator: torch.manual_seed makes a run reproducible
-            inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64).to(device)]
+            # drawn on the device itself: a copy from host memory waits for the GPU's stream
+            inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64, device=device)]
         slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
         ctx.sizes = _bind(self.symbols, inputs)
