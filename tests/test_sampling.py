@@ -10,19 +10,24 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def test_with_replacement_frequencies():
+    n = 4000
+
     def fn(p):
-        return torch.multinomial(p, 1000, replacement=True)
+        return torch.multinomial(p, n, replacement=True)
 
     p = torch.tensor([[0.1, 0.0, 0.6, 0.3], [1.0, 1.0, 0.0, 2.0]])
     cm = uniorch.compile(fn, target="interpret")
     assert not cm.explain(p).fallbacks
     draws = cm(p)
-    assert draws.shape == (2, 1000) and draws.dtype == torch.int64
+    assert draws.shape == (2, n) and draws.dtype == torch.int64
     for row in range(2):
-        freq = torch.bincount(draws[row], minlength=4).float() / 1000
+        freq = torch.bincount(draws[row], minlength=4).float() / n
         want = p[row] / p[row].sum()
         assert freq[want == 0].sum() == 0
-        torch.testing.assert_close(freq, want, atol=0.05, rtol=0)
+        # within 5 standard deviations of each category's frequency (a fixed 0.05 at 1000 draws
+        # was 3.2 to 3.7 of them: about one run in 250 failed with a fair sampler)
+        sigma = (want * (1 - want) / n).sqrt()
+        assert ((freq - want).abs() <= 5 * sigma + 1e-6).all(), (freq, want)
 
 
 def test_without_replacement_draws_distinct_nonzero_categories():

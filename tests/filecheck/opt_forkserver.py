@@ -46,6 +46,11 @@ def client(path: str, argv: list) -> int:
 
 def _child(conn) -> None:
     """In the forked child: take the client's request and descriptors, run uniorch-opt, answer."""
+    import signal
+
+    # the server ignores SIGCHLD to have its children reaped; a command's own subprocesses (ptxas)
+    # must be waited for, or Python reports every one of them as exiting with 0
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     status = 1
     try:
         header, fds, _, _ = socket.recv_fds(conn, 4, 3)
