@@ -7,8 +7,9 @@
 # Then, with no arguments given, the files that touch Triton's API (codegen, interpreter, cross
 # compiles, bundles, benchmark smoke, the GPU-run rehearsal, Ascend's adapter on Triton's TTIR) run
 # again in a second venv with the oldest Triton uniorch supports (UNIORCH_COMPAT_TRITON, default
-# 3.6.0: the GPU machine's; 0 skips). That run cross-compiles for the GPU machine's arch only
-# (UNIORCH_COMPAT_RUN: tests/conftest.py); other targets are checked in the first run.
+# 3.6.0: the GPU machine's; 0 skips). That run cross-compiles for the GPU machine's arch only, and
+# of the kernel-feature files runs the tests that compile for a GPU (UNIORCH_COMPAT_RUN:
+# tests/conftest.py); other targets, and numerics on the interpreter, are checked in the first run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
