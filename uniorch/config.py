@@ -21,6 +21,9 @@ KNOBS = {
     "UNIORCH_TRITON_VERSION": "triton version scripts/setup.sh pins (default: what pip resolves)",
     "UNIORCH_COMPAT_TRITON": "triton version scripts/test.sh runs the Triton-facing tests again with (default 3.6.0; 0 skips)",
     "UNIORCH_COMPAT_PYTHON": "that venv's python, exported by scripts/test.sh for tests that build bundles under it",
+    "UNIORCH_COMPAT_RUN": "set by scripts/test.sh for its second run: GPU-machine arch and compile checks only (tests/conftest.py)",
+    "UNIORCH_REHEARSAL_IN_COMPAT_RUN": "set by scripts/test.sh when its second run will rehearse the GPU run (the first skips it)",
+    "UNIORCH_LIT_FORKSERVER": "socket of the fork server tests/test_lit.py starts for the lit suite's uniorch-opt commands",
     # read by tools/bench/run_gpu.sh
     "UNIORCH_CARRY": "the folder run_gpu.sh takes bundles and the torch-mlir pack from (default .carry)",
     "UNIORCH_SESSION_SECONDS": "run_gpu.sh's whole budget, setup included (default 570, under a device call's 10 min)",
