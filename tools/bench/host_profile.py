@@ -215,8 +215,8 @@ def main(argv=None) -> int:
             print(f"{r['model'] + ' ' + r['dtype']:22} error: {r['error'][:80]}")
             continue
         print(f"{r['model'] + ' ' + r['dtype']:22} {r['kernels']:7d} {r['host_us']:9.1f} {r['wall_us']:9.1f} "
-              f"{r['noop_host_us']:9.1f} {r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f} {r['graphs_host_us']:10.1f} "
-              f"{r['graphs_wall_us']:10.1f}")
+              f"{r['noop_host_us']:9.1f} {r['eager_host_us']:10.1f} {r['eager_wall_us']:10.1f} "
+              f"{r['graphs_host_us']:10.1f} {r['graphs_wall_us']:10.1f}")
     for r in result["triton_launch"]:
         print("triton launch:", json.dumps(r))
     return 0 if all("error" not in r for r in result["rows"]) else 1

@@ -86,13 +86,10 @@ class CapturedGraph:
 
     # -- feeding and unpacking ------------------------------------------------------------------
     def flat_inputs(self, args: tuple, kwargs: Optional[dict] = None) -> list[Any]:
-        # the common call, positional tensors and numbers, skips pytree (a few microseconds a call
-        # on a GPU, where a whole small kernel takes tens)
-        if not kwargs and self._flat_positional(args):
-            flat = args
-        elif not kwargs and self._shallow_lists(args):  # an optimizer's lists of tensors
-            flat = [t for a in args for t in (a if type(a) in (list, tuple) else (a,))]
-        else:
+        # the common calls, positional tensors and numbers (and an optimizer's lists of tensors),
+        # skip pytree (a few microseconds a call on a GPU, where a whole small kernel takes tens)
+        flat = None if kwargs else self._shallow_flat(args)
+        if flat is None:
             flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
             if spec != self.in_spec:
                 raise TypeError(f"inputs have structure {spec}, but the capture expects {self.in_spec}")
@@ -103,33 +100,29 @@ class CapturedGraph:
             values = [as_pair(v) if inp.complex_dtype is not None else v for inp, v in zip(self.inputs, values)]
         return values
 
-    def _flat_positional(self, args: tuple) -> bool:
-        """Whether `args` (no kwargs) flatten to themselves under the capture's input structure."""
-        if not all(isinstance(a, _LEAVES) for a in args):
-            return False
-        known = self.__dict__.setdefault("_positional_specs", {})
-        n = len(args)
-        if n not in known:
-            known[n] = pytree.tree_flatten((tuple(args), {}))[1] == self.in_spec
-        return known[n]
-
-    def _shallow_lists(self, args: tuple) -> bool:
-        """Whether `args`, tensors and lists or tuples of tensors (an optimizer's parameters,
-        gradients and states), flatten to their concatenation under the capture's input structure:
-        pytree's flatten and spec comparison of 60 tensors in lists took 0.3 ms a step."""
+    def _shallow_flat(self, args: tuple):
+        """`args` flattened, where each is a leaf (a tensor, a number, a string) or a list or tuple
+        of tensors (an optimizer's parameters, gradients and states) and that is the capture's
+        input structure (checked once per such shape); else None. pytree's flatten and spec
+        comparison of 60 tensors in lists took 0.3 ms a step."""
         shape = []
+        nested = False
         for a in args:
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, _LEAVES):
                 shape.append(None)
             elif type(a) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in a):
                 shape.append((type(a), len(a)))
+                nested = True
             else:
-                return False
-        shape = tuple(shape)
+                return None
         known = self.__dict__.setdefault("_shallow_specs", {})
-        if shape not in known:
-            known[shape] = pytree.tree_flatten((tuple(args), {}))[1] == self.in_spec
-        return known[shape]
+        key = tuple(shape)
+        ok = known.get(key)
+        if ok is None:
+            ok = known[key] = pytree.tree_flatten((tuple(args), {}))[1] == self.in_spec
+        if not ok:
+            return None
+        return [t for a in args for t in (a if type(a) in (list, tuple) else (a,))] if nested else args
 
     def _readers_of_inputs(self) -> tuple[list, bool]:
         """(per graph input `(module, flat user args, constants) -> value`, whether any input is

@@ -91,8 +91,9 @@ class _Region(torch.nn.Module):
 
 def _one_region_call(gm: fx.GraphModule):
     """(region, input order, output picks) where the program is one compiled region reading only
-    the program's inputs and returning its results, those inputs or None, called without FX's generated forward and nn.Module's call machinery
-    (microseconds a call: a small GPU kernel takes tens); None otherwise."""
+    the program's inputs and returning its results, those inputs or None: called without FX's
+    generated forward and nn.Module's call machinery (microseconds a call: a small GPU kernel takes
+    tens); None otherwise."""
     nodes = list(gm.graph.nodes)
     places = [n for n in nodes if n.op == "placeholder"]
     calls = [n for n in nodes if n.op == "call_module"]

@@ -144,11 +144,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
         return slot[v]
 
     symbolic = dims.has_symbols(main)
-    bid_uses: dict[int, int] = {}
-    for op in block.operations:
-        if op.operation.name == "func.call" and "uniorch.buffers" in op.operation.attributes:
-            for a in ir.ArrayAttr(op.operation.attributes["uniorch.buffers"]):
-                bid_uses[ir.IntegerAttr(a).value] = bid_uses.get(ir.IntegerAttr(a).value, 0) + 1
+    bid_uses: dict[int, int] = {}    # buffer -> launch outputs it holds (read at a step's first run)
     produced: dict[int, tuple] = {}   # slot -> (its kernel's output orders, output index, kernel)
     reads: dict[int, list] = {}       # slot -> [(kernel, input index)] of the launches reading it
     other: set[int] = set()           # slots read by anything else (views, slices, the return)
@@ -178,8 +174,10 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 reads.setdefault(s, []).append((k, i))
             for j, s in enumerate(outs):
                 produced[s] = (orders, j, k)
-            own = [bid_uses.get(b) == 1 and buffer_bytes[b] >= 0 for b in bids]
-            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, own), callee))
+            for b in bids:
+                bid_uses[b] = bid_uses.get(b, 0) + 1
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes),
+                              callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
             continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
@@ -340,16 +338,17 @@ def _resolve(shape, ctx):
     return shape(ctx) if callable(shape) else shape
 
 
-def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, own: list):
+def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict, buffer_bytes: list):
     """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
-    from `_write_relaid`. `own`: per output, whether its buffer holds nothing else in the plan
-    (then it is one allocation of its own shape, not views of shared bytes: each view is about a
-    microsecond of host time, and a small GPU kernel takes tens)."""
+    from `_write_relaid`. An output whose buffer holds nothing else in the plan (`bid_uses`) is one
+    allocation of its own shape, not views of shared bytes: each view is about a microsecond of
+    host time, and a small GPU kernel takes tens."""
     source = k.source
-    allocs: list = []  # made at the first run: `orders` is filled once the whole plan is built
+    allocs: list = []  # made at the first run: `orders` and `bid_uses` are filled once the plan is built
 
     def run(slots, ctx):
         if not allocs:
+            own = [bid_uses[b] == 1 and buffer_bytes[b] >= 0 for b in bids]
             allocs.extend(_allocator(bid, shape, dtype, orders.get(j), mine)
                           for j, (bid, (shape, dtype), mine) in enumerate(zip(bids, specs, own)))
         inputs = [slots[i] for i in ins]
