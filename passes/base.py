@@ -21,6 +21,10 @@ class PassContext:
 
     out: TextIO = field(default_factory=lambda: sys.stderr)
     target: str | None = None
+    # put before each kernel's name (`bw_k3_attention`): the kernels of a training step's backward,
+    # of an optimizer's update and of each region of a program would otherwise all be named k0, k1,
+    # ..., and a profiler (which sees only the launched function's name) could not tell them apart
+    kernel_prefix: str = ""
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class Schedule(Pass):
             if GROUP in op.attributes:
                 groups.setdefault(ir.IntegerAttr(op.attributes[GROUP]).value, []).append(op.operation)
         for n in sorted(groups):
-            kernel = _outline(module, main, groups[n], n)
+            kernel = _outline(module, main, groups[n], n, pctx.kernel_prefix)
             _attach_schedule(kernel, target)
         topological_sort(block)
         erase_dead_pure_ops(block)
@@ -81,7 +81,7 @@ def _top_level(op: ir.Operation, main) -> ir.Operation:
     return op
 
 
-def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
+def _outline(module, main, ops: list[ir.Operation], n: int, prefix: str = "") -> ir.Operation:
     members = set(ops)
     entry = main.regions[0].blocks[0]
 
@@ -112,7 +112,7 @@ def _outline(module, main, ops: list[ir.Operation], n: int) -> ir.Operation:
                 results.append(r)
 
     kind = next((ir.StringAttr(o.attributes["uniorch.kind"]).value for o in ops if "uniorch.kind" in o.attributes), "pointwise")
-    name = f"k{n}_{kind}"
+    name = f"{prefix}k{n}_{kind}"
     symbolic = dims.has_symbols(main)
     with module.context, ops[-1].location:
         anchor_after = _next_op(ops[-1])

@@ -91,13 +91,17 @@ def test_rel_error_flags_nan_and_shape():
 
 def test_training_step_workloads(tmp_path):
     """Forward, backward and AdamW per call, judged on the first step's gradients against eager's;
-    the row counts both graphs' kernels. (On the GPU run torch.compile joins, with the model and
+    the row counts the kernels of both graphs and of the optimizer's update. (On the GPU run torch.compile joins, with the model and
     `opt.step` compiled.)"""
     opt = runner.Options("cpu", ["eager", "uniorch"], warmup=0, iters=1, cache_root=str(tmp_path))
     for name in ("mlp_train", "resnet_stack_train"):
         row = runner.run_workload(WORKLOADS[name], "fp32", opt)
         assert row["errors"] == {} and row["correct"] is True, row
         assert row["fallbacks"] == 0 and 0 < row["backward_kernels"] < row["kernels"], row
+        # the optimizer's kernels too, every name once (the profiler's times go by name)
+        names = [k["name"] for k in row["kernel_stats"]]
+        assert row["optimizer_kernels"] > 0 and len(set(names)) == len(names), names
+        assert row["optimizer_bytes"] > 0 and any(n.startswith("opt_") for n in names), names
         assert row["saved_bytes"] > 0 and row["eager_saved_bytes"] > 0 and row["flops"] > 0
         assert row["eager_ms"] > 0 and row["uniorch_ms"] > 0
     skipped = runner.run_workload(WORKLOADS["mlp_train"], "bf16", opt)

@@ -21,12 +21,12 @@ def test_failure_naming_every_node_is_narrowed_to_the_op():
     gm = capture(_model, (x, w)).graph_module
     attempts = []
 
-    def compile_region(sub, target):
+    def compile_region(sub, target, kernel_prefix=""):
         attempts.append(len(sub.graph.nodes))
         names = [n.name for n in sub.graph.nodes if n.op == "call_function"]
         if any(n.op == "call_function" and n.target is torch.ops.aten.sin.default for n in sub.graph.nodes):
             raise RegionError("import", "lowering torch to linalg failed", names)  # every node blamed
-        return compile_graph(sub, target)
+        return compile_graph(sub, target, kernel_prefix=kernel_prefix)
 
     program = compile_program(gm, parse_target("interpret"), compile_region=compile_region)
     assert [f.ops for f in program.fallbacks] == [["aten.sin.default"]]

@@ -65,12 +65,12 @@ def _dynamic_dims(args: tuple, kwargs: dict, dynamic: Optional[bool]) -> Optiona
     return dims or None
 
 
-def _compile_region(gm, target):
+def _compile_region(gm, target, kernel_prefix: str = ""):
     """One region to its scheduled MLIR and generated kernels, then each kernel through every stage
     of the backend; a stage that fails makes that kernel's ATen ops eager, like a codegen failure."""
     from .runtime.compiler import compile_graph
 
-    cg = compile_graph(gm, target, run=False)
+    cg = compile_graph(gm, target, run=False, kernel_prefix=kernel_prefix)
     return through_backend(cg, target, [n.name for n in gm.graph.nodes if n.op == "call_function"])
 
 
@@ -80,7 +80,7 @@ def _kernels(captured, program) -> list[AotKernel]:
     for r, region in enumerate(program.regions):
         for info in region.kernels:
             ck = region.compiled[info.name]
-            name = info.name if len(program.regions) == 1 else f"r{r}.{info.name}"  # names repeat per region
+            name = info.name  # unique in the program: compile_program names each region's kernels apart
             ops = [str(nodes[n].target) for n in info.nodes if n in nodes]
             out.append(AotKernel(name, info.kind, r, dict(ck.asm), dict(ck.metadata), ops, ck.source, info.name,
                                  ck, region.specialized.get(info.name)))

@@ -106,6 +106,7 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
+        self.kernel_prefix = ""  # starts each kernel's name: what a profiler tells compiles apart by
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
                                  else type(model_or_fn).forward, updated=())
 
@@ -163,7 +164,7 @@ class CompiledModule:
             if entry is not None:
                 return entry
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
-                                   cuda_graphs=self._cuda_graphs)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
             self._cache[key] = entry
             if why:
                 self.recompiles.append(f"{why}; compiled for these sizes only" + self._rejected_note())
@@ -209,7 +210,7 @@ class CompiledModule:
             return None
         try:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims,
-                                   cuda_graphs=self._cuda_graphs)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
             guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
         except Exception as err:  # noqa: BLE001 - a bug of ours in the symbolic path: the static compile still serves
             if self._fallback == "error":
@@ -353,7 +354,7 @@ class CompiledModule:
         entry = self.entry(args, kwargs)
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
-                                   cuda_graphs=self._cuda_graphs)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
         rep = _report(entry, self._target, args, kwargs)
         rep.recompiles = list(self.recompiles)
         return rep
@@ -374,7 +375,7 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
 
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True,
-                   dynamic: Optional[dict] = None, cuda_graphs: bool = False) -> _Entry:
+                   dynamic: Optional[dict] = None, cuda_graphs: bool = False, kernel_prefix: str = "") -> _Entry:
     """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
     `dynamic`: flat argument index -> dims captured with symbolic sizes. `cuda_graphs`: regions
     replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py)."""
@@ -396,7 +397,8 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
         from .runtime.compiler import compile_graph
 
         region = functools.partial(compile_graph, run=False)
-    program = compile_program(captured.graph_module, target, fallback, compile_region=region)
+    program = compile_program(captured.graph_module, target, fallback, compile_region=region,
+                              kernel_prefix=kernel_prefix)
     if cuda_graphs and launch:
         from .runtime.cuda_graphs import attach
 
@@ -484,7 +486,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     for r, region in enumerate(program.regions):
         for k in region.kernels:
             ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
-            name = k.name if len(program.regions) == 1 else f"r{r}.{k.name}"  # names repeat per region
+            name = k.name  # unique in the program: compile_program names each region's kernels apart
             planned = region.plan.kernels.get(k.name)
             func = planned.func_op if planned is not None else None
             note = str(getattr(planned.fn, "note", "") or "") if planned is not None else ""

@@ -173,12 +173,18 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
 def _uniorch_report(cm, args, device: str, row: dict) -> None:
     rep = cm.explain(*args)   # same input spec: reuses the compiled entry
     reports = [rep] + ([rep.backward] if getattr(rep, "backward", None) else [])   # a training step: both halves
+    # and its compiled optimizer step
+    optimizer = getattr(getattr(cm, "opt", None), "explain", None) if row["kind"] == "train" else None
+    if optimizer is not None:
+        reports.append(optimizer())
     kernels = [k for r in reports for k in r.kernels]
     row.update(kernels=len(kernels), bytes_moved=sum(r.bytes_moved for r in reports),
                bytes_minimum=sum(r.bytes_minimum for r in reports), fallbacks=sum(len(r.fallbacks) for r in reports))
-    if len(reports) > 1:
+    if getattr(rep, "backward", None):
         row.update(backward_kernels=len(rep.backward.kernels), saved_bytes=rep.saved_bytes,
                    eager_saved_bytes=rep.eager_saved_bytes)
+    if optimizer is not None:
+        row.update(optimizer_kernels=len(reports[-1].kernels), optimizer_bytes=reports[-1].bytes_moved)
     # where the cold compile went (capture, passes, codegen, the first launch compiling kernels),
     # both halves of a training step together
     stages: dict = {}
@@ -222,9 +228,9 @@ def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
         row["device_ms"] = round(sum(totals.values()), 5)
         for k, s in zip(kernels, stats):
             # the kernel's own function (a reduction's source defines its combine function
-            # first), matched whole: k1_contraction is not k11_contraction. Regions of one
-            # program repeat names (r0.k2, r1.k2): the profiler cannot tell those apart
-            fn = k.name.split(".")[-1]
+            # first), matched whole: k1_contraction is not k11_contraction. Names are unique in
+            # a step: regions (r1_), backward (bw_) and optimizer (opt_) kernels are prefixed
+            fn = k.name
             if not re.search(rf"def\s+{re.escape(fn)}\s*\(", k.source or ""):
                 continue
             hits = [v for n, v in totals.items() if n == fn]

@@ -177,10 +177,10 @@ def choices(compiled) -> dict:
     out = {}
     for entry in getattr(compiled, "_cache", {}).values():
         program = getattr(entry, "program", None)
-        for r, region in enumerate(getattr(program, "regions", None) or []):
-            for name, kernel in region.plan.kernels.items():
+        for region in getattr(program, "regions", None) or []:
+            for name, kernel in region.plan.kernels.items():  # unique across regions (compile_program)
                 if isinstance(kernel.fn, AutotunedLauncher):
-                    out[name if r == 0 else f"r{r}.{name}"] = kernel.fn.report()
+                    out[name] = kernel.fn.report()
     return out
 
 

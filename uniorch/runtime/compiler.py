@@ -86,9 +86,10 @@ def _nodes_in(op) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) -> CompiledGraph:
+def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True, kernel_prefix: str = "") -> CompiledGraph:
     """`run=False` stops after codegen (kernels not loaded, no trial launch): what ahead-of-time
-    compilation for a device this machine lacks needs."""
+    compilation for a device this machine lacks needs. `kernel_prefix` starts every kernel's name
+    (passes/base.py PassContext)."""
     timings: dict[str, float] = {}
     all_nodes = [n.name for n in gm.graph.nodes if n.op == "call_function"]
     empty = _empty_tensor_nodes(gm)
@@ -119,7 +120,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True) ->
                 specs = None  # data-dependent or non-tensor inputs: the first real call checks the kernels
                 break
             specs.append((shape, val.dtype))
-    compiled = compile_module(module, target, run, specs, all_nodes, timings)
+    compiled = compile_module(module, target, run, specs, all_nodes, timings, kernel_prefix)
     compiled.input_specs = specs
     out = next(n for n in gm.graph.nodes if n.op == "output")
     returned = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
@@ -195,7 +196,8 @@ def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
 
 
 def compile_module(module: ir.Module, target: Target, run: bool = True, input_specs=None,
-                   all_nodes: list[str] | None = None, timings: dict | None = None) -> CompiledGraph:
+                   all_nodes: list[str] | None = None, timings: dict | None = None,
+                   kernel_prefix: str = "") -> CompiledGraph:
     """Compiles a linalg-on-tensors module (from a capture, or from ONNX) into a launch plan.
 
     `input_specs` [(shape, dtype)] lets a trial launch find kernels that fail at their first
@@ -206,7 +208,7 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     timings = timings if timings is not None else {}
     t = time.perf_counter()
     try:
-        to_kernel_stage(module, "scheduled", target)
+        to_kernel_stage(module, "scheduled", target, kernel_prefix)
     except UniorchError as err:
         raise RegionError("passes", str(err), _error_nodes(err) or all_nodes) from None
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
@@ -394,12 +396,12 @@ def _compile_ahead(plan: LaunchPlan, inputs: list, workers: Optional[int] = None
         pass
 
 
-def to_kernel_stage(module: ir.Module, stage: str, target: Target) -> ir.Module:
+def to_kernel_stage(module: ir.Module, stage: str, target: Target, kernel_prefix: str = "") -> ir.Module:
     """linalg → `fused` (groups marked) or `scheduled` (kernels outlined, buffers planned), in place."""
     from uniorch.passes import PassContext, parse_pipeline, run_pipeline
 
     text = PIPELINES[stage].format(target=target)
-    run_pipeline(module, parse_pipeline(text, module.context), PassContext(target=str(target)))
+    run_pipeline(module, parse_pipeline(text, module.context), PassContext(target=str(target), kernel_prefix=kernel_prefix))
     return module
 
 

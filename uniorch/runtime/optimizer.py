@@ -179,6 +179,8 @@ class CompiledOptimizer:
             from ..api import CompiledModule
 
             cm = self._compiled[key] = CompiledModule(update(), self._target, self._fallback, self._limit)
+            # `opt_k0_pointwise`, `opt1_...` for a second update: apart from the model's kernels in a profile
+            cm.kernel_prefix = f"opt{len(self._compiled) - 1 or ''}_"
         return cm, args
 
     def _lr_tensor(self, value: float, device) -> torch.Tensor:

@@ -127,9 +127,11 @@ def _calls(gm) -> list[fx.Node]:
 
 
 def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
-                    compile_region: Optional[Callable[[fx.GraphModule, Target], CompiledGraph]] = None) -> Program:
-    """`compile_region` compiles one run of nodes or raises RegionError naming the nodes that
-    must run eagerly; ahead-of-time compilation passes one that stops before loading kernels."""
+                    compile_region: Optional[Callable[..., CompiledGraph]] = None, kernel_prefix: str = "") -> Program:
+    """`compile_region(graph, target, kernel_prefix=...)` compiles one run of nodes or raises
+    RegionError naming the nodes that must run eagerly; ahead-of-time compilation passes one that
+    stops before loading kernels. Kernels are named `{kernel_prefix}kN_<kind>` in the first
+    region, `{kernel_prefix}r1_kN_<kind>` in the second, and so on: unique in the program."""
     compile_region = compile_region or compile_graph
     from .eager_only import reason as eager_only
 
@@ -150,14 +152,18 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
     for _ in range(MAX_ATTEMPTS):
         runs = _runs(gm, {n for f in eager.values() for n in f.nodes}, allocated, cuts)
         failed = False
+        compiled_runs = 0
         for kind, nodes in runs:
             key = frozenset(n.name for n in nodes)
+            region = compiled_runs  # its index in the program (_assemble): a failure only splits
+            compiled_runs += kind == COMPILED  # the run that failed, so earlier runs keep theirs
             if kind != COMPILED or key in cache:
                 continue
             sub = _subgraph(gm, nodes)
             t = time.perf_counter()
             try:
-                cache[key] = compile_region(sub, target)
+                prefix = kernel_prefix + (f"r{region}_" if region else "")
+                cache[key] = compile_region(sub, target, kernel_prefix=prefix)
                 for k, v in cache[key].timings.items():
                     timings[k] = timings.get(k, 0.0) + v
             except RegionError as err:

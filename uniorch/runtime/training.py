@@ -67,6 +67,10 @@ class TrainingCompile:
                 _views_as_reshapes(gm)
                 _inline_composite_ops(gm)
                 cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
+                # `bw_k3_attention`, and `g1_`/`bw1_` for the graphs after a graph break: apart
+                # from the forward's kernels in a profile of the step
+                n = len(store)
+                cm.kernel_prefix = f"bw{n or ''}_" if store is self.backward else f"g{n}_" if n else ""
                 store.append(cm)
                 visible = _visible_forward_outputs() if store is self.forward else None
                 dense: set = set()
