@@ -490,7 +490,7 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
         outside_users = [u for u in outside_users if pat.op_of(u.owner) not in views]
         members = members | set(views)
         clone = False
-        if role == "producer" and outside_users:
+        if role == "producer" and outside_users and not self._returned_only(g, outside_users):
             if not pat.is_cheap(x):
                 return False  # several consumers and not cheap: cut
             clone = True
@@ -517,6 +517,14 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
                 self.group_of[o] = self.groups.index(g)
             return True
         return self.join_clone(g, x, trial)
+
+    @staticmethod
+    def _returned_only(g: _Group, outside_users) -> bool:
+        """A pointwise producer whose value leaves only as a result of the function (an optimizer's
+        new moment, read by the parameter's update and returned to be written back): the group
+        computes and stores it, where a cut would store it in a kernel of its own and the group
+        would load it back."""
+        return g.kind == "pointwise" and all(u.owner.name == "func.return" for u in outside_users)
 
     def gathers_computed(self, g: _Group, x: ir.Operation) -> bool:
         """x and g together would gather from a value computed in the same kernel (gathers read
