@@ -15,6 +15,7 @@ from .capture import CapturedGraph, capture
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
 
+from .runtime.inplace import program_writes
 from .runtime.partition import Program, compile_program
 from .targets import Target, parse_target, require_runnable
 
@@ -61,6 +62,9 @@ class _Entry:
     capture_error: str = ""
     symbols: list[str] = field(default_factory=list)  # symbolic sizes: "s0: input 0 dim 1, 2..∞"
     dynamic: Optional[dict] = None  # the dims captured symbolic (flat argument -> dims), if any
+    # state updates (output index -> "" when the kernel writes it into the input, else why it is
+    # copied back): runtime/inplace.py
+    writes: dict = field(default_factory=dict)
 
 
 def _size_in(key, i: int, d: int) -> Optional[int]:
@@ -399,13 +403,14 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
         region = functools.partial(compile_graph, run=False)
     program = compile_program(captured.graph_module, target, fallback, compile_region=region,
                               kernel_prefix=kernel_prefix)
+    writes = program_writes(program, captured.mutated_inputs())
     if cuda_graphs and launch:
         from .runtime.cuda_graphs import attach
 
         attach(program)
     timings["compile"] = time.perf_counter() - t
     timings.update({f"  {k}": v for k, v in program.timings.items()})
-    return _Entry(captured, program, timings)
+    return _Entry(captured, program, timings, writes=writes)
 
 
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
@@ -499,18 +504,30 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     flat = cg.flat_inputs(args, kwargs)
     minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
+    outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
     for o in pytree.tree_leaves(outs):
         val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
         if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):  # data-dependent sizes: unknown
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)
+    boundary = []
+    for o, why in entry.writes.items():  # a state update not written in place is copied back
+        val = outs_meta[o] if o < len(outs_meta) else None
+        if why and isinstance(val, torch.Tensor) and isinstance(val.numel(), int):
+            moved += 2 * val.numel() * val.element_size()
+            boundary.append(f"state update {_state_name(cg, o)}: copied back after the kernels ({why})")
     allocated = sum(1 for n in aten if n.name in program.allocated_nodes)
     checks = [f"{c['api']}: info == 0" if c["op"] == "linalg_check_errors" else f"require: {c['what']}"
               for c in cg.checks]
-    boundary = [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
+    boundary += [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
     boundary = [b for b in boundary if b]
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
                   checks, boundary, list(entry.symbols))
+
+
+def _state_name(cg, o: int) -> str:
+    out = cg.outputs[o]
+    return f"'{out.target}'" if out.kind == "buffer_mutation" else f"of input {out.target}"
 
 
 def _boundary(i: int, out) -> str:

@@ -80,6 +80,21 @@ class CapturedGraph:
     def checks(self) -> list[dict]:
         return [o.target for o in self.outputs if o.kind == "check"]
 
+    def mutated_inputs(self) -> list[tuple[int, int]]:
+        """(output index, input index) for each state update: the output is the new value of that
+        graph input (a buffer, or a user argument the model writes into). Complex inputs, fed as
+        real pairs, are left out: their update is always a copy."""
+        where = {}
+        for i, inp in enumerate(self.inputs):
+            if inp.complex_dtype is None and inp.kind in ("buffer", "user"):
+                where[(inp.kind, inp.target)] = i
+        pairs = []
+        for j, out in enumerate(self.outputs):
+            kind = {"buffer_mutation": "buffer", "user_input_mutation": "user"}.get(out.kind)
+            if kind is not None and out.complex_dtype is None and (kind, out.target) in where:
+                pairs.append((j, where[(kind, out.target)]))
+        return pairs
+
     @property
     def num_user_outputs(self) -> int:
         return sum(o.kind == "user" for o in self.outputs)
@@ -161,9 +176,9 @@ class CapturedGraph:
         with torch.no_grad():
             for spec, value in zip(self.outputs, flat_outputs):
                 if spec.kind == "buffer_mutation":
-                    buffers[spec.target].copy_(value)
+                    _write_back(buffers[spec.target], value)
                 elif spec.kind == "user_input_mutation":
-                    user_flat[spec.target].copy_(value)
+                    _write_back(user_flat[spec.target], value)
                 elif spec.kind == "user":  # "size" outputs only served to trim others
                     user_out.append(value if spec.layout is None else laid_out(value, spec.layout))
         user_out = leaves_as_inputs(self.aliases, user_out, user_flat)
@@ -218,6 +233,16 @@ def _input_reader(inp) -> Callable:
         return value if value is not None else slow(root)
 
     return read
+
+
+def _write_back(dest: torch.Tensor, value: torch.Tensor) -> None:
+    """A state update: a copy, unless the kernel wrote the new value into `dest` itself
+    (runtime/inplace.py); then only its version counter moves, as an in-place op's would, so
+    autograd still sees a tensor it saved being modified."""
+    if value is dest:
+        torch.autograd.graph.increment_version(dest)
+    else:
+        dest.copy_(value)
 
 
 def _target_name(target: Callable) -> str:

@@ -65,7 +65,9 @@ class _Region(torch.nn.Module):
 
     Triton compiles (or the interpreter checks) a kernel when it first runs; if that raises, the
     region switches to its FX subgraph for good, and the failure is reported as a fallback.
-    Nothing is lost by retrying: kernels only write buffers of their own until the region returns.
+    Nothing is lost by retrying: in its first call, kernels only write buffers of their own until
+    the region returns (state updates are written into the inputs from the second call on:
+    runtime/inplace.py).
     """
 
     def __init__(self, compiled: CompiledGraph, eager: fx.GraphModule, nodes: list[fx.Node]):

@@ -86,6 +86,11 @@ class LaunchPlan:
     symbols: list = field(default_factory=list)  # (input index, dim, symbol): sizes read per call
     # kernel name -> inputs its relayout never copies: their producer writes them in that layout
     laid_out: dict = field(default_factory=dict)
+    # per launch step, in order: (kernel, input slots, output slots, {result: input slot written
+    # in place}), and the slots views, slices or the return read (runtime/inplace.py)
+    launches: list = field(default_factory=list)
+    viewed: set = field(default_factory=set)
+    pending: list = field(default_factory=list)  # in-place writes taken up after a call succeeds
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
@@ -98,6 +103,10 @@ class LaunchPlan:
         ctx.sizes = _bind(self.symbols, inputs)
         for step in self.steps:
             step.run(slots, ctx)
+        if self.pending:  # from the second call on (a first call that fails reruns eagerly: _Region)
+            for into, j, a in self.pending:
+                into[j] = a
+            self.pending = []
         return [slots[i] for i in self.outputs]
 
 
@@ -148,6 +157,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
     produced: dict[int, tuple] = {}   # slot -> (its kernel's output orders, output index, kernel)
     reads: dict[int, list] = {}       # slot -> [(kernel, input index)] of the launches reading it
     other: set[int] = set()           # slots read by anything else (views, slices, the return)
+    viewed: set[int] = set()          # of those, the slots views and slices read
+    launches: list = []
     for op in block.operations:
         op = op.operation
         name = op.name
@@ -176,13 +187,16 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 produced[s] = (orders, j, k)
             for b in bids:
                 bid_uses[b] = bid_uses.get(b, 0) + 1
-            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes),
+            into: dict[int, int] = {}
+            launches.append((k, ins, outs, into))
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes, into),
                               callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
             continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
             s, d, shape = src(op, op.operands[0]), new_slot(op.results[0]), _shape(op.results[0])
             other.add(s)
+            viewed.add(s)
             steps.append(Step("view", _view_step(s, d, shape)))
         elif symbolic and name == "tensor.cast":
             slot[op.results[0]] = src(op, op.operands[0])  # a type refinement: the same tensor
@@ -190,6 +204,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             continue  # size arithmetic: its values are the size symbols' (uniorch/ir/dims.py)
         elif name == "tensor.extract_slice":
             other.add(src(op, op.operands[0]))
+            viewed.add(src(op, op.operands[0]))
             steps.append(Step("slice", _slice_step(op, src(op, op.operands[0]), new_slot(op.results[0]))))
         elif name == "arith.constant" and isinstance(op.results[0].type, ir.ShapedType):
             if blobs is None:
@@ -204,7 +219,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
     symbols = _binders(block) if symbolic else []
     laid_out = _write_relaid(produced, reads, other)
     return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds,
-                      symbols=symbols, laid_out=laid_out)
+                      symbols=symbols, laid_out=laid_out, launches=launches, viewed=viewed)
 
 
 _TILED = ("contraction", "attention")
@@ -338,11 +353,13 @@ def _resolve(shape, ctx):
     return shape(ctx) if callable(shape) else shape
 
 
-def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict, buffer_bytes: list):
+def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict, buffer_bytes: list,
+                 into: dict):
     """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
     from `_write_relaid`. An output whose buffer holds nothing else in the plan (`bid_uses`) is one
     allocation of its own shape, not views of shared bytes: each view is about a microsecond of
-    host time, and a small GPU kernel takes tens."""
+    host time, and a small GPU kernel takes tens. `into`: output index -> the input slot whose
+    tensor the kernel writes it into, when that tensor is contiguous (runtime/inplace.py)."""
     source = k.source
     allocs: list = []  # made at the first run: `orders` and `bid_uses` are filled once the plan is built
 
@@ -356,7 +373,10 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
             t = inputs[i]
             if t.stride(order[-1]) != 1 and t.numel() > 1:
                 inputs[i] = t.permute(order).contiguous().permute([order.index(d) for d in range(len(order))])
-        results = [alloc(ctx) for alloc in allocs]
+        if into:
+            results = [_into(slots[into[j]], alloc, ctx) if j in into else alloc(ctx) for j, alloc in enumerate(allocs)]
+        else:
+            results = [alloc(ctx) for alloc in allocs]
         for j, i in k.inplace.items():
             dest, out = inputs[i], results[j]
             if dest.data_ptr() != out.data_ptr():
@@ -370,6 +390,12 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
             slots[s] = results[j]
 
     return run
+
+
+def _into(t: torch.Tensor, alloc: Callable, ctx) -> torch.Tensor:
+    """The input tensor itself where the kernel can write its new value there: contiguous, as
+    the kernel writes the result; else a fresh output, copied back after the call as before."""
+    return t if t.is_contiguous() else alloc(ctx)
 
 
 def _allocator(bid: int, shape, dtype, laid, own: bool) -> Callable:
