@@ -50,3 +50,42 @@ def test_every_kernel_is_warmed_once_and_none_launched():
 
 def test_tritons_async_compile_is_there():
     from triton.runtime._async_compile import AsyncCompileMode  # noqa: F401 - 3.6 and newer
+
+
+def test_each_compile_worker_also_builds_the_kernels_launcher(monkeypatch):
+    """Triton 3.6 compiles a C launcher per kernel signature when a kernel first runs (0.2 to 0.3 s
+    each with the host's C compiler), in turn, at the trial launch. The compile pool's workers build
+    it right after the kernel, as the first launch will (`launcher_cls(src, metadata)`, which lands
+    in Triton's cache); a launcher that fails to build leaves the compiled kernel as it is."""
+    import inspect
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.driver import driver
+
+    from uniorch.runtime.compiler import _WithLaunchers
+
+    # what the first launch builds, in this Triton: the same call with the same arguments
+    assert "launcher_cls(self.src, self.metadata)" in inspect.getsource(CompiledKernel._init_handles)
+
+    class Kernel:
+        def __init__(self, n):
+            self.src, self.metadata = f"src{n}", f"meta{n}"
+
+    built, barrier = [], threading.Barrier(2, timeout=10)
+
+    class Driver:
+        def launcher_cls(self, src, metadata):
+            barrier.wait()  # both workers build at once
+            built.append((src, metadata, threading.current_thread().name))
+            if src == "src1":
+                raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(driver, "_active", Driver())
+    with ThreadPoolExecutor(2) as pool:
+        futures = [_WithLaunchers(pool).submit(lambda n=n: Kernel(n)) for n in range(2)]
+        kernels = [f.result() for f in futures]
+    assert [k.src for k in kernels] == ["src0", "src1"]
+    assert sorted((s, m) for s, m, _ in built) == [("src0", "meta0"), ("src1", "meta1")]
+    assert all(t != threading.current_thread().name for _, _, t in built)
