@@ -252,6 +252,93 @@ def _defined_by(value, name: str) -> bool:
     return not isinstance(owner, ir.Block) and owner.name == name
 
 
+def _clamp_discrete_loads(module) -> None:
+    """The adapter lowers a load whose addresses it cannot analyse (division and remainder in
+    them: a flat index decomposed into a tensor's dims, a concatenation's pieces, a pooling
+    window) as a loop loading each lane of the block on its own, masked lanes included, and keeps
+    the valid lanes afterwards; on an NPU a masked-off lane's address is harmless, here it is a
+    read of this process's memory past the tensor (a crash where the next page is unmapped). Each
+    such element load is clamped into its memref (`[0, size - 1]`): valid lanes read what they
+    did, masked-off ones some element of the same tensor that nobody keeps."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import arith, memref
+
+    for op in _walk(module, "memref.reinterpret_cast"):
+        src = op.operands[0]
+        if not isinstance(src.owner, ir.Block) or len(op.operands) != 2 \
+                or list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"])) != [1]:
+            continue  # one element at a dynamic offset of a kernel argument
+        if not all(u.owner.name == "memref.load" for u in op.results[0].uses):
+            continue  # stores are guarded by their masks
+        with ir.InsertionPoint(op), op.location:
+            index = ir.IndexType.get()
+            zero = arith.ConstantOp(index, 0).result
+            last = arith.SubIOp(memref.DimOp(src, zero).result, arith.ConstantOp(index, 1).result).result
+            op.operands[1] = arith.MinSIOp(arith.MaxSIOp(op.operands[1], zero).result, last).result
+
+
+def _clamp_window_copies(module) -> None:
+    """The other form of such a load: one row at a time (its address has the division in it), each
+    a strided window of the block's width copied from the argument, the mask applied after. A
+    window reaching past the argument's end (a softmax over 333 of a 5x333x7 tensor, 512 wide)
+    copies only the elements inside it: the rest are masked-off lanes."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import arith, memref
+
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    for op in _walk(module, "memref.copy"):
+        cast = op.operands[0].owner
+        if isinstance(cast, ir.Block) or cast.name != "memref.reinterpret_cast":
+            continue
+        arg = cast.operands[0]
+        segments = list(ir.DenseI32ArrayAttr(cast.attributes["operandSegmentSizes"]))
+        sizes = list(ir.DenseI64ArrayAttr(cast.attributes["static_sizes"]))
+        wide = [d for d, n in enumerate(sizes) if n != 1]
+        if not isinstance(arg.owner, ir.Block) or segments[:3] != [1, 1, 0] or len(wide) != 1:
+            continue
+        d, width = wide[0], sizes[wide[0]]
+        strides = list(ir.DenseI64ArrayAttr(cast.attributes["static_strides"]))
+        dyn = iter(list(cast.operands)[2:])
+        with ir.InsertionPoint(op), op.location:
+            index = ir.IndexType.get()
+
+            def const(v):
+                return arith.ConstantOp(index, v).result
+
+            step = None
+            for k, st in enumerate(strides):
+                value = next(dyn) if st == dynamic else None
+                if k == d:
+                    step = value if value is not None else const(st)
+            zero, one = const(0), const(1)
+            ahead = arith.SubIOp(memref.DimOp(arg, zero).result, cast.operands[1]).result  # elements from the offset on
+            forward = arith.CeilDivSIOp(arith.MaxSIOp(ahead, zero).result, arith.MaxSIOp(step, one).result).result
+            behind = arith.AddIOp(arith.FloorDivSIOp(cast.operands[1], arith.MaxSIOp(
+                arith.SubIOp(zero, step).result, one).result).result, one).result  # a negative stride
+            standing = arith.SelectOp(arith.CmpIOp(arith.CmpIPredicate.sgt, ahead, zero).result,
+                                      const(width), zero).result  # stride 0: one element, read width times
+            n = arith.SelectOp(arith.CmpIOp(arith.CmpIPredicate.sgt, step, zero).result, forward,
+                               arith.SelectOp(arith.CmpIOp(arith.CmpIPredicate.eq, step, zero).result, standing,
+                                              behind).result).result
+            n = arith.MinSIOp(arith.MaxSIOp(n, zero).result, const(width)).result
+            shape = [n if k == d else 1 for k in range(len(sizes))]
+            offsets, units = [0] * len(sizes), [1] * len(sizes)
+            memref.copy(*[memref.subview(v, offsets, shape, units, result_type=_prefix_type(v.type, d))
+                          for v in op.operands[:2]])
+        op.erase()
+
+
+def _prefix_type(t, d: int):
+    """A memref type's own layout, with dim `d` of dynamic size (a subview at offset 0)."""
+    from torch_mlir import ir
+
+    t = ir.MemRefType(t)
+    strides, offset = t.get_strides_and_offset()
+    shape = list(t.shape)
+    shape[d] = ir.ShapedType.get_dynamic_size()
+    return ir.MemRefType.get(shape, t.element_type, ir.StridedLayoutAttr.get(offset, strides), t.memory_space)
+
+
 def _copies_to_linalg(module) -> None:
     from torch_mlir import ir
     from torch_mlir.dialects import linalg
@@ -295,6 +382,8 @@ def to_llvm(linalg: str, entry: str) -> str:
                                "the last axis")
         types = [str(t) for t in ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs]
         _seed_reductions(module, entry)
+        _clamp_discrete_loads(module)
+        _clamp_window_copies(module)
         for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
             try:
                 PassManager.parse(pipeline).run(module.operation)
