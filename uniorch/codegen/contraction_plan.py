@@ -36,6 +36,7 @@ class _Plan:
     layouts: dict = field(default_factory=dict)   # value -> Lin per tensor dim (output-domain values)
     dot_types: tuple = ("f32", "f32")
     dot_scaled: tuple = (None, None)   # per side: (factor, constant, "arith.mulf"/"divf", its 16-bit type) or None
+    f32_scaled: tuple = (None, None)   # the same for float32 factors (attention moves it onto the scores)
     window: "_Window | None" = None  # a pooling of the epilogue computed per window element
     row_stats: bool = False        # per-row sums reduced from the A tile (passes/fuse_row_stats.py)
     row_n: bool = False            # per-row sums of the epilogue, over the output tile's N axis
@@ -265,7 +266,7 @@ def _classify(gen) -> dict:
                 return narrow
         return str(v.type)
 
-    def scaled(v):
+    def scaled(v, types=("f16", "bf16")):
         # (narrow factor, scale, "mulf" | "divf"): a 16-bit factor times a constant (SDPA scales
         # q and k by sqrt(scale) each); attention moves the constant onto its scores
         p = _producer(v)
@@ -276,12 +277,13 @@ def _classify(gen) -> dict:
             a, c = c, a
         scale = _const_float(c)
         narrow = dot_type(a)
-        if scale is None or narrow not in ("f16", "bf16"):
+        if scale is None or narrow not in types:
             return None
         return (a, scale, p.name, narrow)
 
     dot_types = (dot_type(x), dot_type(y))
     dot_scaled = (scaled(x), scaled(y))
+    f32_scaled = (scaled(x, ("f32",)), scaled(y, ("f32",)))
     for t in dot_types + (str(x.type), str(y.type)):
         if not _is_float(t):
             raise CodegenError(gen, f"contraction factor of type {t} (only floating point is supported)")
@@ -289,7 +291,7 @@ def _classify(gen) -> dict:
         if o.name not in _KNOWN_BODY_OPS:
             raise CodegenError(o, "op not supported in a contraction body")
     return dict(gen=gen, maps=maps, n_in=n_in, sizes=sizes, cls=cls, order=order, x=x, y=y,
-                acc_layout=acc_layout, dot_types=dot_types, dot_scaled=dot_scaled)
+                acc_layout=acc_layout, dot_types=dot_types, dot_scaled=dot_scaled, f32_scaled=f32_scaled)
 
 
 
