@@ -90,6 +90,10 @@ class Backend:
     # `load_compiled` takes it (`specialized=`) to launch where the arguments match
     # (backends/specialization.py): for Triton's GPU targets, whose JIT specializes the same way
     specializes_aot: ClassVar[bool] = False
+    # whether `compile_aot` may run its stages for several kernels at once, in threads (each call
+    # keeps to its own kernel and its own files): Triton's GPU stages release the GIL in their
+    # MLIR passes and ptxas; a plugin's external tools may not tolerate it, so it is opt-in
+    compiles_in_threads: ClassVar[bool] = False
 
     def __init__(self, arch: Optional[str] = None):
         self.arch = arch or self.default_arch()

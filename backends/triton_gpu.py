@@ -16,6 +16,7 @@ from .triton_launch import TritonLauncher
 class TritonGPUBackend(Backend):
     triton_backend: ClassVar[str] = ""  # Triton's name for it: "cuda" | "hip"
     specializes_aot = True
+    compiles_in_threads = True
 
     def triton_target(self):  # pragma: no cover - subclasses
         raise NotImplementedError

@@ -1,0 +1,64 @@
+"""compile_aot runs the backend's stages for several kernels at once where the backend allows it
+(`Backend.compiles_in_threads`: Triton's GPU backends), and the bundle is the one a kernel-by-
+kernel compile makes; a backend that does not opt in compiles on the calling thread."""
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import nn
+
+import uniorch
+import uniorch.backends.driver as driver
+from uniorch.targets import parse_target
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.Softmax(-1)).eval()
+
+
+def _compile(monkeypatch, tmp_path, target: str, threads: bool):
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path / ("threads" if threads else "one")))
+    backend = type(parse_target(target).backend)
+    monkeypatch.setattr(backend, "compiles_in_threads", threads)
+    seen: list = []
+    real = driver.compile_kernel
+
+    def recording(*a, **k):
+        seen.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(driver, "compile_kernel", recording)
+    with torch.no_grad():
+        art = uniorch.compile_aot(_model(), (torch.randn(16, 32),), target=target)
+    monkeypatch.undo()
+    return art, seen
+
+
+def test_gpu_kernels_compile_in_threads_into_the_same_bundle(monkeypatch, tmp_path):
+    one, seen_one = _compile(monkeypatch, tmp_path, "cuda:sm_90", threads=False)
+    many, seen_many = _compile(monkeypatch, tmp_path, "cuda:sm_90", threads=True)
+    assert set(seen_one) == {threading.current_thread().name}
+    assert len(set(seen_many) - {threading.current_thread().name}) >= 2, seen_many
+    assert [k.name for k in one.kernels] == [k.name for k in many.kernels] and len(one.kernels) >= 2
+    for a, b in zip(one.kernels, many.kernels):
+        assert a.asm["ptx"] == b.asm["ptx"] and a.asm["cubin"] == b.asm["cubin"], a.name
+        sa, sb = a.specialized, b.specialized
+        assert (sa is None) == (sb is None) and (sa is None or sa.asm["ptx"] == sb.asm["ptx"]), a.name
+
+
+def test_a_backend_that_does_not_opt_in_compiles_on_the_calling_thread(monkeypatch, tmp_path):
+    assert not type(parse_target("cpu").backend).compiles_in_threads
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
+    seen: list = []
+    real = driver.compile_kernel
+
+    def recording(*a, **k):
+        seen.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(driver, "compile_kernel", recording)
+    with torch.no_grad():
+        art = uniorch.compile_aot(_model(), (torch.randn(16, 32),), target="cpu")
+    assert len(art.kernels) >= 2 and set(seen) == {threading.current_thread().name}
