@@ -63,9 +63,10 @@ def ptx_target(ptx: str) -> str:
     return m.group(1) if m else ""
 
 
-def run_ptxas(ptx: str, arch: str) -> subprocess.CompletedProcess:
+def run_ptxas(ptx: str, arch: str, *flags: str) -> subprocess.CompletedProcess:
     """`ptxas -arch=<arch>` on the PTX text; returncode 0 when ptxas accepts it. `arch` is the
-    target's (sm_90); ptxas gets the PTX's own `.target` when that is its arch-specific form."""
+    target's (sm_90); ptxas gets the PTX's own `.target` when that is its arch-specific form.
+    `flags` go first (`-v`: registers and spills per function, on stdout or stderr)."""
     if ptx_target(ptx) == arch + "a":
         arch += "a"
     ptxas = ptxas_for(ptx)
@@ -75,4 +76,5 @@ def run_ptxas(ptx: str, arch: str) -> subprocess.CompletedProcess:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        return subprocess.run([ptxas, f"-arch={arch}", src, "-o", out], capture_output=True, text=True, timeout=120)
+        return subprocess.run([ptxas, *flags, f"-arch={arch}", src, "-o", out], capture_output=True, text=True,
+                              timeout=120)

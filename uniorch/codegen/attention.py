@@ -309,9 +309,10 @@ class _Flash:
         moved = narrow_qk
         if not narrow_qk and types == ["f32", "f32"] and any(sc is not None for sc in p1.f32_scaled):
             # float32 q and k scaled by constants (SDPA's sqrt(scale) on each): the product on the
-            # scores instead. A k tile multiplied in registers cannot go straight from its
-            # asynchronous copy into the dot: gpt2_block's causal fp32 attention took 1.66 ms on
-            # an H200 against 0.89 ms for the unscaled, non-causal, 4/3 larger attention row
+            # scores instead. A k tile scaled in the key loop is a second copy of the tile in
+            # registers: gpt2_block's causal fp32 attention spilled on sm_90 (Triton 3.6's ptxas:
+            # 1.8 KB a thread) and took 1.66 ms on an H200, against 0.89 ms for the benchmark's
+            # attention row (the scale on its scores, 4/3 the heads, twice the keys per query)
             p1.dot_scaled, moved = p1.f32_scaled, True
             qk_scale = _score_scale(p1)
         qa = e1.operand("a", unscaled=moved)
