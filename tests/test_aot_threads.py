@@ -62,3 +62,30 @@ def test_a_backend_that_does_not_opt_in_compiles_on_the_calling_thread(monkeypat
     with torch.no_grad():
         art = uniorch.compile_aot(_model(), (torch.randn(16, 32),), target="cpu")
     assert len(art.kernels) >= 2 and set(seen) == {threading.current_thread().name}
+
+
+def test_threads_loading_one_kernel_source_all_get_its_function(tmp_path, monkeypatch):
+    """A kernel's generic and specialized compiles load the same source, and compile_aot runs them
+    in threads: a module is in sys.modules before its code has run, so a second thread took it
+    half-made (`module ... has no attribute 'k0_attention'`, seen compiling the benchmark's
+    attention row for sm_90). The module's source sleeps while it is made, which widened that
+    window to every run."""
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from uniorch.codegen.source import KernelSource
+    from uniorch.runtime import loader
+
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
+    tag = uuid.uuid4().hex[:8]
+    ks = KernelSource(name=f"k_{tag}", fn_name=f"k_{tag}", input_ranks=[], output_ranks=[], grid=(1,),
+                      source=f"import time\ntime.sleep(0.2)\n\n\n@jit\ndef k_{tag}(x):\n    pass\n")
+    barrier = threading.Barrier(4, timeout=30)
+
+    def load(_):
+        barrier.wait()
+        return loader.load(ks, interpret=True)
+
+    with ThreadPoolExecutor(4) as pool:
+        fns = list(pool.map(load, range(4)))
+    assert len({id(f) for f in fns}) == 1

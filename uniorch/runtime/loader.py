@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from uniorch.codegen.source import KernelSource
@@ -38,19 +39,26 @@ def load(ks: KernelSource, interpret: bool) -> Any:
             f.write(ks.source)
         os.replace(tmp, path)  # atomic: concurrent compiles never see a half-written file
     mod_name = f"uniorch_kernel_{ks.fn_name}_{digest}_{'i' if interpret else 'c'}"
-    mod = sys.modules.get(mod_name)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        mod = importlib.util.module_from_spec(spec)
-        mod.jit = _interpreted if interpret else _compiled
-        mod.libdevice = _libdevice(interpret)
-        sys.modules[mod_name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            sys.modules.pop(mod_name, None)
-            raise
+    # one thread at a time: a module is in sys.modules before its code has run, so another thread
+    # (compile_aot's stages run in threads) could take it half-made (a kernel's generic and
+    # specialized compiles load the same source: "module ... has no attribute 'k0_attention'")
+    with _LOADING:
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            mod = importlib.util.module_from_spec(spec)
+            mod.jit = _interpreted if interpret else _compiled
+            mod.libdevice = _libdevice(interpret)
+            sys.modules[mod_name] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                sys.modules.pop(mod_name, None)
+                raise
     return getattr(mod, ks.fn_name)
+
+
+_LOADING = threading.Lock()
 
 
 def _holds(path: str, source: str) -> bool:
