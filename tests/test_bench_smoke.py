@@ -151,3 +151,13 @@ def test_host_profile_measures_the_host_path_without_launches(tmp_path):
                               "--calls", "3", "--profile-calls", "2"]) == 0
     row = json.loads((tmp_path / "host_profile.json").read_text())["rows"][0]
     assert row["noop_host_us"] > 0 and row["kernels"] == 1
+
+
+def test_spills_reads_registers_and_spills_off_ptxas():
+    """tools/bench/spills.py: each kernel's registers and spilled bytes by ptxas -v, at CPU sizes
+    here (the GPU sizes take minutes); a LayerNorm row kernel spills nothing."""
+    from uniorch.tools.bench.spills import kernel_rows
+
+    rows = kernel_rows("layernorm", "fp32", sizes="cpu")
+    assert len(rows) == 1 and rows[0]["error"] is None, rows
+    assert 0 < rows[0]["registers"] <= 255 and rows[0]["spilled"] == 0, rows
