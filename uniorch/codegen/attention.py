@@ -69,7 +69,8 @@ def _analyze(kernel) -> AttnPlan:
             err = e
             continue
         p1.func, p1.name, p1.args, p1.results = func, name, args, [scores]
-        p1.layouts = epilogue_layouts(p1, _chain_ops(ops, c1s[0], scores))
+        score_ops = _chain_ops(ops, c1s[0], scores)
+        p1.layouts = epilogue_layouts(p1, score_ops)
         p2.func, p2.name, p2.args, p2.results = func, name, args, list(ret.operands)
         p2.layouts = epilogue_layouts(p2, ops)
         for r in p2.results:
@@ -80,7 +81,10 @@ def _analyze(kernel) -> AttnPlan:
             if got != want:
                 raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
         lead = lead_of(ops, p1) if chain else None
-        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead)
+        loads = any(isinstance(v.owner, ir.Block) and isinstance(v.type, ir.RankedTensorType)
+                    and v not in (p1.x, p1.y) and any(d != 1 for d in ir.RankedTensorType(v.type).shape)
+                    for o in score_ops if _as_op(o) != _as_op(c1s[0]) for v in o.operands)
+        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead, loads)
     raise err or CodegenError(func, "no probabilities input for P·v")
 
 
@@ -145,6 +149,11 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
             # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
             # attention took 23.5 ms; 32x32 spills 0.5 KB
             bm, bn = min(bm, 32), min(bn, 32)
+        elif plan.score_loads and not plan.chain and bm >= 128 and exact_fp32(p1.func, p1.dot_types):
+            # a mask or bias added to FMA scores (BERT's padding mask): at 128x64 and 8 warps
+            # Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers; 166 without
+            # the mask); 128x32 at 4 warps takes 192 and spills nothing
+            bn, warps = min(bn, 32), max(1, 4 * 32 // warp)
     out = {"block_m": bm, "block_n": bn, "block_d": bd, "block_v": bv, "num_warps": warps,
            "num_stages": stages, "grid": [dims.grid_entry(dims.cdiv(p1.M, bm)), dims.grid_entry(p1.B), 1]}
     if plan.lead is not None and not plan.lead.depthwise:  # the lead product's K tile (chain_lead.py): beside x's tile and W0's

@@ -32,6 +32,7 @@ class AttnPlan:
     chain: bool = False  # passes/fuse_chain.py: no softmax, P is S (a hidden activation)
     up: "_Plan | None" = None  # a gated chain's up product (passes/fuse_chain.py `uniorch.chain_up`)
     lead: object = None  # a chain's lead product (chain_lead.py `Lead`), or None
+    score_loads: bool = False  # the score epilogue reads a tensor from memory (a mask, a bias)
 
 
 def _plan(gen, func=None, name="", args=(), results=()) -> _Plan:
