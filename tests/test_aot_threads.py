@@ -18,10 +18,8 @@ def _model():
     return nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.Softmax(-1)).eval()
 
 
-def _compile(monkeypatch, tmp_path, target: str, threads: bool):
-    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path / ("threads" if threads else "one")))
-    backend = type(parse_target(target).backend)
-    monkeypatch.setattr(backend, "compiles_in_threads", threads)
+def _threads_compiling(monkeypatch) -> list:
+    """The names of the threads that run driver.compile_kernel from now on, one per call."""
     seen: list = []
     real = driver.compile_kernel
 
@@ -30,6 +28,13 @@ def _compile(monkeypatch, tmp_path, target: str, threads: bool):
         return real(*a, **k)
 
     monkeypatch.setattr(driver, "compile_kernel", recording)
+    return seen
+
+
+def _compile(monkeypatch, tmp_path, target: str, threads: bool):
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path / ("threads" if threads else "one")))
+    monkeypatch.setattr(type(parse_target(target).backend), "compiles_in_threads", threads)
+    seen = _threads_compiling(monkeypatch)
     with torch.no_grad():
         art = uniorch.compile_aot(_model(), (torch.randn(16, 32),), target=target)
     monkeypatch.undo()
@@ -51,14 +56,7 @@ def test_gpu_kernels_compile_in_threads_into_the_same_bundle(monkeypatch, tmp_pa
 def test_a_backend_that_does_not_opt_in_compiles_on_the_calling_thread(monkeypatch, tmp_path):
     assert not type(parse_target("cpu").backend).compiles_in_threads
     monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
-    seen: list = []
-    real = driver.compile_kernel
-
-    def recording(*a, **k):
-        seen.append(threading.current_thread().name)
-        return real(*a, **k)
-
-    monkeypatch.setattr(driver, "compile_kernel", recording)
+    seen = _threads_compiling(monkeypatch)
     with torch.no_grad():
         art = uniorch.compile_aot(_model(), (torch.randn(16, 32),), target="cpu")
     assert len(art.kernels) >= 2 and set(seen) == {threading.current_thread().name}
