@@ -505,8 +505,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
-    for o in pytree.tree_leaves(outs):
-        val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+    for val in outs_meta:
         if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):  # data-dependent sizes: unknown
             minimum += val.numel() * val.element_size()
     moved = sum(k.bytes_read + k.bytes_written for k in kernels)

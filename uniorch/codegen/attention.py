@@ -81,8 +81,9 @@ def _analyze(kernel) -> AttnPlan:
             if got != want:
                 raise CodegenError(func, "an attention kernel's result does not cover P·v's output once")
         lead = lead_of(ops, p1) if chain else None
+        # a kernel argument (not q or k: those only q·kᵀ reads) read by the score epilogue
         loads = any(isinstance(v.owner, ir.Block) and isinstance(v.type, ir.RankedTensorType)
-                    and v not in (p1.x, p1.y) and any(d != 1 for d in ir.RankedTensorType(v.type).shape)
+                    and any(d != 1 for d in ir.RankedTensorType(v.type).shape)
                     for o in score_ops if _as_op(o) != _as_op(c1s[0]) for v in o.operands)
         return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead, loads)
     raise err or CodegenError(func, "no probabilities input for P·v")

@@ -30,20 +30,17 @@ from torch_mlir import ir
 def program_writes(program, pairs: list[tuple[int, int]]) -> dict[int, str]:
     """Takes up in-place writes for the state updates `pairs` ((program output, program input))
     where the program allows them: {output: ""} for each taken, {output: why not} otherwise."""
-    from .partition import _Region
-
     gm = program.module
     nodes = list(gm.graph.nodes)
     places = [n for n in nodes if n.op == "placeholder"]
     out = next(n for n in nodes if n.op == "output").args[0]
     out = list(out) if isinstance(out, (tuple, list)) else [out]
-    result: dict[int, str] = {}
-    for o, i in pairs:
-        result[o] = _take(gm, places, out, o, i, _Region)
-    return result
+    return {o: _take(gm, places, out, o, i) for o, i in pairs}
 
 
-def _take(gm: fx.GraphModule, places: list, out: list, o: int, i: int, region_type) -> str:
+def _take(gm: fx.GraphModule, places: list, out: list, o: int, i: int) -> str:
+    from .partition import _Region
+
     if o >= len(out) or i >= len(places):
         return "not an output of the program"
     value, inp = out[o], places[i]
@@ -51,7 +48,7 @@ def _take(gm: fx.GraphModule, places: list, out: list, o: int, i: int, region_ty
         return "not computed by a compiled region"
     call = value.args[0]
     region = getattr(gm, call.target, None) if call.op == "call_module" else None
-    if not isinstance(region, region_type):
+    if not isinstance(region, _Region):
         return "not computed by a compiled region"
     if list(inp.users) != [call] or list(call.args).count(inp) != 1 or out.count(value) != 1 \
             or len(value.users) != 1:
