@@ -140,17 +140,26 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         bm, bn, warps, stages = min(64, max(16, _pow2(M))), min(64, max(16, _pow2(N1))), 4, 1
     else:
         big = max(bd, bv) > 64
-        bm = 64 if big else 128 if M >= 128 else max(16, _pow2(M))
+        # tiles for the dots the kernel will run: SDPA's math widens 16-bit q, k and v to float32,
+        # and build() narrows them back, so the plan's own types would say FMA where tensor cores
+        # run (Llama's bf16 attention at head dim 128 took FMA's 32x32 tiles: 0.36 ms on an H200
+        # against cuDNN's 0.05)
+        fp32_qk = exact_fp32(p1.func, tuple(_qk_types(p1, p2)))
+        # tensor-core dots up to head dim 128 take FlashAttention-2's 128-query tiles: on sm_90
+        # Llama's bf16 attention (head dim 128, k rotated in its load: four tiles per key step)
+        # takes 206 registers there at 128x64 and 8 warps, no spill (Triton 3.6's ptxas)
+        wide = not fp32_qk and max(bd, bv) <= 128 and plan.up is None and plan.lead is None
+        bm = 128 if M >= 128 and (wide or not big) else 64 if big else max(16, _pow2(M))
         bn = 32 if max(bd, bv) > (64 if plan.up is not None else 128) else 64  # two B tiles per step
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
-        if big and exact_fp32(p1.func, p1.dot_types):
+        if big and fp32_qk:
             # FMA dots hold a thread's share of the whole head dim: at 64x64 tiles over 128 dims,
             # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
             # attention took 23.5 ms; 32x32 spills 0.5 KB
             bm, bn = min(bm, 32), min(bn, 32)
-        elif plan.score_loads and not plan.chain and bm >= 128 and exact_fp32(p1.func, p1.dot_types):
+        elif plan.score_loads and not plan.chain and bm >= 128 and fp32_qk:
             # a mask or bias added to FMA scores (BERT's padding mask): at 128x64 and 8 warps
             # Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers; 166 without
             # the mask); 128x32 at 4 warps takes 192 and spills nothing
@@ -305,14 +314,7 @@ class _Flash:
         if self.e0 is not None:
             self.lead(acc_ty)
         # scores: q (hoisted), k per tile, the dot, the score epilogue
-        types = [_narrow_of(p1, i) for i in (0, 1)]
-        narrow = [t for t in types if t in ("f16", "bf16")]
-        if len(narrow) == 1 and "f32" in types and p1.dot_scaled[types.index("f32")] is None \
-                and all(_elem(r) == narrow[0] for r in p2.results):
-            # a float32 factor (Llama's q, rotated and scaled by a kernel of its own) beside a 16-bit
-            # one, into a 16-bit output: rounded to 16 bits for the tensor cores, as eager's fused
-            # kernels take q; the rounding (2**-9 relative) is the output's own
-            types = [narrow[0]] * 2
+        types = _qk_types(p1, p2)
         narrow_qk = types[0] == types[1] and types[0] in ("f16", "bf16") \
             and not (self.widen_bf16 and types[0] == "bf16")  # the interpreter multiplies bf16 in float32
         qk_scale = _score_scale(p1) if narrow_qk else None
@@ -586,6 +588,21 @@ def _k_defs(part: _Part, offs: str, tag: str, extent) -> list[str]:
     if "mask_kb" in part.need:
         lines.append(f"mask_{tag}b = {offs}[:, None] < {extent}")
     return lines
+
+
+def _qk_types(p1, p2) -> list[str]:
+    """The element types q and k go to q·kᵀ's dot in, as the kernel is built: 16-bit factors that
+    were widened or scaled by constants narrowed back. The schedule picks tiles by them (a bf16
+    dot on tensor cores, an exact float32 one on FMA units)."""
+    types = [_narrow_of(p1, i) for i in (0, 1)]
+    narrow = [t for t in types if t in ("f16", "bf16")]
+    if len(narrow) == 1 and "f32" in types and p1.dot_scaled[types.index("f32")] is None \
+            and all(_elem(r) == narrow[0] for r in p2.results):
+        # a float32 factor (Llama's q, rotated and scaled by a kernel of its own) beside a 16-bit
+        # one, into a 16-bit output: rounded to 16 bits for the tensor cores, as eager's fused
+        # kernels take q; the rounding (2**-9 relative) is the output's own
+        types = [narrow[0]] * 2
+    return types
 
 
 def _narrow_of(p, i: int) -> str:
