@@ -48,6 +48,37 @@ def test_every_kernel_is_warmed_once_and_none_launched():
     torch.testing.assert_close(cm(x), ref)
 
 
+def test_relayout_copies_are_compiled_ahead_not_run(monkeypatch):
+    """A kernel whose input the plan lays out anew (KernelSource.relayout) gets the copy's compile
+    queued with the kernels' (runtime/relayout.py `relaid(..., warmup=True)`); a real call runs it."""
+    import uniorch.runtime.plan as plan_mod
+
+    model = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 300), nn.GELU(), nn.Linear(300, 32), nn.Softmax(-1))
+    model.eval().requires_grad_(False)
+    x = torch.randn(8, 32)
+    cm = uniorch.compile(model, target="interpret")
+    cm(x)
+    program = next(iter(cm._cache.values())).program
+    (region,) = program.regions
+    (wrapper,) = [m for m in program.module.children() if getattr(m, "compiled", None) is region]
+    inputs = [torch.randn(tuple(n.meta["val"].shape)) for n in wrapper.eager.graph.nodes if n.op == "placeholder"]
+    plan, log = region.plan, []
+    for name, k in plan.kernels.items():
+        k.fn = _Recorder(k.fn, log, name)
+    _compile_ahead(plan, inputs, workers=2)
+    name, i = next((n, i) for n, ins, _ in log for i, s in enumerate(ins) if len(s) == 2 and min(s) > 1)
+    plan.kernels[name].source.relayout = [(i, [1, 0])]
+    calls = []
+
+    def recording(t, order, warmup=False):
+        calls.append(warmup)
+        return t.permute(order).contiguous().permute([order.index(d) for d in range(len(order))])
+
+    monkeypatch.setattr(plan_mod, "relaid", recording)
+    _compile_ahead(plan, inputs, workers=2)
+    assert calls == [True]
+
+
 def test_tritons_async_compile_is_there():
     from triton.runtime._async_compile import AsyncCompileMode  # noqa: F401 - 3.6 and newer
 

@@ -388,6 +388,7 @@ def _compile_ahead(plan: LaunchPlan, inputs: list, workers: Optional[int] = None
         if hasattr(kernel.fn, "warmup"):
             kernel.fn.warmup(ins, outs, sizes)
 
+    launch.compiles_only = True  # the plan's relayout copies compile too (runtime/relayout.py)
     try:
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool, \
                 AsyncCompileMode(_WithLaunchers(pool), ignore_errors=True), _launching(plan, launch), torch.no_grad():

@@ -20,6 +20,8 @@ from uniorch.codegen import CodegenError, KernelSource
 from uniorch.errors import UniorchError
 from uniorch.ir import dims
 
+from .relayout import relaid
+
 _DTYPES = {
     "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
     "i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
@@ -372,7 +374,8 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
         for i, order in source.relayout:  # a factor the kernel reads faster with another dim innermost
             t = inputs[i]
             if t.stride(order[-1]) != 1 and t.numel() > 1:
-                inputs[i] = t.permute(order).contiguous().permute([order.index(d) for d in range(len(order))])
+                # on a GPU a tiled transpose; while the plan only compiles ahead, only its compile
+                inputs[i] = relaid(t, order, getattr(ctx.launch, "compiles_only", False))
         if into:
             results = [_into(slots[into[j]], alloc, ctx) if j in into else alloc(ctx) for j, alloc in enumerate(allocs)]
         else:
