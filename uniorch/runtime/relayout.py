@@ -38,7 +38,12 @@ def relaid(t: torch.Tensor, order: list[int], warmup: bool = False) -> torch.Ten
     if launch is None:
         return src.contiguous().permute(inverse)
     out = torch.empty(src.shape, dtype=t.dtype, device=t.device)
-    (launch.warmup if warmup else launch)([src], [out])
+    try:
+        (launch.warmup if warmup else launch)([src], [out])
+    except Exception:  # noqa: BLE001 - no compiler where a bundle runs, say: PyTorch's copy, from then on
+        with _LOCK:
+            _LAUNCHERS[_key(src)] = None
+        return src.contiguous().permute(inverse)
     return out.permute(inverse)
 
 
@@ -48,18 +53,24 @@ def _launcher(src: torch.Tensor) -> Optional[object]:
     n = src.dim()
     if n < 2 or src.numel() < 2 or src.stride(-1) == 1:
         return None
-    # the source's contiguous dim becomes the tile's rows; the destination's innermost, its columns
-    j = min(range(n - 1), key=lambda d: (src.stride(d) if src.shape[d] > 1 else float("inf"), d))
-    if src.stride(j) != 1:
+    key = _key(src)
+    if key is None:
         return None
-    key = (n, j, src.dtype, src.device)
     with _LOCK:
         if key not in _LAUNCHERS:
-            _LAUNCHERS[key] = _make(n, j, src.dtype)
+            _LAUNCHERS[key] = _make(*key)
         return _LAUNCHERS[key]
 
 
-def _make(n: int, j: int, dtype: torch.dtype):
+def _key(src: torch.Tensor) -> Optional[tuple]:
+    """(rank, the source's contiguous dim, dtype, device), or None when no dim but the last has stride 1.
+    That dim becomes the tile's rows, the destination's innermost its columns."""
+    n = src.dim()
+    j = min(range(n - 1), key=lambda d: (src.stride(d) if src.shape[d] > 1 else float("inf"), d))
+    return (n, j, src.dtype, src.device) if src.stride(j) == 1 else None
+
+
+def _make(n: int, j: int, dtype: torch.dtype, device=None):
     try:
         from uniorch.backends.triton_launch import TritonLauncher
 
