@@ -16,6 +16,12 @@ The merged group's anchor is group C's contraction: `uniorch.kind = "attention"`
 `{parallel = [batch..., queries, head dim of v], reduction = [keys, head dim]}`, and
 `uniorch.attention = {scores = <result number on the op that defines S>, safe}`; the op defining
 `S` carries `uniorch.attention_scores`. Anything else is left as it was.
+
+Group B may also return the log-sum-exp of `S` over the keys (SDPA's forward in training returns
+it for the backward: capture/fused_attention.py computes both from one `S`). It is matched as
+such (codegen/softmax_match.py `match_logsumexp`), joins the group, and its op carries
+`uniorch.attention_lse`: the kernel stores `m + log(l)` from its online softmax, and no T x T
+tensor is written for it.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from .ir_utils import main_func
 from .ir_utils import producer as _producer
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
+LSE = "uniorch.attention_lse"  # on the op whose result (this number) is the scores' log-sum-exp
 _UNIT_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
@@ -97,17 +104,46 @@ def _try_merge(block, c2) -> bool:
         b_ops += _merges(members[g_a], b_ops)
         if not _only_used_by(members[g_a], None, b_ops):
             continue
-        if not _only_used_by(b_ops, [probs], [c2]):
+        lse = _lse_outputs(b_ops, probs, c2, sm, in_b)
+        if lse is None:
             continue
-        if any(pat.is_generic(o) and not any(o == m for m in sm.ops) for o in members[g_b]):
-            continue  # group B computes more than the scores' epilogue and the softmax
+        known = sm.ops + [o for m in lse for o in m.ops]
+        if any(pat.is_generic(o) and not any(o == m for m in known) for o in members[g_b]):
+            continue  # group B computes more than the scores' epilogue, the softmax and its log-sum-exp
         c1s = [c1]
         why = check_pair(c1s[0], sm.source, probs, c2)
         if why:
             continue
         _annotate(block, members[g_a] + b_ops + members[g_c], g_c, c1s[0], c2, s_op, sm)
+        for m in lse:
+            i64 = ir.IntegerType.get_signless(64)
+            pat.op_of(m.value.owner).attributes[LSE] = ir.IntegerAttr.get(i64, ir.OpResult(m.value).result_number)
         return True
     return False
+
+
+def _lse_outputs(b_ops, probs, c2, sm, in_b):
+    """The log-sum-exps of the scores that group B also returns (a training forward saves it for
+    SDPA's backward), each matched (codegen/softmax_match.py `match_logsumexp`), when every other
+    result of B is read inside it or is P, read by P·v only; None otherwise."""
+    from uniorch.codegen.softmax_match import _nonunit, _shape, match_logsumexp
+
+    inside = [pat.op_of(o) for o in b_ops]
+    c2 = pat.op_of(c2)
+    found = []
+    for o in b_ops:
+        for r in o.results:
+            outside = [top_level(u) for u in _users(r) if not any(top_level(u) == i for i in inside)]
+            if not outside:
+                continue
+            if r == probs and all(u == c2 for u in outside):
+                continue
+            m = match_logsumexp(r, in_b, _nonunit(_shape(sm.source)))
+            if m is None or m.source != sm.source or str(ir.ShapedType(r.type).element_type) != "f32":
+                return None  # the kernel's running max and sum are float32: a float64 one stays apart
+            m.value = r
+            found.append(m)
+    return found
 
 
 def _scores_contraction(scores, in_b):

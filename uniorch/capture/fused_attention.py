@@ -12,8 +12,10 @@ AOTAutograd records `_scaled_dot_product_flash_attention_for_cpu` in the forward
 op in the backward graph; torch-mlir lowers neither. PyTorch's decomposition of the forward returns
 the attention probabilities where the op returns the rows' log-sum-exp (its second output, unused
 at inference), and it has none of the backward: a backward reading that output was silently wrong.
-Here the forward's log-sum-exp is logsumexp(S), and from it and the output the gradients are (FlashAttention's backward,
-without tiling): P = exp(S - lse) with S = scale QKᵀ (+ mask), dV = PᵀdO, dS = P (dO Vᵀ - rowsum(dO∘O)),
+Here the output and the forward's log-sum-exp come from one S (ATen's math, written out), so the
+flash kernel returns both (passes/fuse_attention.py); a row of only -inf scores gets 0, as the CPU
+kernel returns. From it and the output the gradients are (FlashAttention's backward, without
+tiling): P = exp(S - lse) with S = scale QKᵀ (+ mask), dV = PᵀdO, dS = P (dO Vᵀ - rowsum(dO∘O)),
 dQ = scale dS K, dK = scale dSᵀ Q. Key/value heads fewer than the query's (grouped-query) sum their
 groups' gradients. Dropout is not recomputable here: with p > 0 the op stays in PyTorch.
 """
@@ -81,25 +83,44 @@ def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, 
 
 
 def _math(query, key, value, is_causal, attn_mask, scale):
-    """(output, log-sum-exp over keys in float32), both (batch, heads, queries[, ...]): PyTorch's
-    decomposition of its CPU kernel for the output, the log-sum-exp from the scores here."""
-    from torch._decomp import decomposition_table
-
+    """(output, log-sum-exp over keys in float32), both (batch, heads, queries[, ...]), from one
+    tensor of scores: ATen's `_scaled_dot_product_attention_math` (what PyTorch's decomposition of
+    its CPU kernel calls, written out here), whose scores also give the log-sum-exp. One scores
+    tensor with both readers is what lets uniorch-fuse-attention return the log-sum-exp from the
+    flash kernel's own running max and sum (a training forward saves it for the backward); as two
+    computations it was a second q·kᵀ and a T x T tensor written and read."""
     mask, causal = attn_mask, is_causal
+    lq, lk = query.shape[-2], key.shape[-2]
     if attn_mask is not None and is_causal:  # the kernels take both; the math one or the other
-        lq, lk = query.shape[-2], key.shape[-2]
         keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(lk - lq)
         mask = (attn_mask & keep) if attn_mask.dtype == torch.bool else \
             attn_mask.masked_fill(~keep, float("-inf"))
         causal = False
-    out = decomposition_table[aten._scaled_dot_product_flash_attention_for_cpu.default](
-        query, key, value, 0.0, causal, attn_mask=mask, scale=scale)[0]
-    scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    acc = _acc(query.dtype)
+    q, k, v = (t.to(acc) for t in (query, key, value))  # 16-bit inputs kept in float32, as ATen's
+    # q and k each scaled by sqrt(scale) before the product, for stability (ATen's order)
+    negative = scale is not None and scale < 0
+    factor = math.sqrt(abs(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    q = q * (-factor if negative else factor)
+    if causal:
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril()
+    if mask is not None and mask.dtype == torch.bool:
+        # where(mask, 0, -inf), without a logical_not: the causal bound (codegen/causal_bound.py)
+        # reads the mask's comparison as the kernel's score lines write it
+        mask = torch.full_like(mask, float("-inf"), dtype=q.dtype).masked_fill(mask, 0.0)
     hq, hk = query.shape[-3], key.shape[-3]
-    if hq != hk:
-        key = key.repeat_interleave(hq // hk, dim=-3)
-    s = _scores(query, key, is_causal, attn_mask, scale, _acc(query.dtype))
-    return out, torch.logsumexp(s, -1).to(torch.float32 if query.dtype != torch.float64 else query.dtype)
+    if hq != hk:  # grouped-query: each key/value head serves hq // hk query heads
+        k = k.repeat_interleave(hq // hk, dim=-3)
+        v = v.repeat_interleave(hq // hk, dim=-3)
+    s = q @ (k.transpose(-2, -1) * factor)
+    if mask is not None:
+        s = s + mask
+    out = (aten._safe_softmax.default(s, -1) @ v).to(query.dtype)
+    # a query that sees no key: 0, as PyTorch's CPU kernel returns (a backward's exp(s - lse) is
+    # then 0 there, where logsumexp's -inf would make it NaN)
+    lse = torch.logsumexp(s, -1)
+    lse = lse.masked_fill(lse == float("-inf"), 0.0)
+    return out, lse.to(torch.float32 if query.dtype != torch.float64 else query.dtype)
 
 
 def _like(out, ref):

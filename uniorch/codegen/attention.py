@@ -30,7 +30,7 @@ from .attention_plan import AttnPlan, _plan, analyze_pair
 from .causal_bound import causal_offset
 from .chain_lead import DEPTHWISE_RENAME, LEAD, depthwise_lines, depthwise_product, lead_of
 from .contraction_emit import _Emitter, _Val
-from .contraction_ir import _TL, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
+from .contraction_ir import _TL, Lin, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
 from .fma_relayout import fma_relayout
@@ -38,6 +38,7 @@ from .patterns import dot_precision, exact_fp32, recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
+LSE = "uniorch.attention_lse"  # passes/fuse_attention.py: this result of the op is the scores' log-sum-exp
 HIDDEN, CHAIN, UP = "uniorch.chain_hidden", "uniorch.chain", "uniorch.chain_up"  # passes/fuse_chain.py
 
 
@@ -73,7 +74,11 @@ def _analyze(kernel) -> AttnPlan:
         p1.layouts = epilogue_layouts(p1, score_ops)
         p2.func, p2.name, p2.args, p2.results = func, name, args, list(ret.operands)
         p2.layouts = epilogue_layouts(p2, ops)
+        lse = _lse_results(ops, list(ret.operands), scores, p1)
+        p2.apart = [r for r, _ in lse]
         for r in p2.results:
+            if any(r == a for a in p2.apart):
+                continue
             if not _known(p2.layouts, r):
                 raise CodegenError(func, "an attention kernel's result is not computed from P·v")
             want = sorted(d for d, c in p2.cls.items() if c in "bmn")
@@ -85,8 +90,46 @@ def _analyze(kernel) -> AttnPlan:
         loads = any(isinstance(v.owner, ir.Block) and isinstance(v.type, ir.RankedTensorType)
                     and any(d != 1 for d in ir.RankedTensorType(v.type).shape)
                     for o in score_ops if _as_op(o) != _as_op(c1s[0]) for v in o.operands)
-        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead, loads)
+        return AttnPlan(p1, p2, scores, pv, safe, chain, _up_plan(ops, p1), lead, loads, lse)
     raise err or CodegenError(func, "no probabilities input for P·v")
+
+
+def _lse_results(ops, results: list, scores, p1) -> list:
+    """[(kernel result, its layout)] for the results that are the scores' log-sum-exp over the keys
+    (passes/fuse_attention.py `uniorch.attention_lse`), or a unit-dim view of it: laid out as the
+    scores' rows, each dim a Lin over q·kᵀ's loops."""
+    values = [o.results[ir.IntegerAttr(o.attributes[LSE]).value] for o in ops if LSE in o.attributes]
+    if not values:
+        return []
+    s_shape, s_lay = _shape(scores), _get(p1.layouts, scores)
+    rows = [(lin, n) for lin, n in zip(s_lay, s_shape) if n != 1]
+    keys = rows[-1][0].dims() if rows else set()
+    if len(keys) != 1 or p1.cls.get(next(iter(keys))) != "n":
+        raise CodegenError(_as_op(values[0].owner), "the log-sum-exp is not over the scores' keys")
+    rows = rows[:-1]
+    out = []
+    for r in results:
+        v = r
+        while not any(v == x for x in values) and not isinstance(v.owner, ir.Block) \
+                and _as_op(v.owner).name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            v = _as_op(v.owner).operands[0]
+        if not any(v == x for x in values):
+            continue
+        if _elem(r) != "f32":
+            raise CodegenError(_as_op(r.owner), f"a log-sum-exp stored as {_elem(r)} (the kernel's is float32)")
+        lay, it = [], iter(rows)
+        for n in _shape(r):
+            if n == 1:
+                lay.append(Lin.cst(0))
+                continue
+            lin, m = next(it, (None, None))
+            if lin is None or m != n:
+                raise CodegenError(_as_op(r.owner), "a log-sum-exp not laid out as the scores' rows")
+            lay.append(lin)
+        if next(it, None) is not None:
+            raise CodegenError(_as_op(r.owner), "a log-sum-exp not laid out as the scores' rows")
+        out.append((r, tuple(lay)))
+    return out
 
 
 def _up_plan(ops, p1):
@@ -430,6 +473,22 @@ class _Flash:
         lines += ["    " + ln for ln in inner]
         return lines + e0.text(self.lead_post)
 
+    def lse_stores(self, results: list) -> list[str]:
+        """The scores' log-sum-exp per query row from the online softmax: m + log(l), 0 for a row of
+        only -inf scores (the form matched: PyTorch's CPU kernel's value, which keeps a backward's
+        exp(s - lse) at 0), stored as its rows are laid out."""
+        if not self.plan.lse:
+            return []
+        lines = ["# the scores' log-sum-exp over the keys, from the running max and sum",
+                 "lse = tl.where(l_i == 0.0, 0.0, m_i + tl.log(l_i))"]
+        mask = f"offs_m[:, None] < {dims.code(self.plan.p1.M)}"
+        for res, lay in self.plan.lse:
+            r = next(i for i, x in enumerate(results) if x == res)
+            terms = [f"{self.e1.lin_text(lin, 'e')} * out{r}_s{j}" for j, lin in enumerate(lay) if not lin.is_const()]
+            lines.append(f"# result {r} (f32 {_shape(res)}): the log-sum-exp")
+            lines.append(f"tl.store(out{r}_ptr{''.join(' + ' + t for t in terms)}, lse[:, None], mask={mask})")
+        return lines
+
     def _causal_stop(self, body: list, loop: list, score_lines: list) -> str | None:
         """The key loop's end for a causal mask (codegen/causal_bound.py), or None. Not on the
         interpreter, whose loops need Python integers for their bounds (Triton 3.6's)."""
@@ -555,6 +614,7 @@ class _Flash:
             body.append("acc = out / l_i[:, None]")
         body += e2.text(self.out)
         body += e2.text(stores)
+        body += self.lse_stores(p2.results)
         src = ["import triton.language as tl", "", "", "@jit", "def _max_f(a, b):",
                "    return tl.maximum(a, b)",
                "", "", "@jit", f"def {fn}(", "    " + ", ".join(params) + ",", "):"]

@@ -11,7 +11,7 @@ in registers, hence MAX_HEAD_DIM.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
@@ -33,6 +33,7 @@ class AttnPlan:
     up: "_Plan | None" = None  # a gated chain's up product (passes/fuse_chain.py `uniorch.chain_up`)
     lead: object = None  # a chain's lead product (chain_lead.py `Lead`), or None
     score_loads: bool = False  # the score epilogue reads a tensor from memory (a mask, a bias)
+    lse: list = field(default_factory=list)  # [(kernel result, layout)]: the scores' log-sum-exp (attention.py)
 
 
 def _plan(gen, func=None, name="", args=(), results=()) -> _Plan:

@@ -623,8 +623,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
         stores = []
         stats = {r for op in p.tile_stats for r in op.results}
         for r, res in enumerate(p.results):
-            if any(res == s for s in stats):
-                continue  # stored per chunk by tile_stat_stores
+            if any(res == s for s in stats) or any(res == a for a in p.apart):
+                continue  # stored per chunk by tile_stat_stores, or by the kernel's own code
             lay = _get(p.layouts, res)
             val = self.value(res, lay, "e")
             ty = _elem(res)

@@ -44,6 +44,7 @@ class _Plan:
     shared: str = "a"              # the tile side ("a" or "b") that the siblings' shared first factor is on
     channels_last: int | None = None  # a convolution's channel dim, enumerated innermost in K (conv_layout.py)
     tile_stats: list = field(default_factory=list)  # per-chunk partial sums of the epilogue (contraction_stats.py)
+    apart: list = field(default_factory=list)  # results the kernel stores by its own code (attention's log-sum-exp)
     tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
     tile_stat_layouts: list = field(default_factory=list)  # per tile statistic: contraction_stats._stat_layout
     windowed: bool = False         # a factor tile computed tap by tap (contraction_window.py)

@@ -205,16 +205,24 @@ class _Matcher:
         args = list(body.arguments)
         env: list = []
         if reductions:
-            if len(reductions) != 1 or len(ins) != 1 or len(outs) != 1 or self.kind_of(out_v) != "row":
+            if len(reductions) != 1 or len(outs) != 1 or self.kind_of(out_v) != "row":
                 raise _NoMatch
-            in_loops = loops(ins[0], maps[0])
-            if in_loops != out_loops + reductions or self.kind_of(ins[0]) != "full":
-                raise _NoMatch
-            src = self.tensor(ins[0])
-            if src[0] != "full":
+            # one full-shaped input reduced; others row values read along (a log-sum-exp's sum of
+            # exp(x - max), its max broadcast over the row)
+            for n, v in enumerate(ins):
+                if not isinstance(v.type, ir.ShapedType):
+                    raise _NoMatch
+                k = self.kind_of(v)
+                if loops(v, maps[n]) != (out_loops + reductions if k == "full" else out_loops):
+                    raise _NoMatch
+                t = self.tensor(v)
+                if t[0] != k:
+                    raise _NoMatch
+                env.append((args[n], t[1]))
+            if [self.kind_of(v) for v in ins].count("full") != 1:
                 raise _NoMatch
             init = self.fill_value(out_v)
-            env = [(args[0], src[1]), (args[1], ("acc",))]
+            env.append((args[len(ins)], ("acc",)))
             e = self.body(body, yop.operands[0], env)
             comb = e[0] if len(e) == 3 else None
             if comb is None or not ((e[1] == ("acc",)) ^ (e[2] == ("acc",))):
@@ -286,6 +294,62 @@ class _Matcher:
         if op.name in ("arith.cmpf",):
             return (op.name, int(ir.IntegerAttr(op.attributes["predicate"]).value)) + args
         return (op.name,) + args
+
+
+@dataclass
+class LogSumExp:
+    source: ir.Value        # the tensor the log-sum-exp is taken of, over its last dim
+    ops: list               # the top-level ops computing it
+    value: object = None    # the log-sum-exp itself (set by its caller)
+
+
+def match_logsumexp(lse: ir.Value, allowed, full: list) -> LogSumExp | None:
+    """The log-sum-exp over the last dim that `lse` (a row-shaped value: the keepdim unit dim or
+    none) is, computed by ops in `allowed` from one full-shaped tensor of non-unit shape `full`:
+    `log(sum(exp(x - m))) + m` with m = max(x), or torch.logsumexp's m = where(|max(x)| == inf, 0,
+    max(x)); 0 where that is -inf (a row of only -inf: capture/fused_attention.py's form, which the
+    flash kernel stores)."""
+    try:
+        m = _Matcher(allowed)
+        m.full = list(full)
+        kind, expr = m.tensor(lse)
+        if kind != "row" or len(m.sources) != 1:
+            return None
+        x = ("S",)
+        while expr[0] == "arith.extf":  # the row's own storage type
+            expr = expr[1]
+        if not (expr[0] == "arith.select" and len(expr) == 4 and expr[2] == ("const", 0.0)
+                and expr[1] == ("arith.cmpf", _OEQ, expr[3], ("const", float("-inf")))):
+            return None
+        expr = expr[3]
+        if not _is_logsumexp(expr, x) and not _is_logsumexp(expr, ("arith.extf", x)):
+            return None
+        return LogSumExp(m.sources[0][1], m.ops)
+    except (_NoMatch, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _is_logsumexp(e, x) -> bool:
+    if e[0] != "arith.addf" or len(e) != 3:
+        return False
+    for log, shift in ((e[1], e[2]), (e[2], e[1])):
+        if not _is_row_max(shift, x) or log[0] != "math.log":
+            continue
+        total = log[1]
+        if total[0] == "reduce" and total[1] == "arith.addf" and total[2] == ("math.exp", ("arith.subf", x, shift)):
+            return True
+    return False
+
+
+def _is_row_max(e, x) -> bool:
+    """e == max(x), or where(|max(x)| == inf, 0, max(x))."""
+    if e[0] == "reduce" and e[1] in _MAX and e[2] == x:
+        return True
+    if e[0] != "arith.select" or len(e) != 4 or e[2] != ("const", 0.0) or not _is_row_max(e[3], x):
+        return False
+    cond = e[1]
+    return (cond[0] == "arith.cmpf" and cond[1] == _OEQ and cond[2] == ("math.absf", e[3])
+            and cond[3] == ("const", float("inf")))
 
 
 def _const(v):

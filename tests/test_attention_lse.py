@@ -1,0 +1,83 @@
+"""The log-sum-exp a training forward saves for SDPA's backward, from the flash kernel itself
+(capture/fused_attention.py computes it from the same scores as the softmax; passes/fuse_attention.py
+matches it; codegen/attention.py stores m + log(l)). Before, it was a second q·kᵀ kernel writing the
+T x T scores and a reduction reading them back: at gpt2_block_train's sizes (8 x 12 heads x 1024^2)
+903 MB a step. Checked against eager on fresh inputs: the output and log-sum-exp of SDPA's CPU
+kernel under causal, -inf (with a row masked whole) and additive masks and grouped-query heads,
+all in one kernel; and a training step's gradients, its forward holding no other softmax kernel."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+
+aten = torch.ops.aten
+
+
+def _flash(q, k, v, mask=None, causal=False):
+    return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask)
+
+
+def _case(name, g):
+    q, k, v = (torch.randn(2, 4, 37, 16, generator=g) for _ in range(3))
+    if name == "causal":
+        return (q, k, v), dict(causal=True)
+    if name == "masked":  # SDPA's boolean mask as the kernel takes it: 0 or -inf
+        keep = torch.rand(2, 1, 37, 37, generator=g) > 0.3
+        keep[:, :, 5] = False  # a query that sees no key: output 0, log-sum-exp 0 (the CPU kernel's)
+        return (q, k, v, torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))), {}
+    if name == "additive":
+        return (q, k, v, torch.randn(1, 4, 37, 37, generator=g)), {}
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", ["causal", "masked", "additive"])
+def test_output_and_log_sum_exp_from_one_flash_kernel(name):
+    cm = None
+    for seed in (0, 1):  # compiled on the first inputs, checked on fresh ones too
+        args, kw = _case(name, torch.Generator().manual_seed(seed))
+        fn = lambda *a: _flash(*a, **kw)  # noqa: E731
+        cm = cm or uniorch.compile(fn, target="interpret")
+        out, lse = cm(*args)
+        ref_out, ref_lse = fn(*args)
+        torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
+    rep = cm.explain(*args)
+    assert [k.kind for k in rep.kernels] == ["attention"], [(k.name, k.kind) for k in rep.kernels]
+
+
+class _Attention(nn.Module):
+    def __init__(self, dim=32, heads=4, kv_heads=2):
+        super().__init__()
+        self.h, self.g, self.d = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.d)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.h, self.d).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, self.g, self.d).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o(a.transpose(1, 2).reshape(b, t, -1))
+
+
+def test_training_gradients_with_the_log_sum_exp_from_the_kernel():
+    torch.manual_seed(0)
+    model = _Attention()
+    eager = _Attention()
+    eager.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        x = torch.randn(2, 24, 32)
+        ct = torch.randn(2, 24, 32)
+        (cm(x) * ct).sum().backward()
+        (eager(x) * ct).sum().backward()
+        for (n, p), e in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, rtol=1e-4, atol=1e-5, msg=n)
+            p.grad, e.grad = None, None
+    with torch.enable_grad():
+        rep = cm.explain(x)
+    kinds = [k.kind for k in rep.kernels]
+    assert kinds.count("attention") == 1 and "reduction" not in kinds, [(k.name, k.kind) for k in rep.kernels]
