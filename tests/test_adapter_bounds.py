@@ -84,3 +84,20 @@ def test_masked_lanes_read_inside_their_tensors_on_the_cpu_target():
     here = os.path.dirname(__file__)
     run = subprocess.run([sys.executable, "-c", CHILD, here], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0 and "in bounds" in run.stdout, (run.returncode, run.stdout[-300:], run.stderr[-3000:])
+
+
+def test_a_view_with_gaps_is_read_whole():
+    """The clamp bounds a load by the size the launcher gives each tensor: the elements its view
+    spans, not how many it holds. With the count, k of a fused k/v projection (a view with gaps)
+    read its second batch clamped short: attention_sdpa's training gradients on `cpu` were off by
+    more than their size (docs/perf/training.md, 2026-11-27), and this copy was wrong."""
+    import uniorch
+
+    def heads(x):  # a flat index decomposed into dims: the element-by-element load
+        return x.unflatten(-1, (2, 8)).permute(0, 2, 1, 3).repeat_interleave(2, dim=1) * 2.0
+
+    for seed in (0, 1):
+        big = torch.randn(2, 8, 48, generator=torch.Generator().manual_seed(seed))
+        x = big[..., 16:32]  # 256 elements spanning 736
+        cm = uniorch.compile(heads, target="cpu")
+        torch.testing.assert_close(cm(x), heads(x), rtol=0, atol=0)

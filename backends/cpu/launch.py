@@ -124,7 +124,9 @@ class CpuLauncher:
                     raise BackendError(f"kernel {self.entry}: a CPU tensor is needed where it takes {ty}, got {v!r}")
                 ptr, numel = v.data_ptr(), v.numel()
                 cells[i] = cells[i + 1] = ptr
-                cells[i + 3], cells[i + 4] = numel, 1
+                # the elements the view spans, not its count: a view with gaps (k of a fused k/v
+                # projection) reaches further, and the lowering clamps loads into this size
+                cells[i + 3], cells[i + 4] = _span(v), 1
                 moved += numel * v.element_size()
                 i += 5
             else:
@@ -163,6 +165,13 @@ class CpuLauncher:
             self.fn(calls[0][0])
             for f in futures:
                 f.result()
+
+
+def _span(t: torch.Tensor) -> int:
+    """1 + the largest element offset a tensor view addresses from its first element (0 if empty)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
 
 
 __all__ = ["CpuLauncher", "engine", "threads"]
