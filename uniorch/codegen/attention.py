@@ -408,7 +408,7 @@ class _Flash:
         if pty == "f32":
             pty = widened_from(self.plan.probs) or pty  # a 16-bit softmax's output, widened
         narrow_v = p2.dot_types[1] if p2.dot_types[1] in ("f16", "bf16") else None
-        if pty == "f32" and narrow_v and all(_elem(r) == narrow_v for r in p2.results):
+        if pty == "f32" and narrow_v and all(_elem(r) == narrow_v for r in _outputs(p2)):
             # float32 probabilities (SDPA's math in float32) times 16-bit values into a 16-bit
             # output: p goes to the tensor cores in 16 bits, as every fused SDPA kernel of eager
             # does; its rounding (2**-9 relative) is below the output's own
@@ -650,6 +650,12 @@ def _k_defs(part: _Part, offs: str, tag: str, extent) -> list[str]:
     return lines
 
 
+def _outputs(p2) -> list:
+    """The kernel's results computed from P·v: not the log-sum-exp (float32 whatever the model's
+    dtype), which must not make a 16-bit attention's dots float32 ones."""
+    return [r for r in p2.results if not any(r == a for a in p2.apart)]
+
+
 def _qk_types(p1, p2) -> list[str]:
     """The element types q and k go to q·kᵀ's dot in, as the kernel is built: 16-bit factors that
     were widened or scaled by constants narrowed back. The schedule picks tiles by them (a bf16
@@ -657,7 +663,7 @@ def _qk_types(p1, p2) -> list[str]:
     types = [_narrow_of(p1, i) for i in (0, 1)]
     narrow = [t for t in types if t in ("f16", "bf16")]
     if len(narrow) == 1 and "f32" in types and p1.dot_scaled[types.index("f32")] is None \
-            and all(_elem(r) == narrow[0] for r in p2.results):
+            and all(_elem(r) == narrow[0] for r in _outputs(p2)):
         # a float32 factor (Llama's q, rotated and scaled by a kernel of its own) beside a 16-bit
         # one, into a 16-bit output: rounded to 16 bits for the tensor cores, as eager's fused
         # kernels take q; the rounding (2**-9 relative) is the output's own
