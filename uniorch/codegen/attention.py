@@ -202,6 +202,12 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
             # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
             # attention took 23.5 ms; 32x32 spills 0.5 KB
             bm, bn = min(bm, 32), min(bn, 32)
+        elif fp32_qk and not plan.chain and bm >= 128 and len(_outputs(p2)) > 1:
+            # P·v stored twice (a training forward saves SDPA's output in its own layout beside the
+            # one the next matmul reads): at 128x64 and 8 warps Triton 3.6's ptxas spilled 1.3 KB a
+            # thread inside the key loop on sm_90 (gpt2_block_train's fp32 attention, 255
+            # registers); 64x64 at 4 warps takes 226 and spills nothing
+            bm, warps = 64, max(1, 4 * 32 // warp)
         elif plan.score_loads and not plan.chain and bm >= 128 and fp32_qk:
             # a mask or bias added to FMA scores (BERT's padding mask): at 128x64 and 8 warps
             # Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers; 166 without
