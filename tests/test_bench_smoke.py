@@ -161,3 +161,16 @@ def test_spills_reads_registers_and_spills_off_ptxas():
     rows = kernel_rows("layernorm", "fp32", sizes="cpu")
     assert len(rows) == 1 and rows[0]["error"] is None, rows
     assert 0 < rows[0]["registers"] <= 255 and rows[0]["spilled"] == 0, rows
+
+
+def test_spills_covers_a_training_steps_forward_and_backward():
+    """--train: a training workload's forward and backward graphs (AOTAutograd's halves, as the
+    training path gets them) cross-compiled and read by ptxas: gpt2_block_train's fp32 forward
+    attention spilled inside its key loop on sm_90 and this is how it was found."""
+    from uniorch.tools.bench.spills import kernel_rows
+
+    rows = kernel_rows("mlp_train", "fp32", sizes="cpu")
+    halves = {r["kernel"].split(".")[0] for r in rows}
+    assert halves == {"fwd", "bwd"}, rows
+    assert all(r["error"] is None and 0 < r["registers"] <= 255 for r in rows), rows
+    assert sum(r["kind"] == "contraction" for r in rows if r["kernel"].startswith("bwd.")) >= 2, rows
