@@ -10,15 +10,21 @@ import uniorch
 
 
 def _copies(monkeypatch) -> list:
-    """Sizes of the tensors `Tensor.copy_` writes while counting (finish's copies back)."""
+    """Sizes of the tensors `Tensor.copy_` or `torch._foreach_copy_` writes while counting
+    (finish's copies back)."""
     seen: list = []
-    orig = torch.Tensor.copy_
+    orig, orig_foreach = torch.Tensor.copy_, torch._foreach_copy_
 
     def counting(self, src, *a, **k):
         seen.append(self.numel())
         return orig(self, src, *a, **k)
 
+    def counting_foreach(dests, srcs, *a, **k):
+        seen.extend(d.numel() for d in dests)
+        return orig_foreach(dests, srcs, *a, **k)
+
     monkeypatch.setattr(torch.Tensor, "copy_", counting)
+    monkeypatch.setattr(torch, "_foreach_copy_", counting_foreach)
     return seen
 
 
@@ -145,3 +151,63 @@ def test_a_static_cache_update_matches_eager_over_calls():
         new, pos = torch.randn(1, 2, 1, 8), torch.tensor([t])
         torch.testing.assert_close(cm(new, pos), ref(new, pos))
         torch.testing.assert_close(model.k, ref.k)
+
+
+def test_an_optimizers_step_counts_are_copied_back_in_one_call(monkeypatch):
+    """AdamW's 0-d step counts (one per parameter, read by every program of the update kernel, so
+    copied back rather than written in place) go back in one `_foreach_copy_`, not a copy_ and a
+    kernel launch each per step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(3)))
+    ref = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(3)))
+    ref.load_state_dict(model.state_dict())
+    opt = uniorch.compile(torch.optim.AdamW(model.parameters(), lr=1e-2), "interpret")
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    calls: list = []
+    orig_copy, orig_foreach = torch.Tensor.copy_, torch._foreach_copy_
+
+    def copy(dest, src, *a, **k):
+        calls.append(("copy_", dest.numel()))
+        return orig_copy(dest, src, *a, **k)
+
+    def foreach(dests, srcs, *a, **k):
+        calls.append(("foreach", [d.numel() for d in dests]))
+        return orig_foreach(dests, srcs, *a, **k)
+
+    for step in range(4):
+        x = torch.randn(4, 16)
+        for m, o in ((model, opt), (ref, ref_opt)):
+            o.zero_grad()
+            m(x).pow(2).mean().backward()
+        if step >= 2:  # from the second compiled step on
+            monkeypatch.setattr(torch.Tensor, "copy_", copy)
+            monkeypatch.setattr(torch, "_foreach_copy_", foreach)
+        opt.step()
+        monkeypatch.undo()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(opt.state[p]["step"], ref_opt.state[q]["step"])
+    assert calls == [("foreach", [1] * 6)] * 2, calls
+
+
+class _Swap(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.zeros(8))
+        self.register_buffer("b", torch.arange(8.0))
+
+    def forward(self, x):
+        self.a.copy_(self.b)   # a takes b's old value: b's own update must come after
+        self.b.mul_(2)
+        return x + self.a
+
+
+def test_state_copies_keep_their_order_where_a_value_is_a_destination():
+    model, ref = _Swap(), _Swap()
+    cm = uniorch.compile(model, "interpret")
+    for _ in range(3):
+        x = torch.randn(8)
+        torch.testing.assert_close(cm(x), ref(x))
+        torch.testing.assert_close(model.a, ref.a)
+        torch.testing.assert_close(model.b, ref.b)

@@ -172,15 +172,16 @@ class CapturedGraph:
         user_flat = (pytree.tree_leaves((tuple(args), dict(kwargs or {})))
                      if "user_input_mutation" in kinds or self.aliases.leaves else None)
         buffers = dict(self.module.named_buffers(remove_duplicate=False)) if "buffer_mutation" in kinds else None
-        user_out = []
+        user_out, copies = [], []
         with torch.no_grad():
             for spec, value in zip(self.outputs, flat_outputs):
                 if spec.kind == "buffer_mutation":
-                    _write_back(buffers[spec.target], value)
+                    _write_back(buffers[spec.target], value, copies)
                 elif spec.kind == "user_input_mutation":
-                    _write_back(user_flat[spec.target], value)
+                    _write_back(user_flat[spec.target], value, copies)
                 elif spec.kind == "user":  # "size" outputs only served to trim others
                     user_out.append(value if spec.layout is None else laid_out(value, spec.layout))
+            _copy_all(copies)
         user_out = leaves_as_inputs(self.aliases, user_out, user_flat)
         out = restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
         return objects_as_inputs(self.aliases, out, (tuple(args), dict(kwargs or {})))
@@ -235,14 +236,32 @@ def _input_reader(inp) -> Callable:
     return read
 
 
-def _write_back(dest: torch.Tensor, value: torch.Tensor) -> None:
-    """A state update: a copy, unless the kernel wrote the new value into `dest` itself
-    (runtime/inplace.py); then only its version counter moves, as an in-place op's would, so
-    autograd still sees a tensor it saved being modified."""
+def _write_back(dest: torch.Tensor, value: torch.Tensor, copies: list) -> None:
+    """A state update: a copy (added to `copies`), unless the kernel wrote the new value into
+    `dest` itself (runtime/inplace.py); then only its version counter moves, as an in-place op's
+    would, so autograd still sees a tensor it saved being modified."""
     if value is dest:
         torch.autograd.graph.increment_version(dest)
     else:
-        dest.copy_(value)
+        copies.append((dest, value))
+
+
+def _copy_all(copies: list) -> None:
+    """The state updates' copies, as one `_foreach_copy_` where there are several: an optimizer
+    step's 0-d step counts (one per parameter, read by every program of the update kernel, so not
+    written in place) were a copy_ call and a kernel launch each, per step. One at a time where a
+    new value shares memory with a destination, whose copies' order then matters."""
+    if not copies:
+        return
+    if len(copies) == 1:
+        copies[0][0].copy_(copies[0][1])
+        return
+    dests = {d.untyped_storage().data_ptr() for d, _ in copies}
+    if any(v.untyped_storage().data_ptr() in dests for _, v in copies) or len(dests) < len(copies):
+        for dest, value in copies:
+            dest.copy_(value)
+        return
+    torch._foreach_copy_([d for d, _ in copies], [v for _, v in copies])
 
 
 def _target_name(target: Callable) -> str:
