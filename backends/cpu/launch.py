@@ -6,8 +6,8 @@ The ExecutionEngine's packed wrapper takes one pointer per LLVM argument; a memr
 is five of them (allocated pointer, aligned pointer, offset, size, stride), as MLIR's memref
 descriptor lays it out. The kernel addresses a tensor only through `memref.reinterpret_cast`
 with the strides uniorch passes, so the descriptor is the tensor's first element with offset 0,
-its storage size and stride 1. ctypes releases the GIL during the call, so threads run programs
-of the grid in parallel.
+the elements its view spans (the lowering clamps loads into that size) and stride 1. ctypes
+releases the GIL during the call, so threads run programs of the grid in parallel.
 """
 from __future__ import annotations
 
