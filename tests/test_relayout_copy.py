@@ -11,16 +11,15 @@ import torch
 
 from uniorch.backends.triton_launch import TritonLauncher
 from uniorch.runtime import loader
-from uniorch.runtime.relayout import kernel_source, relaid
+from uniorch.runtime.relayout import _key, kernel_source, relaid
 
 CASES = [((70, 130), [1, 0]), ((3, 5, 70, 33), [0, 1, 3, 2]), ((2, 9, 7, 5), [0, 2, 3, 1]),
          ((4, 66, 3), [1, 2, 0]), ((1, 65, 1, 64), [0, 2, 3, 1])]
 
 
 def _interpreted(src):
-    n = src.dim()
-    j = min(range(n - 1), key=lambda d: (src.stride(d) if src.shape[d] > 1 else float("inf"), d))
-    ks = kernel_source(n, j, src.dtype)
+    n, j, dtype, _ = _key(src)
+    ks = kernel_source(n, j, dtype)
     return TritonLauncher(ks, loader.load(ks, interpret=True))
 
 

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import uniorch
-from uniorch.runtime.training import _inline_composite_ops, _views_as_reshapes
 
 
 class Block(nn.Module):
@@ -26,31 +25,14 @@ class Block(nn.Module):
 
 
 def _halves():
-    """(forward, backward) FX graphs with real example inputs, as the training backend gets them."""
-    from functorch.compile import min_cut_rematerialization_partition, make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    got = []
-
-    def stash(gm, example_inputs):
-        _views_as_reshapes(gm)
-        _inline_composite_ops(gm)
-        with unset_fake_temporarily():
-            real = [torch.randn(e.shape, dtype=e.dtype) if e.is_floating_point() else torch.zeros(e.shape, dtype=e.dtype)
-                    for e in example_inputs]
-        got.append((gm, real))
-        return make_boxed_func(gm.forward)
+    """(forward, backward) FX graphs with real example inputs, as the training backend gets them
+    (tools/bench/spills.py `training_halves`, which the spill check cross-compiles too)."""
+    from uniorch.tools.bench.spills import training_halves
 
     torch.manual_seed(0)
-    model = Block().train()
-    backend = aot_autograd(fw_compiler=stash, bw_compiler=stash, partition_fn=min_cut_rematerialization_partition)
-    torch._dynamo.reset()
-    loss = torch.compile(model, backend=backend)(torch.randn(2, 5, 16), torch.randn(2, 3, 6, 6))
-    loss.backward()
-    torch._dynamo.reset()
-    assert len(got) == 2, [g for g, _ in got]
-    return got
+    got = training_halves(Block(), (torch.randn(2, 5, 16), torch.randn(2, 3, 6, 6)))
+    assert [h for h, _, _ in got] == ["fwd", "bwd"], [h for h, _, _ in got]
+    return [(gm, list(inputs)) for _, gm, inputs in got]
 
 
 @pytest.fixture(scope="module")

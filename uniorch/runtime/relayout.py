@@ -16,6 +16,7 @@ every weight shape shares a compile), launched like the generated kernels (backe
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -58,19 +59,19 @@ def _launcher(src: torch.Tensor) -> Optional[object]:
         return None
     with _LOCK:
         if key not in _LAUNCHERS:
-            _LAUNCHERS[key] = _make(*key)
+            _LAUNCHERS[key] = _make(*key[:3])
         return _LAUNCHERS[key]
 
 
 def _key(src: torch.Tensor) -> Optional[tuple]:
-    """(rank, the source's contiguous dim, dtype, device), or None when no dim but the last has stride 1.
-    That dim becomes the tile's rows, the destination's innermost its columns."""
+    """(rank, the source's contiguous dim, dtype, device), or None when no dim but the last has
+    stride 1. That dim becomes the tile's rows, the destination's innermost its columns."""
     n = src.dim()
     j = min(range(n - 1), key=lambda d: (src.stride(d) if src.shape[d] > 1 else float("inf"), d))
     return (n, j, src.dtype, src.device) if src.stride(j) == 1 else None
 
 
-def _make(n: int, j: int, dtype: torch.dtype, device=None):
+def _make(n: int, j: int, dtype: torch.dtype):
     try:
         from uniorch.backends.triton_launch import TritonLauncher
 
@@ -120,23 +121,22 @@ def kernel_source(n: int, j: int, dtype: torch.dtype, block: int = BLOCK) -> Ker
         name=name, fn_name=name, source="\n".join(lines), input_ranks=[n], output_ranks=[n],
         grid=(dims.grid_entry(tiles), 1, 1), constexprs={"BLOCK_R": block, "BLOCK_C": block}, num_warps=4,
         num_stages=1, pointer_types=[f"*{ty}"] * 2 if ty else [], symbols=sizes,
-        symbol_dims=[(0, d) for d in range(n)])
+        symbol_dims=[(0, d) for d in range(n)], rows=j)
 
 
+@dataclass
 class _Transpose(KernelSource):
+    rows: int = 0  # the dim tiled as rows (the source's contiguous one); the last dim is the columns
+
     def launch_grid(self, values: list[int]) -> tuple[int, ...]:
         """The grid of the sizes `values` (s0, s1, ...), without the symbolic grid's sympy: this
         runs at every launch, beside launches of tens of microseconds."""
-        block, (n, j) = self.constexprs["BLOCK_R"], self._dims()
+        block, j, n = self.constexprs["BLOCK_R"], self.rows, len(values)
         tiles = -(-values[j] // block) * -(-values[n - 1] // block)
         for d in range(n - 1):
             if d != j:
                 tiles *= values[d]
         return (max(1, tiles), 1, 1)
-
-    def _dims(self) -> tuple[int, int]:
-        n, j = self.name.split("_")[1:]
-        return int(n[:-1]), int(j)
 
 
 __all__ = ["relaid", "kernel_source"]
