@@ -25,6 +25,10 @@ class PassContext:
     # of an optimizer's update and of each region of a program would otherwise all be named k0, k1,
     # ..., and a profiler (which sees only the launched function's name) could not tell them apart
     kernel_prefix: str = ""
+    # Triton input_precision for float32 dots, by kernel kind ("*" for any other), as PyTorch's
+    # settings at compile time ask (runtime/compiler.py `fp32_precisions`); stamped on each kernel
+    # before its schedule is chosen, since the tiles depend on the units the dots run on
+    fp32_dots: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class Schedule(Pass):
                 groups.setdefault(ir.IntegerAttr(op.attributes[GROUP]).value, []).append(op.operation)
         for n in sorted(groups):
             kernel = _outline(module, main, groups[n], n, pctx.kernel_prefix)
+            _stamp_fp32_dots(kernel, pctx.fp32_dots)
             _attach_schedule(kernel, target)
         topological_sort(block)
         erase_dead_pure_ops(block)
@@ -198,6 +199,15 @@ def _next_op(op: ir.Operation) -> ir.Operation:
         if o.operation == op:
             found = True
     raise AssertionError("an op of @main is always followed by its terminator")
+
+
+def _stamp_fp32_dots(kernel: ir.Operation, fp32_dots: dict) -> None:
+    from uniorch.codegen.patterns import FP32_DOT
+
+    kind = ir.StringAttr(kernel.attributes["uniorch.kind"]).value if "uniorch.kind" in kernel.attributes else ""
+    mode = fp32_dots.get(kind, fp32_dots.get("*"))
+    if mode:
+        kernel.attributes[FP32_DOT] = ir.StringAttr.get(mode, kernel.context)
 
 
 def _attach_schedule(kernel: ir.Operation, target: str) -> None:

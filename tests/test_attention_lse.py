@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import uniorch
 
@@ -113,7 +114,8 @@ def test_fp32_attention_storing_its_output_twice_does_not_spill():
     """A training forward stores SDPA's output in the op's own layout (saved for the backward) and in
     the one the next matmul reads. In fp32 (FMA dots) at 128x64 tiles and 8 warps that spilled 1.3 KB
     a thread inside the key loop on sm_90 (Triton 3.6's ptxas: gpt2_block_train's forward); such a
-    kernel takes 64x64 at 4 warps, while bf16 keeps its tiles. Spills are checked with the GPU
+    kernel takes 64x64 at 4 warps, while bf16 keeps its tiles, and so does the default 3xTF32 one
+    (exact dots are what PyTorch's math backend computes). Spills are checked with the GPU
     machine's Triton (3.6, the compat run): Triton 3.9's code for these tiles spills at both."""
     import re
 
@@ -127,13 +129,19 @@ def test_fp32_attention_storing_its_output_twice_does_not_spill():
 
     args = (*(torch.randn(2, 1024, 4, 64).transpose(1, 2) for _ in range(3)), torch.randn(256, 256))
     with torch.no_grad():
-        art = uniorch.compile_aot(fwd, args, "cuda:sm_90")
+        with sdpa_kernel(SDPBackend.MATH):
+            art = uniorch.compile_aot(fwd, args, "cuda:sm_90")
+        x3 = uniorch.compile_aot(fwd, args, "cuda:sm_90")
         bf16 = uniorch.compile_aot(fwd, tuple(a.bfloat16() for a in args), "cuda:sm_90")
     (a,) = [k for k in art.kernels if k.kind == "attention"]
+    (c,) = [k for k in x3.kernels if k.kind == "attention"]
     (b,) = [k for k in bf16.kernels if k.kind == "attention"]
     assert a.source.source.count("tl.store(") == 3  # the output twice, and the log-sum-exp
     assert (a.source.constexprs["BLOCK_M"], a.source.num_warps) == (64, 4)
     assert (b.source.constexprs["BLOCK_M"], b.source.num_warps) == (128, 8)
+    assert (c.source.constexprs["BLOCK_M"], c.source.num_warps) == (128, 8)
+    assert 'input_precision="tf32x3"' in c.source.source
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
-        run = run_ptxas((a.specialized or a).asm["ptx"], "sm_90", "-v")
-        assert not re.findall(r"[1-9]\d* bytes spill stores", run.stdout + run.stderr), run.stderr
+        for k in (a, c):
+            run = run_ptxas((k.specialized or k).asm["ptx"], "sm_90", "-v")
+            assert not re.findall(r"[1-9]\d* bytes spill stores", run.stdout + run.stderr), run.stderr

@@ -6,6 +6,7 @@ every key: Triton 3.6's interpreter needs integer loop bounds)."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import uniorch
 from uniorch.api import explain_static
@@ -119,10 +120,12 @@ def test_gpt2s_fp32_attention_spills_no_more_than_plain_attention():
     row (its scale on the scores), with more work, took 0.89. gpt2's sm_90 kernel spilled (Triton
     3.6's ptxas: 1.8 KB a thread at 255 registers, the row's kernel none; Triton 3.9's: 17 KB
     against 1.8) while it multiplied each k tile by SDPA's sqrt(scale) in the key loop. With the
-    scales on the scores it spills no more than the row's kernel, under either Triton's ptxas."""
+    scales on the scores it spills no more than the row's kernel, under either Triton's ptxas.
+    Exact float32 (FMA) attention, as with PyTorch's memory-efficient kernel disabled: by default
+    these dots are 3xTF32 on sm_90 (tests/test_attention_tf32x3.py)."""
     from uniorch import compile_aot
 
-    with torch.no_grad():
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         gpt2 = compile_aot(_GPT2Attention(), (torch.randn(1, 1024, 3 * 768),), target="cuda:sm_90")
         plain = compile_aot(_scaled_scores, tuple(torch.randn(1, 12, 1024, 64) for _ in range(3)), target="cuda:sm_90")
     (a,) = [k for k in gpt2.kernels if k.kind == "attention"]
@@ -138,11 +141,12 @@ def test_bert_masked_fp32_attention_takes_tiles_that_do_not_spill():
     """BERT's additive padding mask beside exact fp32 (FMA) scores: at 128x64 tiles and 8 warps
     Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers, against 166 without the
     mask; docs/perf/spills_sm90.md). A score epilogue that loads a tensor now takes 32 keys per tile
-    at 4 warps: no spill with that ptxas, fewer than the plain kernel's with 3.9's."""
+    at 4 warps: no spill with that ptxas, fewer than the plain kernel's with 3.9's. (Exact float32,
+    as with PyTorch's memory-efficient kernel disabled.)"""
     from uniorch import compile_aot
 
     args = (*(torch.randn(2, 12, 512, 64) for _ in range(3)), torch.zeros(2, 1, 1, 512))
-    with torch.no_grad():
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         masked = compile_aot(_masked, args, target="cuda:sm_90")
         plain = compile_aot(_scaled_scores, args[:3], target="cuda:sm_90")
     (a,) = [k for k in masked.kernels if k.kind == "attention"]
@@ -152,8 +156,14 @@ def test_bert_masked_fp32_attention_takes_tiles_that_do_not_spill():
     assert _spilled(a) <= _spilled(b), (_spilled(a), _spilled(b))
 
 
-def test_the_masked_gpu_kernel_computes_what_eager_does():
+@pytest.mark.parametrize("fp32_dot, tiles", [(None, (128, 64)), ("ieee", (128, 32))])
+def test_the_masked_gpu_kernel_computes_what_eager_does(fp32_dot, tiles):
+    """At the sm_90 tiles of 3xTF32 dots (the default) and of exact ones (FMA): the interpreter
+    computes both dots exactly, so this checks the tiling, masks and partial tiles."""
     import triton
+    from torch_mlir import ir
+
+    from uniorch.codegen.patterns import FP32_DOT
 
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
         pytest.skip("Triton's interpreter before 3.7 needs integer loop bounds")
@@ -167,9 +177,12 @@ def test_the_masked_gpu_kernel_computes_what_eager_does():
     (kernel,) = [x for r in regions for x in r.plan.kernels.values() if x.source.name.endswith("attention")]
     from uniorch.passes.schedule import _attach_schedule
 
+    if fp32_dot:
+        kernel.func_op.attributes[FP32_DOT] = ir.StringAttr.get(fp32_dot, kernel.func_op.context)
     _attach_schedule(kernel.func_op, "cuda:sm_90")  # the GPU's tiles, not the interpreter's
-    gpu = generate(kernel.func_op, "cuda:sm_90")  # 128x32 tiles: the last key tile is partial
-    assert (gpu.constexprs["BLOCK_M"], gpu.constexprs["BLOCK_N"]) == (128, 32)
+    gpu = generate(kernel.func_op, "cuda:sm_90")  # the last key tile is partial
+    assert (gpu.constexprs["BLOCK_M"], gpu.constexprs["BLOCK_N"]) == tiles
+    assert f'input_precision="{fp32_dot or "tf32x3"}"' in gpu.source
     kernel.source, kernel.fn = gpu, TritonLauncher(gpu, loader.load(gpu, interpret=True))
     fresh = (*(torch.randn(1, 2, 130, 64) for _ in range(3)), mask)
     ref = _masked(*(t.double() for t in fresh))
@@ -201,7 +214,8 @@ def test_bf16_attention_at_head_dim_128_takes_tensor_core_tiles():
 
     with torch.no_grad():
         bf16 = compile_aot(_rotary, _rotary_args(1024), target="cuda:sm_90")
-        fp32 = compile_aot(_rotary, _rotary_args(1024, dtype=torch.float32), target="cuda:sm_90")
+        with sdpa_kernel(SDPBackend.MATH):  # exact float32: FMA dots
+            fp32 = compile_aot(_rotary, _rotary_args(1024, dtype=torch.float32), target="cuda:sm_90")
     (a,) = [k for k in bf16.kernels if k.kind == "attention"]
     (b,) = [k for k in fp32.kernels if k.kind == "attention"]
     assert (a.source.constexprs["BLOCK_M"], a.source.constexprs["BLOCK_N"], a.source.num_warps) == (128, 64, 8)
@@ -240,3 +254,31 @@ def test_the_rotary_16_bit_gpu_kernel_computes_what_eager_does():
     eager = (_rotary(*fresh).double() - ref).abs().max().item()
     got = (cm(*fresh).double() - ref).abs().max().item()
     assert got <= 2 * eager + 1e-4, (got, eager)
+
+
+def test_fp32_attention_runs_3xtf32_on_tensor_cores_without_spilling():
+    """A float32 attention on sm_90 is 3xTF32 by default, as PyTorch's memory-efficient SDPA kernel
+    (H200 run 6: gpt2_block's FMA attention 1.66 ms, that kernel 0.49). Llama's (head dim 128, k
+    rotated in its load) spilled 844 bytes a thread at 128x64 tiles (Triton 3.6's ptxas), none at
+    128x32; GPT-2's (head dim 64) keeps 128x64. Both dots on tensor cores: tf32 wgmma in the PTX.
+    Spills are checked with the GPU machine's Triton (3.6)."""
+    import re
+
+    import triton
+
+    from uniorch import compile_aot
+
+    with torch.no_grad():
+        llama = compile_aot(_rotary, _rotary_args(1024, dtype=torch.float32), target="cuda:sm_90")
+        gpt2 = compile_aot(_GPT2Attention(), (torch.randn(1, 1024, 3 * 768),), target="cuda:sm_90")
+    (a,) = [k for k in llama.kernels if k.kind == "attention"]
+    (b,) = [k for k in gpt2.kernels if k.kind == "attention"]
+    assert (a.source.constexprs["BLOCK_M"], a.source.constexprs["BLOCK_N"], a.source.num_warps) == (128, 32, 8)
+    assert (b.source.constexprs["BLOCK_M"], b.source.constexprs["BLOCK_N"], b.source.num_warps) == (128, 64, 8)
+    for k in (a, b):
+        dots = re.findall(r"tl\.dot\([^\n]*", k.source.source)
+        assert len(dots) == 2 and all('input_precision="tf32x3"' in d for d in dots), dots
+        assert re.search(r"wgmma\.mma_async\S*\.tf32\.tf32", (k.specialized or k).asm["ptx"])
+        assert not k.source.relayout  # tensor cores read k as it is (FMA dots want it keys-innermost)
+        if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
+            assert _spilled(k) == 0

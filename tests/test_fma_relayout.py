@@ -95,12 +95,20 @@ class Attention(nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-@pytest.mark.parametrize("dtype, expected", [(torch.float32, [[0, 1, 3, 2]]), (torch.bfloat16, [])])
-def test_attention_keys_are_laid_out_keys_innermost_for_exact_fp32(dtype, expected):
+@pytest.mark.parametrize("dtype, exact, expected", [(torch.float32, True, [[0, 1, 3, 2]]), (torch.float32, False, []),
+                                                    (torch.bfloat16, True, [])])
+def test_attention_keys_are_laid_out_keys_innermost_for_exact_fp32(dtype, exact, expected):
+    """Only FMA dots want k keys-innermost: exact float32 ones (PyTorch's math backend). 3xTF32
+    (the default float32 attention on sm_80+) and 16-bit dots run on tensor cores, which read k as
+    it is."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     from uniorch.aot import compile_aot
 
     q, k, v = (torch.randn(1, 2, 512, 64, dtype=dtype) for _ in range(3))
-    (kernel,) = [k for k in compile_aot(Attention(), (q, k, v), target="cuda:sm_90").kernels if k.kind == "attention"]
+    with sdpa_kernel([SDPBackend.MATH] if exact else [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        art = compile_aot(Attention(), (q, k, v), target="cuda:sm_90")
+    (kernel,) = [k for k in art.kernels if k.kind == "attention"]
     assert [list(order) for _, order in kernel.source.relayout] == expected
 
 

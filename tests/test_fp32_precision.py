@@ -1,13 +1,15 @@
 """PyTorch's float32 matmul precision decides uniorch's float32 dots, as it decides eager's and
-Inductor's: "highest" (PyTorch's default) keeps them exact on FMA units; "high" lets them use
-TF32 tensor cores on NVIDIA GPUs from sm_80. Checked in the generated Triton and in the PTX Triton
-compiles from it (TF32 `mma`/`wgmma` instructions, or none)."""
+Inductor's: "highest" (PyTorch's default) keeps matmuls exact on FMA units; "high" lets them use
+TF32 tensor cores on NVIDIA GPUs from sm_80. A float32 attention there is 3xTF32 (what PyTorch's
+memory-efficient SDPA kernel computes), exact when that kernel is disabled. Checked in the
+generated Triton and in the PTX Triton compiles from it (TF32 `mma`/`wgmma` instructions, or none)."""
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from uniorch.aot import compile_aot
 from uniorch.api import explain_static
@@ -42,14 +44,40 @@ def _dots(source):
     return re.findall(r"tl\.dot\([^\n]*", source)
 
 
-@pytest.mark.parametrize("mode, expected", [("highest", "ieee"), ("high", "tf32"), ("medium", "tf32")])
-def test_fp32_dots_follow_the_matmul_precision(precision, mode, expected):
+@pytest.mark.parametrize("mode, math_only, expected", [
+    ("highest", False, {"contraction": "ieee", "attention": "tf32x3"}),
+    ("highest", True, {"contraction": "ieee", "attention": "ieee"}),
+    ("high", False, {"contraction": "tf32", "attention": "tf32"}),
+    ("high", True, {"contraction": "tf32", "attention": "tf32"}),  # eager's math SDPA takes TF32 too
+    ("medium", False, {"contraction": "tf32", "attention": "tf32"}),
+])
+def test_fp32_dots_follow_the_matmul_precision(precision, mode, math_only, expected):
     precision(mode)
-    sources = _sources("cuda:sm_90")
+    backends = [SDPBackend.MATH] if math_only else [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    with sdpa_kernel(backends):
+        sources = _sources("cuda:sm_90")
     assert {"contraction", "attention"} <= set(sources)
     for kind in ("contraction", "attention"):
         dots = _dots(sources[kind])
-        assert dots and all(f'input_precision="{expected}"' in d for d in dots), (kind, dots)
+        assert dots and all(f'input_precision="{expected[kind]}"' in d for d in dots), (kind, dots)
+
+
+def test_attention_tiles_follow_the_units_its_dots_run_on(precision):
+    """At head dim 128: FMA tiles for exact dots, tensor-core ones for TF32 and 3xTF32 (fewer keys
+    per tile: 3xTF32 holds q's two halves). The precision is on the kernel before its schedule is
+    chosen; it was stamped after, and a TF32 attention took FMA's 32x32 tiles."""
+    x = torch.randn(1, 2, 1024, 128)
+    tiles = {}
+    for mode, backends in (("highest", [SDPBackend.MATH]), ("high", [SDPBackend.MATH]),
+                           ("highest", [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])):
+        precision(mode)
+        with sdpa_kernel(backends):
+            (k,) = [k for k in explain_static(Block(128).eval(), (x,), target="cuda:sm_90").kernels
+                    if k.kind == "attention"]
+        tiles[mode, len(backends)] = tuple(int(k.schedule[n].split(":")[0]) for n in ("block_m", "block_n", "num_warps"))
+    assert tiles["highest", 1] == (32, 32, 8)
+    assert tiles["high", 1] == (128, 64, 8)
+    assert tiles["highest", 2] == (128, 32, 8)
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_75", "rocm:gfx942", "interpret"])
@@ -72,9 +100,15 @@ def _mma_kinds(ptx: str) -> set:
 def test_the_ptx_uses_tf32_tensor_cores_only_when_allowed(precision):
     x = torch.randn(1, 2, 64, 64)
     kinds = {}
-    for mode in ("highest", "high"):
+    # the capture runs on this CPU, which has no memory-efficient kernel: MATH beside it
+    for mode, backends in (("highest", [SDPBackend.MATH]), ("highest", [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]),
+                           ("high", [SDPBackend.MATH])):
         precision(mode)
-        art = compile_aot(Block().eval(), (x,), target="cuda:sm_90")
-        kinds[mode] = {k.kind: _mma_kinds(k.asm["ptx"]) for k in art.kernels if k.kind in ("contraction", "attention")}
-    assert kinds["highest"] == {"contraction": set(), "attention": set()}
-    assert all(kinds["high"][k] for k in ("contraction", "attention")), kinds["high"]
+        with sdpa_kernel(backends):
+            art = compile_aot(Block().eval(), (x,), target="cuda:sm_90")
+        kinds[mode, backends[0]] = {k.kind: _mma_kinds(k.asm["ptx"]) for k in art.kernels
+                                    if k.kind in ("contraction", "attention")}
+    assert kinds["highest", SDPBackend.MATH] == {"contraction": set(), "attention": set()}, kinds
+    eff = kinds["highest", SDPBackend.EFFICIENT_ATTENTION]
+    assert not eff["contraction"] and eff["attention"], kinds
+    assert all(kinds["high", SDPBackend.MATH][k] for k in ("contraction", "attention")), kinds

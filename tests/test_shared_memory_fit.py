@@ -97,7 +97,10 @@ def _compiled(model, args):
 
 
 def test_exact_fp32_attention_over_128_dims_takes_32x32_tiles():
-    art = compile_aot(RotaryAttention().eval(), _qkv(), target="cuda:sm_90")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):  # exact float32 dots, as PyTorch's math backend
+        art = compile_aot(RotaryAttention().eval(), _qkv(), target="cuda:sm_90")
     (kernel,) = [k for k in art.kernels if k.kind == "attention"]
     assert (kernel.source.constexprs["BLOCK_M"], kernel.source.constexprs["BLOCK_N"]) == (32, 32)
     assert kernel.source.num_stages == 3  # small enough not to need the refit

@@ -34,7 +34,7 @@ from .contraction_ir import _TL, Lin, _as_op, kernel_parts, _elem, _iterators, _
 from .contraction_plan import ROW_STAT, _get, _known, epilogue_layouts, widened_from
 from .contraction_schedule import _pow2, _target_kind
 from .fma_relayout import fma_relayout
-from .patterns import dot_precision, exact_fp32, recorded_schedule
+from .patterns import attention_precision, dot_precision, exact_fp32, recorded_schedule
 from .source import CodegenError, KernelSource, kernel_ident, symbol_dims, tensor_params
 
 SCORES, ATTENTION = "uniorch.attention_scores", "uniorch.attention"
@@ -187,7 +187,9 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         # and build() narrows them back, so the plan's own types would say FMA where tensor cores
         # run (Llama's bf16 attention at head dim 128 took FMA's 32x32 tiles: 0.36 ms on an H200
         # against cuDNN's 0.05)
-        fp32_qk = exact_fp32(p1.func, tuple(_qk_types(p1, p2)))
+        qk_types = tuple(_qk_types(p1, p2))
+        fp32_qk = exact_fp32(p1.func, qk_types) and "ieee" in _precision(plan, "f32", target)
+        x3 = all(t == "f32" for t in qk_types) and "tf32x3" in _precision(plan, "f32", target)
         # tensor-core dots up to head dim 128 take FlashAttention-2's 128-query tiles: on sm_90
         # Llama's bf16 attention (head dim 128, k rotated in its load: four tiles per key step)
         # takes 206 registers there at 128x64 and 8 warps, no spill (Triton 3.6's ptxas)
@@ -197,6 +199,11 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         bn = min(bn, max(16, _pow2(N1)))
         warps = max(1, (8 if bm >= 128 or big else 4) * 32 // warp)
         stages = 2 if kind == "rocm" else 3
+        if big and x3:
+            # 3xTF32 holds q's two TF32 halves across the key loop: Llama's fp32 attention (head
+            # dim 128, k rotated in its load) spilled 844 bytes a thread at 128x64 on sm_90 (Triton
+            # 3.6's ptxas), 16 at 128x32
+            bn = min(bn, 32)
         if big and fp32_qk:
             # FMA dots hold a thread's share of the whole head dim: at 64x64 tiles over 128 dims,
             # Triton 3.6's ptxas spilled 16 KB a thread (sm_90), and H200 run 5's llama_block fp32
@@ -351,7 +358,8 @@ class _Flash:
             dt = "f32"
         at = a.text if a.ty == dt else part.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
         bt = b.text if b.ty == dt else part.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
-        return at, bt, dt, dot_precision(self.plan.p1.func, dt)
+        prec = _precision(self.plan, dt, self.target) if part in (self.e1, self.e2) else dot_precision(self.plan.p1.func, dt)
+        return at, bt, dt, prec
 
     def build(self) -> KernelSource:
         p1, p2, s = self.plan.p1, self.plan.p2, self.s
@@ -427,7 +435,7 @@ class _Flash:
             p_text = f"p.to({_TL[pty]})" if dt2 == pty else f"p.to({_TL[pty]}).to({_TL[dt2]})"
         elif dt2 != "f32":
             p_text = f"p.to({_TL[dt2]})"
-        prec2 = dot_precision(p1.func, dt2)
+        prec2 = _precision(self.plan, dt2, self.target)
         stores = e2.stores()
         return self.assemble(s_text, p_text, vt, prec2, stores)
 
@@ -637,7 +645,8 @@ class _Flash:
             name=name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=tuple(s["grid"]), constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
             pointer_types=ptypes, symbols=symbols, symbol_dims=symbol_dims(p1.func, symbols, shapes),
-            relayout=fma_relayout(e1),  # k with its keys innermost for exact float32 q·kᵀ
+            # k with its keys innermost for exact float32 q·kᵀ (FMA units); tensor cores read it as it is
+            relayout=fma_relayout(e1) if "ieee" in _precision(self.plan, "f32", self.target) else [],
         )
 
 
@@ -654,6 +663,14 @@ def _k_defs(part: _Part, offs: str, tag: str, extent) -> list[str]:
     if "mask_kb" in part.need:
         lines.append(f"mask_{tag}b = {offs}[:, None] < {extent}")
     return lines
+
+
+def _precision(plan: AttnPlan, dt: str, target: str) -> str:
+    """Triton's input_precision for q·kᵀ and P·v over `dt` operands: an attention's as PyTorch's
+    fused kernels compute it (patterns.attention_precision); a chain's are matmuls in eager."""
+    if plan.chain:
+        return dot_precision(plan.p1.func, dt)
+    return attention_precision(plan.p1.func, dt, target)
 
 
 def _outputs(p2) -> list:

@@ -82,6 +82,30 @@ def dot_precision(func, dt: str) -> str:
     return f', input_precision="{mode}"'
 
 
+def attention_precision(func, dt: str, target) -> str:
+    """`dot_precision` for the two dots of a flash-attention kernel (q·kᵀ and P·v). On NVIDIA GPUs
+    from sm_80, PyTorch runs a float32 SDPA in the memory-efficient kernel, whose CUTLASS GEMMs are
+    3xTF32 on tensor cores (`OpMultiplyAddFastF32`: each float32 split into two TF32 halves, three
+    products); torch.compile turns the written-out pattern into that kernel too. Exact FMA dots
+    made H200 run 6's gpt2_block fp32 attention 3.4x slower than it. So float32 attention dots take
+    Triton's "tf32x3" there, unless the compile recorded a precision (`uniorch.fp32_dot`: TF32 where
+    PyTorch's matmul precision allows it, exact where its memory-efficient kernel is disabled)."""
+    if dt != "f32" or FP32_DOT in op_of(func).attributes or not _tensor_core_fp32(target):
+        return dot_precision(func, dt)
+    return ', input_precision="tf32x3"'
+
+
+def _tensor_core_fp32(target) -> bool:
+    from uniorch.targets import TargetError, parse_target
+
+    try:
+        t = parse_target(target or "interpret")
+    except TargetError:
+        return False
+    digits = "".join(c for c in t.arch if c.isdigit())
+    return t.vendor == "cuda" and bool(digits) and int(digits) >= 80
+
+
 def exact_fp32(func, dot_types) -> bool:
     """Whether a kernel's dots over `dot_types` are exact float32 ones, which run on FMA units."""
     return all(t == "f32" for t in dot_types) and "ieee" in dot_precision(func, "f32")

@@ -214,7 +214,6 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("passes", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["passes"] = time.perf_counter() - t
-    _record_fp32_precision(module, target)
 
     t = time.perf_counter()
     backend = target.backend
@@ -265,21 +264,25 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     return CompiledGraph(plan, module, infos, timings)
 
 
-def _record_fp32_precision(module: ir.Module, target: Target) -> None:
-    """PyTorch's float32 matmul precision, as eager and Inductor read it when they run or compile:
-    "highest" (the default) keeps float32 dots exact; "high" or "medium" (or
-    `torch.backends.cuda.matmul.allow_tf32 = True`) lets them use TF32 tensor cores, on NVIDIA
-    GPUs from sm_80. Read once, at compile time, onto each kernel (codegen/patterns.py
-    `dot_precision`)."""
-    from uniorch.codegen.patterns import FP32_DOT
+def fp32_precisions(target: Target) -> dict:
+    """Triton's input_precision for float32 dots by kernel kind, from PyTorch's settings as eager
+    and Inductor read them when they run or compile (read once, at compile time):
 
-    if torch.get_float32_matmul_precision() == "highest" or target.vendor != "cuda" or target.interpret:
-        return
+    - "highest" float32 matmul precision (the default) keeps matmuls exact; "high" or "medium" (or
+      `torch.backends.cuda.matmul.allow_tf32 = True`) lets every float32 dot use TF32 tensor cores;
+    - a float32 attention is 3xTF32 by default (codegen/patterns.py `attention_precision`: what
+      PyTorch's memory-efficient SDPA kernel computes), and exact when that kernel is disabled
+      (`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), as eager then runs the math.
+
+    Only NVIDIA GPUs from sm_80 have TF32; elsewhere every float32 dot is exact."""
     digits = "".join(c for c in target.arch if c.isdigit())
-    if not digits or int(digits) < 80:
-        return
-    for op in kernel_functions(module):
-        op.attributes[FP32_DOT] = ir.StringAttr.get("tf32", module.context)
+    if target.vendor != "cuda" or target.interpret or not digits or int(digits) < 80:
+        return {}
+    if torch.get_float32_matmul_precision() != "highest":
+        return {"*": "tf32"}
+    if not torch.backends.cuda.mem_efficient_sdp_enabled():
+        return {"attention": "ieee"}
+    return {}
 
 
 def _load(op, ks, target: Target, backend):
@@ -427,7 +430,8 @@ def to_kernel_stage(module: ir.Module, stage: str, target: Target, kernel_prefix
     from uniorch.passes import PassContext, parse_pipeline, run_pipeline
 
     text = PIPELINES[stage].format(target=target)
-    run_pipeline(module, parse_pipeline(text, module.context), PassContext(target=str(target), kernel_prefix=kernel_prefix))
+    pctx = PassContext(target=str(target), kernel_prefix=kernel_prefix, fp32_dots=fp32_precisions(target))
+    run_pipeline(module, parse_pipeline(text, module.context), pctx)
     return module
 
 
