@@ -26,7 +26,7 @@ def test_rehearsal_runs_every_stage_offline(tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     session = json.loads((out / "session.json").read_text())
-    assert list(session["stages"]) == ["env", "conformance", "zoo", "aot", "bench", "host"], log[-3000:]
+    assert list(session["stages"]) == ["env", "conformance", "zoo", "aot", "bench", "host", "tiles"], log[-3000:]
     assert {name: st["status"] for name, st in session["stages"].items()} == dict.fromkeys(session["stages"], "ok")
     # what the rehearsal had to do for real: the pack unpacked, uniorch installed offline
     assert "unpacking torch_mlir-" in log and "installing uniorch" in log, log[-3000:]
@@ -45,6 +45,9 @@ def test_rehearsal_runs_every_stage_offline(tmp_path):
     host = session["host"]["rows"]
     assert host and all(r["host_us"] > 0 and r["eager_host_us"] > 0 and r["kernels"] >= 1 for r in host), host
     assert "by cumulative time" in (out / "session.log").read_text()
+    # the matmul rows tuned: per kernel its default tiles, the chosen ones and each candidate's time
+    tiles = session["tiles"]
+    assert tiles and all(t["default"] and t["chosen"] and len(t["ms"]) >= 2 for t in tiles), tiles
     # the table is the last thing printed
     tail = proc.stdout.strip().splitlines()
     assert any(line.startswith("stage") for line in tail[-30:]), proc.stdout[-3000:]

@@ -21,12 +21,19 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
-STAGES = ("env", "conformance", "zoo", "aot", "bench", "host")
+STAGES = ("env", "conformance", "zoo", "aot", "bench", "host", "tiles")
 # seconds; with the unpack and install before them, the session's deadline (run_gpu.sh) caps the sum.
 # The second H200 run used 425 s for the first five: the host profile fits in what was left.
-BUDGETS = {"env": 20, "conformance": 40, "zoo": 110, "aot": 40, "bench": 345, "host": 45}
+BUDGETS = {"env": 20, "conformance": 40, "zoo": 110, "aot": 40, "bench": 345, "host": 45, "tiles": 90}
+# the matmul rows again with every contraction tuned over runtime/autotune.py's candidates, each
+# candidate's time recorded: which tiles beat the schedule's own on this GPU (float32 FMA tiles
+# were chosen by ptxas and SASS counts on a CPU machine, never timed). Last: it runs only if the
+# rest left time
+TILES_BENCH = ("--device cuda --quick --dtype fp32,bf16 --backends uniorch_autotune --models "
+               "mlp,matmul_bias_gelu")
 # the second H200 run's benchmark: both dtypes and the training steps in one stage, max-autotune
 # left out (its compiles take minutes per matmul); the slowest-to-compile workloads last
 GPU_BENCH = ("--device cuda --quick --dtype bf16,fp32 --backends eager,inductor,uniorch --models "
@@ -34,7 +41,8 @@ GPU_BENCH = ("--device cuda --quick --dtype bf16,fp32 --backends eager,inductor,
              "add_layernorm,resnet_stack,mlp_train,gpt2_block_train,resnet_stack_train,llama_block_train")
 REHEARSAL = {"models": "mlp", "dtypes": "fp32,bf16",
              "bench": "--device cpu --models gelu_silu_chain --dtype fp32,bf16 --backends eager,uniorch --quick",
-             "host": "--device cpu --models layernorm --dtype fp32 --calls 3 --profile-calls 1"}
+             "host": "--device cpu --models layernorm --dtype fp32 --calls 3 --profile-calls 1",
+             "tiles": "--device cpu --models mlp --dtype fp32 --backends uniorch_autotune --quick"}
 
 ENV_PROBE = r"""
 import json, platform, subprocess, sys
@@ -68,12 +76,13 @@ def _budgets(specs: list[str]) -> dict[str, int]:
     return out
 
 
-def _run(cmd: list[str], log, budget: float) -> tuple[str, float, int | None]:
+def _run(cmd: list[str], log, budget: float, env: dict | None = None) -> tuple[str, float, int | None]:
     """Runs `cmd` with output to `log`; ('ok' | 'failed' | 'timeout', seconds, return code)."""
     t0 = time.monotonic()
     log.write(f"$ {shlex.join(cmd)}   # budget {budget:.0f}s\n")
     log.flush()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, **env) if env else None)
     try:
         rc = proc.wait(timeout=max(1.0, budget))
     except subprocess.TimeoutExpired:
@@ -119,6 +128,22 @@ def _tail(path: str, marker: str) -> str:
 def _bench_file(out: str) -> str | None:
     files = sorted(f for f in os.listdir(out) if f.endswith(".json") and f[:4].isdigit())
     return os.path.join(out, files[-1]) if files else None
+
+
+def tile_choices(path: str | None) -> list[dict]:
+    """Per tuned kernel of a `uniorch_autotune` benchmark file: its default and chosen tiles
+    (block_m, block_n, block_k, warps, stages) and every candidate's ms per launch (or error)."""
+    if not path:
+        return []
+    with open(path) as f:
+        results = json.load(f).get("results", [])
+    out = []
+    for r in results:
+        for kernel, c in (r.get("autotune_choices") or {}).items():
+            ms = {cfg: (round(t * 1e3, 4) if isinstance(t, (int, float)) else t) for cfg, t in c.get("seconds", {}).items()}
+            out.append({"model": r.get("model"), "dtype": r.get("dtype"), "kernel": kernel,
+                        "default": c.get("default"), "chosen": c.get("chosen"), "ms": ms})
+    return out
 
 
 def summarize_rows(rows: list[dict]) -> str:
@@ -201,6 +226,7 @@ def main(argv=None) -> int:
     log_path = os.path.join(a.out, "session.log")
     session: dict = {"rehearse": a.rehearse, "target": target, "stages": {}}
     common = ["--dtypes", dtypes, "--jobs", str(a.jobs)] + (["--models", models] if models else [])
+    tiles_dir = tempfile.mkdtemp(prefix="uniorch-tiles-")
     commands = {
         "env": [py, "-c", ENV_PROBE],
         "conformance": [py, "-m", "uniorch.testing.conformance", "--target", target],
@@ -212,6 +238,10 @@ def main(argv=None) -> int:
         # where a call's host time goes (tools/bench/host_profile.py)
         "host": [py, "-m", "uniorch.tools.bench.host_profile", "--out", a.out]
         + (shlex.split(REHEARSAL["host"]) if a.rehearse else []),
+        # its result file goes beside OUT, not in it (a device call brings back few files): the
+        # per-candidate times are copied into session.json
+        "tiles": [py, "-m", "uniorch.tools.bench", *shlex.split(REHEARSAL["tiles"] if a.rehearse else TILES_BENCH),
+                  "--out", tiles_dir],
     }
     with open(log_path, "a") as log:
         for name in stages:
@@ -222,7 +252,9 @@ def main(argv=None) -> int:
             log.write(f"\n===== {name} =====\n")
             log.flush()
             print(f"[{time.monotonic() - start:6.1f}s] {name} (budget {min(budgets[name], left):.0f}s)", flush=True)
-            status, secs, rc = _run(commands[name], log, min(budgets[name], left))
+            # a rehearsal tunes on the interpreter, where tuning is off unless forced
+            env = {"UNIORCH_AUTOTUNE": "force"} if a.rehearse and name == "tiles" else None
+            status, secs, rc = _run(commands[name], log, min(budgets[name], left), env)
             st = {"status": status, "seconds": round(secs, 1), "rc": rc}
             if name == "env":
                 try:
@@ -251,6 +283,10 @@ def main(argv=None) -> int:
                         else f"{r['model']} error" for r in session["host"]["rows"]) + " (host per call, ours/eager)"
                 except (OSError, ValueError, KeyError):
                     st["summary"] = "no host_profile.json (see session.log)"
+            elif name == "tiles":
+                session["tiles"] = tile_choices(_bench_file(tiles_dir))
+                st["summary"] = f"{len(session['tiles'])} kernels tuned; " + "; ".join(
+                    f"{t['model']} {t['dtype']} {t['kernel']} {t['default']} -> {t['chosen']}" for t in session["tiles"][:6])
             elif name == "bench":
                 path = _bench_file(a.out)
                 if path:
