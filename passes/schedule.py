@@ -202,9 +202,16 @@ def _next_op(op: ir.Operation) -> ir.Operation:
 
 
 def _stamp_fp32_dots(kernel: ir.Operation, fp32_dots: dict) -> None:
-    from uniorch.codegen.patterns import FP32_DOT
+    """`fp32_dots` (PassContext) by the kernel's kind; a contraction kernel that is a convolution
+    (an implicit GEMM: some factor read through a window) under "convolution"."""
+    from uniorch.codegen.patterns import FP32_DOT, is_convolution, is_generic
 
+    if not fp32_dots:
+        return
     kind = ir.StringAttr(kernel.attributes["uniorch.kind"]).value if "uniorch.kind" in kernel.attributes else ""
+    if kind == "contraction" and "convolution" in fp32_dots and any(
+            is_generic(op) and is_convolution(op) for op in kernel.regions[0].blocks[0].operations):
+        kind = "convolution"
     mode = fp32_dots.get(kind, fp32_dots.get("*"))
     if mode:
         kernel.attributes[FP32_DOT] = ir.StringAttr.get(mode, kernel.context)

@@ -27,6 +27,16 @@ def _conv_kernels(model, x, target):
             if k.kind == "contraction"]
 
 
+@pytest.fixture
+def exact_convs():
+    """Float32 convolutions exact (FMA units), as eager's cuDNN with TF32 off; by default they
+    follow `torch.backends.cudnn.allow_tf32` (True): TF32 on sm_80+."""
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = before
+
+
 def _bn(c):
     bn = nn.BatchNorm2d(c)
     bn.running_mean.uniform_(-0.5, 0.5)
@@ -48,20 +58,45 @@ def _block(cin=64, cout=64, k=3, stride=1, groups=1):
     (lambda: _block(), (4, 64, 14, 14), torch.float32, "cuda:sm_90", []),   # exact fp32: FMA units keep NCHW
     (lambda: _block(), (4, 64, 14, 14), torch.bfloat16, "interpret", []),
 ])
-def test_which_convolutions_read_channels_last(make, shape, dtype, target, expected):
+def test_which_convolutions_read_channels_last(make, shape, dtype, target, expected, exact_convs):
     torch.manual_seed(0)
     (kernel,) = _conv_kernels(make().to(dtype), torch.randn(shape, dtype=dtype), target)
     assert [list(o) for _, o in kernel.source.relayout] == expected, kernel.source.relayout
 
 
-def test_tf32_convolutions_read_channels_last():
+def test_tf32_convolutions_read_channels_last(exact_convs):
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
         (kernel,) = _conv_kernels(_block(), torch.randn(4, 64, 14, 14), "cuda:sm_90")
     finally:
         torch.set_float32_matmul_precision(before)
     assert [list(o) for _, o in kernel.source.relayout] == [[0, 2, 3, 1], [0, 2, 3, 1]]
+
+
+@pytest.mark.parametrize("allow_tf32, matmul, conv_dot, mm_dot", [
+    (True, "highest", "tf32", "ieee"),   # PyTorch's defaults: cuDNN takes TF32, cuBLAS does not
+    (False, "highest", "ieee", "ieee"),
+    (False, "high", "ieee", "tf32"),
+    (True, "high", "tf32", "tf32"),
+])
+def test_float32_convolutions_follow_cudnn_allow_tf32(allow_tf32, matmul, conv_dot, mm_dot, exact_convs):
+    """As eager's and Inductor's cuDNN convolutions do (TF32 by default from sm_80), apart from the
+    matmul precision that decides the model's other dots."""
+    model = nn.Sequential(_block(), nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.backends.cudnn.allow_tf32 = allow_tf32
+        torch.set_float32_matmul_precision(matmul)
+        kernels = _conv_kernels(model, torch.randn(4, 64, 7, 7), "cuda:sm_90")
+        exact = _conv_kernels(model, torch.randn(4, 64, 7, 7), "cuda:sm_75")  # no TF32 there
+    finally:
+        torch.set_float32_matmul_precision(before)
+    conv, fc = kernels
+    assert f'input_precision="{conv_dot}"' in conv.source.source, conv.source.source
+    assert f'input_precision="{mm_dot}"' in fc.source.source, fc.source.source
+    assert all('input_precision="ieee"' in k.source.source for k in exact)
 
 
 def _copies(ptx: str) -> collections.Counter:
@@ -193,7 +228,7 @@ def _weight_grad(x, dy, w):
 
 
 @pytest.mark.parametrize("cin", [64, 32])  # 32: an N tile of 64 spans two window positions
-def test_exact_fp32_weight_gradient_reads_x_channels_last(cin):
+def test_exact_fp32_weight_gradient_reads_x_channels_last(cin, exact_convs):
     """An fp32 weight gradient on FMA units (conv_layout.fma_channels_innermost): x laid out
     channels-last, N enumerated window-major with the input channel innermost, the window position
     one scalar per N tile and K tiles of 16 (no spills for sm_90 with Triton 3.6's ptxas). Run on
@@ -223,7 +258,7 @@ def test_exact_fp32_weight_gradient_reads_x_channels_last(cin):
 
 
 @pytest.mark.parametrize("shape", [(32, 64, 7, 7), (16, 32, 3, 3)])
-def test_small_forward_convolutions_keep_their_fp32_layout(shape):
+def test_small_forward_convolutions_keep_their_fp32_layout(shape, exact_convs):
     """A forward convolution over a small image has the weight gradient's shape with the roles
     swapped (batch plain in x, output pixels summed with taps): it keeps NCHW."""
     x = torch.randn(shape)

@@ -17,6 +17,7 @@ import torch
 
 from . import report, roofline, timing
 from .backends import BACKENDS, warm_process
+from .fp32 import set_exact_fp32
 from .runner import DTYPES, Options, run_workload
 from .workloads import WORKLOADS
 
@@ -98,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(a: argparse.Namespace) -> tuple[dict, str]:
-    # fp32 means fp32: tf32 would need a looser tolerance and would flatter the fp32 columns
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    set_exact_fp32()
     if a.device == "cpu":
         # smoke sizes gain nothing from intra-op threads, and on a busy shared machine a thread
         # pool waiting for a free core turns a 5 us op into 25 ms

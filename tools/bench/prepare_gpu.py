@@ -92,6 +92,8 @@ def build_bundles(folder: str, target: str, models: list[str], dtypes: list[str]
     import uniorch
     from uniorch.testing import zoo
 
+    from .fp32 import exact_fp32
+
     os.makedirs(folder, exist_ok=True)
     entries = []
     for name in models:
@@ -109,7 +111,9 @@ def build_bundles(folder: str, target: str, models: list[str], dtypes: list[str]
                 except Exception as err:  # noqa: BLE001 - nothing to compare with: the run skips it
                     entry["skipped"] = f"eager fails in {dtype_name}: {type(err).__name__}: {err}"[:400]
                     raise
-                with torch.no_grad():
+                # compiled under the settings the GPU run checks against (zoo_check: exact fp32;
+                # by default a float32 convolution would take TF32, as cuDNN's does)
+                with torch.no_grad(), exact_fp32():
                     art = uniorch.compile_aot(model, args, target=target, kwargs=kwargs)
                 art.save(os.path.join(folder, rel))
                 entry.update(kernels=len(art.kernels), fallbacks=len(art.fallbacks))

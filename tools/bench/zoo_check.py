@@ -43,12 +43,13 @@ def _prepare(name: str, dtype_name: str, device: str, seed: int):
 
     from uniorch.testing import zoo
 
+    from .fp32 import set_exact_fp32
+
     dtype = zoo.DTYPES[dtype_name]
     model, args, kwargs = zoo.load(name)
     base = model  # fp32 on the CPU: the float64 reference is made from it when needed
     fargs, fkwargs = zoo.fresh_inputs(args, kwargs, seed)
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 on both sides
-    torch.backends.cudnn.allow_tf32 = False
+    set_exact_fp32()  # fp32 means fp32 on both sides
     import copy
 
     model = zoo.model_to(copy.deepcopy(base), device, dtype if dtype_name != "fp32" else None)

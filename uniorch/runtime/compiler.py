@@ -272,17 +272,34 @@ def fp32_precisions(target: Target) -> dict:
       `torch.backends.cuda.matmul.allow_tf32 = True`) lets every float32 dot use TF32 tensor cores;
     - a float32 attention is 3xTF32 by default (codegen/patterns.py `attention_precision`: what
       PyTorch's memory-efficient SDPA kernel computes), and exact when that kernel is disabled
-      (`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), as eager then runs the math.
+      (`torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`), as eager then runs the math;
+    - a convolution (forward or backward) follows `torch.backends.cudnn.allow_tf32`, as eager's and
+      Inductor's cuDNN calls do: TF32 by default, exact when it is False.
 
     Only NVIDIA GPUs from sm_80 have TF32; elsewhere every float32 dot is exact."""
     digits = "".join(c for c in target.arch if c.isdigit())
     if target.vendor != "cuda" or target.interpret or not digits or int(digits) < 80:
         return {}
-    if torch.get_float32_matmul_precision() != "highest":
-        return {"*": "tf32"}
-    if not torch.backends.cuda.mem_efficient_sdp_enabled():
-        return {"attention": "ieee"}
-    return {}
+    out = {"convolution": "tf32" if _conv_tf32() else "ieee"}
+    if _matmul_tf32():
+        out["*"] = "tf32"
+    elif not torch.backends.cuda.mem_efficient_sdp_enabled():
+        out["attention"] = "ieee"
+    return out
+
+
+def _matmul_tf32() -> bool:
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:  # PyTorch's per-backend API (2.9+) used beside the legacy one: it refuses
+        return torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
+def _conv_tf32() -> bool:
+    try:
+        return bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:  # as above: cuDNN's convolutions and RNNs set apart
+        return torch.backends.cudnn.conv.fp32_precision == "tf32"
 
 
 def _load(op, ks, target: Target, backend):
