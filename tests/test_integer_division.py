@@ -83,6 +83,44 @@ def test_float_floor_division_is_eagers(dtype):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_floor_division_is_eagers(dtype):
+    """ATen runs div_floor_floating's steps in the 16-bit type (each rounded), and takes a Python
+    divisor at fp32: bf16 2.984 // 0.9961 is 2, where the floor of the rounded quotient was 3, and
+    a bf16 13.81 // 0.1 is 138, where a divisor rounded to bf16 gives 137. bf16 matches eager's
+    every element; in fp16 eager's vectorized CPU path rounds some steps apart from ATen's scalar
+    code (0.1% of these differ): there ours is no farther from the float64 quotient than eager's."""
+    torch.manual_seed(6)
+    a, b = (torch.randn(4096) * 20).to(dtype), (torch.randn(4096) * 3).to(dtype)
+    a[:2], b[:2] = torch.tensor([2.984375, 13.8125]), torch.tensor([0.99609375, 0.1])
+    b[::7], a[::11] = 0, 0
+
+    def fn(a, b):
+        return a // b, torch.div(a, b, rounding_mode="floor"), a // 0.1, torch.floor_divide(a, -0.3)
+
+    for got, want, exact in zip(uniorch.compile(fn, target="interpret")(a, b), fn(a, b), fn(a.double(), b.double())):
+        assert got.dtype == want.dtype
+        same = (got == want) | (got.isnan() & want.isnan())
+        if dtype == torch.bfloat16:
+            assert bool(same.all()), (a[~same][:4], b[~same][:4])
+        else:
+            assert float(same.float().mean()) >= 0.99
+            assert bool(((got.double() - exact).abs() <= (want.double() - exact).abs())[~same].all())
+
+
+def test_16bit_nextafter_is_eagers():
+    """The next bf16/fp16 value is not the next float32 one rounded back (that is x itself: every
+    element came back unchanged): the op runs eagerly for 16-bit types, and explain says so."""
+    x = torch.tensor([1.0, 2.0, -3.0, 0.0])
+    y = torch.tensor([2.0, 0.0, 5.0, 1.0])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        cm = uniorch.compile(torch.nextafter, target="interpret")
+        got, want = cm(x.to(dtype), y.to(dtype)), torch.nextafter(x.to(dtype), y.to(dtype))
+        assert torch.equal(got, want) and not torch.equal(got, x.to(dtype))
+        fallbacks = cm.explain(x.to(dtype), y.to(dtype)).fallbacks
+        assert [f.op for f in fallbacks] == ([] if dtype == torch.float32 else ["aten.nextafter.default"])
+
+
 def test_division_by_zero_raises_eagers_error():
     """Eager raises ZeroDivisionError for an integer zero divisor; the compiled call checks the
     divisor after its kernels and runs eagerly, raising the same error. Non-zero divisors stay compiled."""

@@ -35,8 +35,10 @@ def _as_float_tensors(a, b):
 
 def _float_floor_divide(a, b):
     """ATen's div_floor_floating: the quotient of `a - fmod(a, b)`, which is exact, not the floor
-    of the rounded quotient (`1.0 // 0.1` is 9: the float32 quotient rounds up to 10.0). float32
-    and float64 only: eager's 16-bit kernel rounds every step to the 16-bit type."""
+    of the rounded quotient (`1.0 // 0.1` is 9: the float32 quotient rounds up to 10.0). For 16-bit
+    types ATen runs the same steps in the 16-bit type (c10::Half/BFloat16 arithmetic rounds each
+    one), and so do these ops: bf16 2.984 // 0.9961 is 2, where the floor of the rounded quotient
+    gave 3."""
     a, b = _as_float_tensors(a, b)
     mod = torch.fmod(a, b)
     div = (a - mod) / b
@@ -63,9 +65,14 @@ def _floor_divide(a, b):
     if not isinstance(a, torch.Tensor):
         return NotImplemented
     if not _integral(a, b) or isinstance(b, float):
-        if torch.result_type(a, b) in (torch.float32, torch.float64):
+        dt = torch.result_type(a, b)
+        if dt in (torch.float16, torch.bfloat16) and not isinstance(b, torch.Tensor):
+            # a Python divisor: ATen's kernels take it at opmath precision (1.0 // 0.1 is 9 in
+            # fp16 as in fp32), not rounded to the tensor's type
+            return _float_floor_divide(a.float(), b).to(dt)
+        if dt.is_floating_point:
             return _float_floor_divide(a, b)
-        return NotImplemented  # 16-bit: eager rounds each step to the type; kept as lowered
+        return NotImplemented
     # eager raises ZeroDivisionError; a compiled integer division by zero is undefined: the call
     # then runs eagerly (checks.require), which raises it
     if isinstance(b, torch.Tensor) or b == 0:  # a non-zero Python divisor needs no check
