@@ -314,3 +314,24 @@ def test_float32_scores_scale_moves_off_q_and_k(scale):
     err = (out.double() - ref64).abs().max().item()
     eager_err = (fn(q, k, v).double() - ref64).abs().max().item()
     assert err <= 2 * eager_err + 1e-6, (err, eager_err)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale", [0.125, 128 ** -0.5])
+def test_16_bit_query_scaled_before_the_matmul_is_one_kernel(dtype, scale):
+    """`(q * scale) @ kᵀ` in 16 bits (BART's and timm's eager attention scale q first): the scaling
+    fused into the matmul widened a 16-bit product, which the contraction match did not read as a
+    factor, so attention stayed three kernels writing the T x T scores. It is one flash kernel,
+    the q tile scaled and rounded to 16 bits as eager's tensor is (an inexact scale in fp32, as
+    ATen takes a Python scalar); on fresh inputs no farther from float64 than eager's answer."""
+    def fn(q, k, v):
+        return torch.softmax((q * scale) @ k.transpose(-1, -2), -1) @ v
+
+    torch.manual_seed(8)
+    cm = uniorch.compile(fn, target="interpret", fallback="error")
+    cm(*_qkv(2, 2, 80, 80, 64, dtype))
+    q, k, v = _qkv(2, 2, 80, 80, 64, dtype)
+    assert [x.kind for x in cm.explain(q, k, v).kernels] == ["attention"]
+    out, eager, ref64 = cm(q, k, v), fn(q, k, v), fn(q.double(), k.double(), v.double())
+    tol = 2e-3 if dtype == torch.bfloat16 else 2e-4
+    assert (out.double() - ref64).abs().max() <= (eager.double() - ref64).abs().max() + tol

@@ -330,6 +330,23 @@ def _strip_extf(v: ir.Value, blk: ir.Block, used: list | None = None) -> ir.Valu
         if used is not None:
             used.append(o)
         return o.operands[0]
+    if o.name == "arith.extf" and str(o.operands[0].type) in ("f16", "bf16"):
+        # a 16-bit factor scaled by a constant and rounded to its type, then widened (bf16
+        # `(q * 0.125) @ kᵀ` with the scaling fused into the matmul; an inexact scale is applied in
+        # fp32 and rounded, capture/opmath.py): the tile is scaled and rounded as eager's tensor was
+        inner = o.operands[0]
+        p = None if isinstance(inner.owner, ir.Block) else op_of(inner.owner)
+        rounded = p is not None and p.name == "arith.truncf"
+        if rounded:
+            inner = p.operands[0]
+            p = None if isinstance(inner.owner, ir.Block) else op_of(inner.owner)
+        if p is not None and p.name in ("arith.mulf", "arith.divf"):
+            got = _strip_extf(inner, blk, used)
+            if got is not None and used is not None:
+                used.append(o)
+                if rounded:
+                    used.append(op_of(o.operands[0].owner))
+            return got
     if o.name in ("arith.mulf", "arith.divf"):
         a, c = o.operands
         if o.name == "arith.mulf" and not _constant_in_body(c, blk):
