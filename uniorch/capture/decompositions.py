@@ -105,6 +105,15 @@ def _gelu(x, approximate="none"):
     return (0.5 * x * (1.0 + torch.tanh(inner))).to(dtype)
 
 
+def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """ATen's ELU (and SELU, CELU through it): `alpha * expm1(x * input_scale)` below zero. Why:
+    torch-mlir's `exp(x) - 1` cancels for small negative x (-1.7e-8 gave 0, eager -1.7e-8)."""
+    if not x.is_floating_point():
+        return NotImplemented
+    neg = alpha * scale * torch.expm1(x * input_scale)
+    return torch.where(x > 0, x * scale, neg)
+
+
 # Ops torch-mlir cannot take to linalg ("failed to legalize" at the backend contract, found by
 # PyTorch's OpInfo suite: python -m uniorch.tools.opinfo_coverage), for which PyTorch's own
 # decomposition table has a rewrite into ops it can. Only ops that fail today are listed, so
@@ -342,6 +351,7 @@ def _table(data_dependent: bool = True) -> dict:
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
     table[aten._embedding_bag_backward.default] = _embedding_bag_backward
     table[aten.gelu.default] = _gelu
+    table[aten.elu.default] = _elu
     from .nan_semantics import TABLE as nan_preserving
 
     table.update(nan_preserving)
