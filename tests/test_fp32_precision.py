@@ -74,7 +74,8 @@ def test_attention_tiles_follow_the_units_its_dots_run_on(precision):
         with sdpa_kernel(backends):
             (k,) = [k for k in explain_static(Block(128).eval(), (x,), target="cuda:sm_90").kernels
                     if k.kind == "attention"]
-        tiles[mode, len(backends)] = tuple(int(k.schedule[n].split(":")[0]) for n in ("block_m", "block_n", "num_warps"))
+        tiles[mode, len(backends)] = tuple(int(k.schedule[n].split(":")[0])
+                                           for n in ("block_m", "block_n", "num_warps"))
     assert tiles["highest", 1] == (32, 32, 8)
     assert tiles["high", 1] == (128, 64, 8)
     assert tiles["highest", 2] == (128, 32, 8)
@@ -101,7 +102,8 @@ def test_the_ptx_uses_tf32_tensor_cores_only_when_allowed(precision):
     x = torch.randn(1, 2, 64, 64)
     kinds = {}
     # the capture runs on this CPU, which has no memory-efficient kernel: MATH beside it
-    for mode, backends in (("highest", [SDPBackend.MATH]), ("highest", [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]),
+    for mode, backends in (("highest", [SDPBackend.MATH]),
+                           ("highest", [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]),
                            ("high", [SDPBackend.MATH])):
         precision(mode)
         with sdpa_kernel(backends):

@@ -140,7 +140,8 @@ def tile_choices(path: str | None) -> list[dict]:
     out = []
     for r in results:
         for kernel, c in (r.get("autotune_choices") or {}).items():
-            ms = {cfg: (round(t * 1e3, 4) if isinstance(t, (int, float)) else t) for cfg, t in c.get("seconds", {}).items()}
+            ms = {cfg: (round(t * 1e3, 4) if isinstance(t, (int, float)) else t)
+                  for cfg, t in c.get("seconds", {}).items()}
             out.append({"model": r.get("model"), "dtype": r.get("dtype"), "kernel": kernel,
                         "default": c.get("default"), "chosen": c.get("chosen"), "ms": ms})
     return out
@@ -286,7 +287,8 @@ def main(argv=None) -> int:
             elif name == "tiles":
                 session["tiles"] = tile_choices(_bench_file(tiles_dir))
                 st["summary"] = f"{len(session['tiles'])} kernels tuned; " + "; ".join(
-                    f"{t['model']} {t['dtype']} {t['kernel']} {t['default']} -> {t['chosen']}" for t in session["tiles"][:6])
+                    f"{t['model']} {t['dtype']} {t['kernel']} {t['default']} -> {t['chosen']}"
+                    for t in session["tiles"][:6])
             elif name == "bench":
                 path = _bench_file(a.out)
                 if path:

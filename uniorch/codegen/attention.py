@@ -358,7 +358,8 @@ class _Flash:
             dt = "f32"
         at = a.text if a.ty == dt else part.line("a", {"k"}, f"{a.text}.to({_TL[dt]})", "a")
         bt = b.text if b.ty == dt else part.line("b", {"k"}, f"{b.text}.to({_TL[dt]})", "b")
-        prec = _precision(self.plan, dt, self.target) if part in (self.e1, self.e2) else dot_precision(self.plan.p1.func, dt)
+        attention_dot = part in (self.e1, self.e2)
+        prec = _precision(self.plan, dt, self.target) if attention_dot else dot_precision(self.plan.p1.func, dt)
         return at, bt, dt, prec
 
     def build(self) -> KernelSource:
