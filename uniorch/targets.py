@@ -44,6 +44,12 @@ class Target:
     def interpret(self) -> bool:
         return self.vendor == "interpret"
 
+    @property
+    def has_tf32(self) -> bool:
+        """Whether float32 dots can run on TF32 tensor cores: NVIDIA GPUs from sm_80."""
+        digits = "".join(c for c in self.arch if c.isdigit())
+        return self.vendor == "cuda" and bool(digits) and int(digits) >= 80
+
 
 def _backends() -> dict:
     from uniorch.backends.registry import backends

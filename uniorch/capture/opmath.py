@@ -30,8 +30,10 @@ OPS = (
     # + 1, * 0.5, * x; sigmoid's -x, exp, + 1, 1 / ...), each rounded to 16 bits, where ATen's
     # kernel rounds once: 43% of a bf16 GELU's and 75% of a SELU's outputs differed from eager's
     aten.gelu.default, aten.sigmoid.default, aten.elu.default, aten.selu.default,
-    # its slope is an opmath scalar in ATen (0.01, not bf16's 0.010009765625)
-    aten.leaky_relu.default, aten.logaddexp.default, aten.logaddexp2.default,
+    # leaky_relu's slope is an opmath scalar in ATen (0.01, not bf16's 0.010009765625)
+    aten.leaky_relu.default,
+    # ATen's max + log1p(exp(-|a - b|)) in fp32 (capture/decompositions.py), not step by step in 16 bits
+    aten.logaddexp.default, aten.logaddexp2.default,
     # accumulating scatters (the backward of embeddings, gathers and max pooling): one fp32 sum per
     # element rounded once, within eager's per-add rounding; Triton has no bf16 atomics everywhere
     aten.scatter_add.default, aten.index_add.default, aten.index_put.default, aten.scatter_reduce.two,

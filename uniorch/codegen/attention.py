@@ -188,8 +188,9 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
         # run (Llama's bf16 attention at head dim 128 took FMA's 32x32 tiles: 0.36 ms on an H200
         # against cuDNN's 0.05)
         qk_types = tuple(_qk_types(p1, p2))
-        fp32_qk = exact_fp32(p1.func, qk_types) and "ieee" in _precision(plan, "f32", target)
-        x3 = all(t == "f32" for t in qk_types) and "tf32x3" in _precision(plan, "f32", target)
+        fp32_mode = _precision(plan, "f32", target)
+        fp32_qk = exact_fp32(p1.func, qk_types) and "ieee" in fp32_mode
+        x3 = all(t == "f32" for t in qk_types) and "tf32x3" in fp32_mode
         # tensor-core dots up to head dim 128 take FlashAttention-2's 128-query tiles: on sm_90
         # Llama's bf16 attention (head dim 128, k rotated in its load: four tiles per key step)
         # takes 206 registers there at 128x64 and 8 warps, no spill (Triton 3.6's ptxas)

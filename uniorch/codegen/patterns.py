@@ -90,20 +90,18 @@ def attention_precision(func, dt: str, target) -> str:
     made H200 run 6's gpt2_block fp32 attention 3.4x slower than it. So float32 attention dots take
     Triton's "tf32x3" there, unless the compile recorded a precision (`uniorch.fp32_dot`: TF32 where
     PyTorch's matmul precision allows it, exact where its memory-efficient kernel is disabled)."""
-    if dt != "f32" or FP32_DOT in op_of(func).attributes or not _tensor_core_fp32(target):
+    if dt != "f32" or FP32_DOT in op_of(func).attributes or not _has_tf32(target):
         return dot_precision(func, dt)
     return ', input_precision="tf32x3"'
 
 
-def _tensor_core_fp32(target) -> bool:
+def _has_tf32(target) -> bool:
     from uniorch.targets import TargetError, parse_target
 
     try:
-        t = parse_target(target or "interpret")
+        return parse_target(target or "interpret").has_tf32
     except TargetError:
         return False
-    digits = "".join(c for c in t.arch if c.isdigit())
-    return t.vendor == "cuda" and bool(digits) and int(digits) >= 80
 
 
 def exact_fp32(func, dot_types) -> bool:

@@ -277,8 +277,7 @@ def fp32_precisions(target: Target) -> dict:
       Inductor's cuDNN calls do: TF32 by default, exact when it is False.
 
     Only NVIDIA GPUs from sm_80 have TF32; elsewhere every float32 dot is exact."""
-    digits = "".join(c for c in target.arch if c.isdigit())
-    if target.vendor != "cuda" or target.interpret or not digits or int(digits) < 80:
+    if not target.has_tf32:
         return {}
     out = {"convolution": "tf32" if _conv_tf32() else "ieee"}
     if _matmul_tf32():
