@@ -51,11 +51,11 @@ def training_halves(model, args) -> list:
     (mean square). On a CPU SDPA's backward is the math decomposition (a GPU keeps PyTorch's
     kernel), so the backward's attention part differs from the GPU's; the rest is the same."""
     import torch
-    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from uniorch.runtime.training import _inline_composite_ops, _views_as_reshapes
+    from uniorch.runtime.training import _inline_composite_ops, _views_as_reshapes, partition
 
     got = []
 
@@ -72,7 +72,7 @@ def training_halves(model, args) -> list:
         return compile_half
 
     backend = aot_autograd(fw_compiler=stash("fwd"), bw_compiler=stash("bwd"),
-                           partition_fn=min_cut_rematerialization_partition)
+                           partition_fn=partition)
     torch._dynamo.reset()
     model.train()
     torch.compile(model, backend=backend)(*args).float().pow(2).mean().backward()

@@ -57,7 +57,6 @@ class TrainingCompile:
 
     def backend(self):
         """A Dynamo backend: AOTAutograd with uniorch compiling both halves."""
-        from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
         def half(store: list):
@@ -85,8 +84,7 @@ class TrainingCompile:
                 return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward)
             return compile_half
 
-        return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward),
-                            partition_fn=min_cut_rematerialization_partition)
+        return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
 
     def report(self, half) -> "Report":
         return half.explain(*self.examples[id(half)])
@@ -129,6 +127,17 @@ class TrainingCompile:
 
 
 _ENTRIES = itertools.count()
+
+
+def partition(joint: torch.fx.GraphModule, joint_inputs, **kwargs):
+    """The joint graph split by the min-cut partitioner, after written-out attention is made to
+    save the scores' log-sum-exp rather than its probabilities (runtime/attention_recompute.py)."""
+    from functorch.compile import min_cut_rematerialization_partition
+
+    from .attention_recompute import recompute_attention
+
+    recompute_attention(joint)
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
 def saved_activation_bytes(backward: torch.fx.GraphModule) -> int:
