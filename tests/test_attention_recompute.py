@@ -68,6 +68,13 @@ def _joint_rewrites(model, args) -> list:
     return counts
 
 
+def _compiled_nanogpt(seed: int):
+    """(model, an eager copy with the same weights, the model compiled)."""
+    torch.manual_seed(seed)
+    model = NanoGPTAttention().train()
+    return model, copy.deepcopy(model), uniorch.compile(model, target="interpret")
+
+
 def _grads(fn, model, x):
     x = x.clone().requires_grad_(True)
     fn(x).pow(2).mean().backward()
@@ -75,10 +82,7 @@ def _grads(fn, model, x):
 
 
 def test_nanogpt_attention_trains_with_one_flash_kernel_and_no_saved_probabilities():
-    torch.manual_seed(0)
-    model = NanoGPTAttention().train()
-    ref = copy.deepcopy(model)
-    cm = uniorch.compile(model, target="interpret")
+    model, ref, cm = _compiled_nanogpt(0)
     x = torch.randn(2, 48, 32)
     got, want = _grads(cm, model, x), _grads(ref, ref, x)
     for g, w in zip(got, want):
@@ -124,10 +128,7 @@ def test_dropout_and_returned_weights_keep_the_saved_probabilities():
 
 
 def test_returned_weights_train_as_eager():
-    torch.manual_seed(3)
-    model = NanoGPTAttention().train()
-    ref = copy.deepcopy(model)
-    cm = uniorch.compile(model, target="interpret")
+    model, ref, cm = _compiled_nanogpt(3)
     x = torch.randn(2, 24, 32)
 
     def grad_of_input(fn):
