@@ -81,12 +81,20 @@ def _try_merge(block, c2) -> bool:
         if moved is None and p is not None and group_of(p) is None and p.name == "tensor.expand_shape":
             # GQA: softmax over the merged heads, split into (key-value group, repeat) for P·v
             split, p = p, _producer(p.operands[0])
+        prologue: list = []
+        if moved is None and p is not None and group_of(p) == g_c and p != c2:
+            # P = exp(S - lse) in P·v's prologue, lse a reduction of its own group (a training
+            # forward whose backward recomputes P: runtime/attention_recompute.py): the prologue
+            # belongs to the softmax, whose group is the log-sum-exp's
+            prologue, p = _probs_prologue(p, [c2] if split is None else [c2, split], g_c)
+            members[g_c] = [o for o in members[g_c] if not any(o == q for q in prologue)]
         g_b = group_of(p) if p is not None else None
         if g_b is None or g_b == g_c:
             continue
-        if moved is not None:
-            members[g_b] = members[g_b] + [moved]
-        in_b = lambda o: group_of(o) == g_b or (moved is not None and o == moved) or (group_of(o) is None and o.name in _UNIT_VIEWS)  # noqa: E731
+        moved_ops = ([moved] if moved is not None else []) + prologue
+        members[g_b] = members[g_b] + moved_ops
+        in_b = lambda o: (group_of(o) == g_b or any(o == m for m in moved_ops)  # noqa: E731
+                          or (group_of(o) is None and o.name in _UNIT_VIEWS))
         sm = match_softmax(probs if split is None else split.operands[0], in_b)
         if sm is None:
             continue
@@ -120,6 +128,36 @@ def _try_merge(block, c2) -> bool:
             pat.op_of(m.value.owner).attributes[LSE] = ir.IntegerAttr.get(i64, ir.OpResult(m.value).result_number)
         return True
     return False
+
+
+def _probs_prologue(p, readers: list, g_c):
+    """([the pointwise ops of P·v's group computing its factor P], the op of another group with a
+    reduction that they read: the log-sum-exp's); ([], p) where that is not so. `readers`: P·v,
+    and the view splitting P's heads for grouped-query P·v where there is one."""
+    c2 = readers[0]
+    ops, stack = [], [p]
+    outside = None
+    while stack:
+        o = stack.pop()
+        if any(o == q for q in ops):
+            continue
+        if group_of(o) != g_c or o == c2 or not pat.is_generic(o) or "reduction" in pat.iterator_types(o):
+            return [], p
+        ops.append(o)
+        for v in o.operands:
+            q = _producer(v)
+            while q is not None and group_of(q) is None and q.name in _UNIT_VIEWS:
+                q = _producer(q.operands[0])  # the log-sum-exp's heads split for grouped-query P·v
+            if q is None:
+                continue
+            if group_of(q) == g_c:
+                stack.append(q)
+            elif pat.is_generic(q) and "reduction" in pat.iterator_types(q):
+                outside = q if outside is None or outside == q else outside
+    if outside is None or any(not any(top_level(u) == q for q in ops + readers)
+                              for o in ops for r in o.results for u in _users(r)):
+        return [], p
+    return ops, outside
 
 
 def _lse_outputs(b_ops, probs, c2, sm, in_b):

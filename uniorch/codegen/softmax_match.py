@@ -78,10 +78,10 @@ class _Matcher:
         x = ("S",)
         for cand in (("S",), ("arith.extf", ("S",))):
             if _contains(expr, cand):
-                x = cand if _is_softmax(_core(expr), cand) or _is_safe(expr, cand) else x
+                x = cand if _is_softmax(_core(expr), cand) or _is_safe(expr, cand) or _is_exp_lse(expr, cand) else x
         if _is_softmax(expr, x):
             return Softmax(self.source, False, self.ops)
-        if _is_safe(expr, x):
+        if _is_safe(expr, x) or _is_exp_lse(expr, x):
             return Softmax(self.source, True, self.ops)
         raise _NoMatch
 
@@ -327,6 +327,18 @@ def match_logsumexp(lse: ir.Value, allowed, full: list) -> LogSumExp | None:
         return LogSumExp(m.sources[0][1], m.ops)
     except (_NoMatch, ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def _is_exp_lse(e, x) -> bool:
+    """e == exp(x - lse) with lse the log-sum-exp of x over the row, 0 for a row of only -inf (a
+    training forward's probabilities where the backward recomputes them: runtime/attention_recompute.py);
+    a row of only -inf gets 0, as the safe softmax."""
+    if e[0] != "math.exp" or len(e) != 2 or e[1][0] != "arith.subf" or len(e[1]) != 3 or e[1][1] != x:
+        return False
+    lse = e[1][2]
+    return (lse[0] == "arith.select" and len(lse) == 4 and lse[2] == ("const", 0.0)
+            and lse[1] == ("arith.cmpf", _OEQ, lse[3], ("const", float("-inf")))
+            and any(_is_logsumexp(lse[3], y) for y in (x, x[1] if x[0] == "arith.extf" else ("arith.extf", x))))
 
 
 def _is_logsumexp(e, x) -> bool:

@@ -1,5 +1,5 @@
-"""Written-out attention in training: the backward recomputes the attention probabilities where
-eager autograd saves them.
+"""Written-out attention in training: the backward recomputes the attention probabilities from
+the scores' log-sum-exp where eager autograd saves them.
 
 `softmax(q @ kᵀ * s + mask) @ v` (nanoGPT's attention without flash, transformers' "eager"
 attention) records `_softmax` in the joint graph, and both `_softmax_backward_data` and the
@@ -7,10 +7,16 @@ gradient of `v` read its output P. So the min-cut partitioner saves P, batch x h
 the forward must write it: at GPT-2's sizes (8 x 12 x 1024²) that is 400 MB per layer, and the
 forward cannot be one flash-attention kernel (uniorch-fuse-attention stores no T x T tensor).
 
-This rewrite, run on the joint graph before partitioning, tags the ops from the q·kᵀ product to P
-MUST_RECOMPUTE (activation checkpointing's tags, which the partitioner honours): the forward saves
-q and k (and the mask's inputs), never a T x T tensor, and is one flash kernel; the backward
-computes the scores and their softmax again from them, T x T tiles as SDPA's backward on a CPU.
+This rewrite, run on the joint graph before partitioning, gives it what SDPA's training path has
+(capture/fused_attention.py). The softmax becomes P = exp(S - lse), with lse the scores'
+log-sum-exp over the keys (0 for a row of only -inf, which then gets 0, as the safe softmax, where
+eager's softmax gives NaN), one float per query that the forward's flash kernel returns from its
+running max and sum (uniorch-fuse-attention reads exp(S - lse) as the softmax it is). The ops from
+the q·kᵀ product to P are tagged MUST_RECOMPUTE (activation checkpointing's tags, which the
+partitioner honours) and lse MUST_SAVE: the forward saves q, k, v, the output and lse, never a
+T x T tensor, and the backward's P is exp(S - lse) in the epilogue of the contraction recomputing
+S. `_softmax_backward_data`'s row sums rowsum(dP P) become rowsum(dO O) (FlashAttention's form),
+read from T x d tensors. The backward still writes T x T tiles, as SDPA's does on a CPU.
 
 Left as it is: dropout on P (its mask would be saved all the same), P read by the forward other
 than by the product with v (returned attention weights), scores from anything but one batched
@@ -23,7 +29,7 @@ import torch.fx as fx
 
 aten = torch.ops.aten
 
-# ops that pass P's values on unchanged (or converted): the backward gets its own copy of each
+# ops that pass P's values on unchanged (or converted)
 _PASS_ON = {aten.clone.default, aten.detach.default, aten.alias.default, aten.expand.default,
             aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten._to_copy.default,
             aten.transpose.int, aten.permute.default, aten.unsqueeze.default, aten.squeeze.dim,
@@ -38,16 +44,28 @@ _SCORE_OPS = _PASS_ON | {
 
 
 def recompute_attention(joint: fx.GraphModule) -> int:
-    """Tags each written-out attention of the joint graph as above; returns how many."""
+    """Rewrites each written-out attention of the joint graph as above; returns how many."""
     from torch.utils.checkpoint import CheckpointPolicy
 
     backward = _tangent_closure(joint.graph)
     done = 0
     for sm in [n for n in joint.graph.nodes if n.target is aten._softmax.default]:
-        tagged = _recomputable(sm, backward)
-        for n in tagged or ():
+        found = _recomputable(sm, backward)
+        if not found:
+            continue
+        tagged, product = found
+        lse, probs = _lse_and_probs(joint.graph, sm)
+        sm.replace_all_uses_with(probs[-1])
+        joint.graph.erase_node(sm)
+        for grad in [n for n in joint.graph.nodes if n.target is aten._softmax_backward_data.default]:
+            _rows_from_output(joint.graph, grad, probs[-1], product)
+        lse.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        for n in (tagged - {sm}) | set(probs):
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-        done += bool(tagged)
+        done += 1
+    if done:
+        joint.graph.lint()
+        joint.recompile()
     return done
 
 
@@ -70,7 +88,7 @@ def _recomputable(sm: fx.Node, backward: set):
     val = scores.meta.get("val")
     if half_to_float or val is None or dim not in (-1, val.dim() - 1) or sm in backward:
         return None
-    members, stack, backward_reads, forward_products = {sm}, [sm], 0, 0
+    members, stack, backward_reads, forward_products = {sm}, [sm], 0, []
     while stack:
         n = stack.pop()
         for u in n.users:
@@ -83,13 +101,13 @@ def _recomputable(sm: fx.Node, backward: set):
                     members.add(u)
                     stack.append(u)
             elif u.target is aten.bmm.default and u.args[0] is n and u.args[1] not in members:
-                forward_products += 1
+                forward_products.append(u)
             else:
                 return None
-    if forward_products != 1 or not backward_reads:
+    if len(forward_products) != 1 or not backward_reads:
         return None
     chain = _score_chain(scores, backward)
-    return None if chain is None else chain | members
+    return None if chain is None else (chain | members, forward_products[0])
 
 
 def _score_chain(scores: fx.Node, backward: set):
@@ -122,3 +140,89 @@ def _reaches(src: fx.Node, dst: fx.Node, within: set) -> bool:
             seen.add(n)
             stack.extend(n.all_input_nodes)
     return False
+
+
+def _lse_and_probs(graph: fx.Graph, sm: fx.Node):
+    """lse = logsumexp(S) over the last dim, 0 for a row of only -inf (the form the flash kernel
+    returns: capture/fused_attention.py), float32 for 16-bit scores as ATen's softmax accumulates;
+    and [the ops of] P = exp(S - lse) in S's type, the softmax where a row has a finite score."""
+    scores = sm.args[0]
+    dtype = scores.meta["val"].dtype
+    made: list = []
+
+    def add(op, *args, **kwargs):
+        node = graph.call_function(op, args, kwargs)
+        with _fake_mode(scores):
+            node.meta["val"] = op(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args], **kwargs)
+        made.append(node)
+        return node
+
+    with graph.inserting_before(sm):
+        wide = scores if dtype in (torch.float32, torch.float64) else \
+            add(aten._to_copy.default, scores, dtype=torch.float32)
+        raw = add(aten.logsumexp.default, wide, [-1])
+        lse = add(aten.masked_fill.Scalar, raw, add(aten.eq.Scalar, raw, float("-inf")), 0.0)
+        first = len(made)
+        p = add(aten.exp.default, add(aten.sub.Tensor, wide, add(aten.unsqueeze.default, lse, -1)))
+        if dtype != p.meta["val"].dtype:
+            p = add(aten._to_copy.default, p, dtype=dtype)
+    probs = ([wide] if wide is not scores else []) + made[first:]
+    return lse, probs
+
+
+def _fake_mode(node: fx.Node):
+    import contextlib
+
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([node.meta["val"]])
+    return mode if mode is not None else contextlib.nullcontext()
+
+
+def _rows_from_output(graph: fx.Graph, node: fx.Node, probs: fx.Node, product: fx.Node) -> None:
+    """`_softmax_backward_data(dP, P)` = P (dP - rowsum(dP P)) with the row sums taken as
+    rowsum(dO O) instead, O = P·v the forward's product and dO its gradient (FlashAttention's
+    backward): equal, since dP = dO vᵀ, and read from T x d tensors where dP P is T x T. Only where
+    dP is that product of dO with v's transpose, in P's own type."""
+    grad, p, dim, dtype = node.args
+    while p is not probs and p.op == "call_function" and p.target in _PASS_ON and p.target is not aten._to_copy.default:
+        p = p.args[0]
+    val = grad.meta.get("val")
+    if p is not probs or val is None or dim not in (-1, val.dim() - 1) or dtype != probs.meta["val"].dtype \
+            or val.dtype != dtype:
+        return
+    d_out = _gradient_of_output(grad, product)
+    if d_out is None:
+        return
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    with graph.inserting_before(node), _fake_mode(grad):
+        def add(op, *args, **kwargs):
+            n = graph.call_function(op, args, kwargs)
+            n.meta["val"] = op(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args], **kwargs)
+            return n
+
+        o, g = product, d_out
+        if o.meta["val"].dtype != wide:
+            o, g = add(aten._to_copy.default, o, dtype=wide), add(aten._to_copy.default, g, dtype=wide)
+        rows = add(aten.sum.dim_IntList, add(aten.mul.Tensor, g, o), [-1], True)
+        rows = add(aten.reshape.default, rows, list(val.shape[:-1]) + [1])
+        if wide != dtype:
+            rows = add(aten._to_copy.default, rows, dtype=dtype)
+        out = add(aten.mul.Tensor, node.args[1], add(aten.sub.Tensor, grad, rows))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+
+
+def _gradient_of_output(grad: fx.Node, product: fx.Node):
+    """dO where `grad` is (a view of) bmm(dO, w) with w a view of v's transpose (v the second
+    factor of the forward's `product`) and dO shaped as the product's output; else None."""
+    views = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+    while grad.op == "call_function" and grad.target in views:
+        grad = grad.args[0]
+    if grad.target is not aten.bmm.default:
+        return None
+    d_out, w = grad.args
+    if (w.target is not aten.transpose.int or sorted(a % 3 for a in w.args[1:]) != [1, 2]
+            or w.args[0] is not product.args[1]):
+        return None
+    return d_out if d_out.meta["val"].shape == product.meta["val"].shape else None
