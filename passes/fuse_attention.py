@@ -82,11 +82,11 @@ def _try_merge(block, c2) -> bool:
             # GQA: softmax over the merged heads, split into (key-value group, repeat) for P·v
             split, p = p, _producer(p.operands[0])
         prologue: list = []
-        if moved is None and p is not None and group_of(p) == g_c and p != c2:
+        if moved is None and split is None and p is not None and group_of(p) == g_c and p != c2:
             # P = exp(S - lse) in P·v's prologue, lse a reduction of its own group (a training
             # forward whose backward recomputes P: runtime/attention_recompute.py): the prologue
             # belongs to the softmax, whose group is the log-sum-exp's
-            prologue, p = _probs_prologue(p, [c2] if split is None else [c2, split], g_c)
+            prologue, p = _probs_prologue(p, c2, g_c)
             members[g_c] = [o for o in members[g_c] if not any(o == q for q in prologue)]
         g_b = group_of(p) if p is not None else None
         if g_b is None or g_b == g_c:
@@ -130,11 +130,9 @@ def _try_merge(block, c2) -> bool:
     return False
 
 
-def _probs_prologue(p, readers: list, g_c):
+def _probs_prologue(p, c2, g_c):
     """([the pointwise ops of P·v's group computing its factor P], the op of another group with a
-    reduction that they read: the log-sum-exp's); ([], p) where that is not so. `readers`: P·v,
-    and the view splitting P's heads for grouped-query P·v where there is one."""
-    c2 = readers[0]
+    reduction that they read: the log-sum-exp's); ([], p) where that is not so."""
     ops, stack = [], [p]
     outside = None
     while stack:
@@ -146,15 +144,13 @@ def _probs_prologue(p, readers: list, g_c):
         ops.append(o)
         for v in o.operands:
             q = _producer(v)
-            while q is not None and group_of(q) is None and q.name in _UNIT_VIEWS:
-                q = _producer(q.operands[0])  # the log-sum-exp's heads split for grouped-query P·v
             if q is None:
                 continue
             if group_of(q) == g_c:
                 stack.append(q)
             elif pat.is_generic(q) and "reduction" in pat.iterator_types(q):
                 outside = q if outside is None or outside == q else outside
-    if outside is None or any(not any(top_level(u) == q for q in ops + readers)
+    if outside is None or any(not any(top_level(u) == q for q in ops + [c2])
                               for o in ops for r in o.results for u in _users(r)):
         return [], p
     return ops, outside

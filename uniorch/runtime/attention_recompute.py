@@ -53,11 +53,11 @@ def recompute_attention(joint: fx.GraphModule) -> int:
         found = _recomputable(sm, backward)
         if not found:
             continue
-        tagged, product = found
+        tagged, product, softmax_grads = found
         lse, probs = _lse_and_probs(joint.graph, sm)
         sm.replace_all_uses_with(probs[-1])
         joint.graph.erase_node(sm)
-        for grad in [n for n in joint.graph.nodes if n.target is aten._softmax_backward_data.default]:
+        for grad in softmax_grads:
             _rows_from_output(joint.graph, grad, probs[-1], product)
         lse.meta["recompute"] = CheckpointPolicy.MUST_SAVE
         for n in (tagged - {sm}) | set(probs):
@@ -82,13 +82,14 @@ def _tangent_closure(graph: fx.Graph) -> set:
 
 
 def _recomputable(sm: fx.Node, backward: set):
-    """The ops from q·kᵀ to P and what passes P on, for a softmax over the last dim whose output
-    the forward reads only through one product with v and the backward reads; None otherwise."""
+    """(the ops from q·kᵀ to P and what passes P on, the forward's product P·v, the backward's
+    `_softmax_backward_data` ops reading P) for a softmax over the last dim whose output the forward
+    reads only through one product with v and the backward reads; None otherwise."""
     scores, dim, half_to_float = sm.args[:3]
     val = scores.meta.get("val")
     if half_to_float or val is None or dim not in (-1, val.dim() - 1) or sm in backward:
         return None
-    members, stack, backward_reads, forward_products = {sm}, [sm], 0, []
+    members, stack, backward_reads, forward_products, grads = {sm}, [sm], 0, [], []
     while stack:
         n = stack.pop()
         for u in n.users:
@@ -96,6 +97,8 @@ def _recomputable(sm: fx.Node, backward: set):
                 return None
             if u in backward:
                 backward_reads += 1
+                if u.target is aten._softmax_backward_data.default and u.args[1] is n:
+                    grads.append(u)
             elif u.op == "call_function" and u.target in _PASS_ON:
                 if u not in members:
                     members.add(u)
@@ -107,7 +110,7 @@ def _recomputable(sm: fx.Node, backward: set):
     if len(forward_products) != 1 or not backward_reads:
         return None
     chain = _score_chain(scores, backward)
-    return None if chain is None else (chain | members, forward_products[0])
+    return None if chain is None else (chain | members, forward_products[0], grads)
 
 
 def _score_chain(scores: fx.Node, backward: set):
@@ -151,11 +154,8 @@ def _lse_and_probs(graph: fx.Graph, sm: fx.Node):
     made: list = []
 
     def add(op, *args, **kwargs):
-        node = graph.call_function(op, args, kwargs)
-        with _fake_mode(scores):
-            node.meta["val"] = op(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args], **kwargs)
-        made.append(node)
-        return node
+        made.append(_node(graph, op, *args, **kwargs))
+        return made[-1]
 
     with graph.inserting_before(sm):
         wide = scores if dtype in (torch.float32, torch.float64) else \
@@ -168,6 +168,16 @@ def _lse_and_probs(graph: fx.Graph, sm: fx.Node):
             p = add(aten._to_copy.default, p, dtype=dtype)
     probs = ([wide] if wide is not scores else []) + made[first:]
     return lse, probs
+
+
+def _node(graph: fx.Graph, op, *args, **kwargs) -> fx.Node:
+    """A new node at the graph's insertion point, with its value's metadata (the partitioner
+    reads sizes from it)."""
+    node = graph.call_function(op, args, kwargs)
+    vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+    with _fake_mode(next(a for a in args if isinstance(a, fx.Node))):
+        node.meta["val"] = op(*vals, **kwargs)
+    return node
 
 
 def _fake_mode(node: fx.Node):
@@ -183,32 +193,24 @@ def _rows_from_output(graph: fx.Graph, node: fx.Node, probs: fx.Node, product: f
     """`_softmax_backward_data(dP, P)` = P (dP - rowsum(dP P)) with the row sums taken as
     rowsum(dO O) instead, O = P·v the forward's product and dO its gradient (FlashAttention's
     backward): equal, since dP = dO vᵀ, and read from T x d tensors where dP P is T x T. Only where
-    dP is that product of dO with v's transpose, in P's own type."""
-    grad, p, dim, dtype = node.args
-    while p is not probs and p.op == "call_function" and p.target in _PASS_ON and p.target is not aten._to_copy.default:
-        p = p.args[0]
+    dP is that product of dO with v's transpose, in P's own type (P itself or a view of it)."""
+    grad, _, dim, dtype = node.args
     val = grad.meta.get("val")
-    if p is not probs or val is None or dim not in (-1, val.dim() - 1) or dtype != probs.meta["val"].dtype \
-            or val.dtype != dtype:
+    if val is None or dim not in (-1, val.dim() - 1) or dtype != probs.meta["val"].dtype or val.dtype != dtype:
         return
     d_out = _gradient_of_output(grad, product)
     if d_out is None:
         return
     wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    with graph.inserting_before(node), _fake_mode(grad):
-        def add(op, *args, **kwargs):
-            n = graph.call_function(op, args, kwargs)
-            n.meta["val"] = op(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args], **kwargs)
-            return n
-
+    with graph.inserting_before(node):
         o, g = product, d_out
         if o.meta["val"].dtype != wide:
-            o, g = add(aten._to_copy.default, o, dtype=wide), add(aten._to_copy.default, g, dtype=wide)
-        rows = add(aten.sum.dim_IntList, add(aten.mul.Tensor, g, o), [-1], True)
-        rows = add(aten.reshape.default, rows, list(val.shape[:-1]) + [1])
+            o, g = (_node(graph, aten._to_copy.default, t, dtype=wide) for t in (o, g))
+        rows = _node(graph, aten.sum.dim_IntList, _node(graph, aten.mul.Tensor, g, o), [-1], True)
+        rows = _node(graph, aten.reshape.default, rows, list(val.shape[:-1]) + [1])
         if wide != dtype:
-            rows = add(aten._to_copy.default, rows, dtype=dtype)
-        out = add(aten.mul.Tensor, node.args[1], add(aten.sub.Tensor, grad, rows))
+            rows = _node(graph, aten._to_copy.default, rows, dtype=dtype)
+        out = _node(graph, aten.mul.Tensor, node.args[1], _node(graph, aten.sub.Tensor, grad, rows))
     node.replace_all_uses_with(out)
     graph.erase_node(node)
 

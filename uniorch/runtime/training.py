@@ -130,8 +130,8 @@ _ENTRIES = itertools.count()
 
 
 def partition(joint: torch.fx.GraphModule, joint_inputs, **kwargs):
-    """The joint graph split by the min-cut partitioner, after written-out attention is tagged to
-    recompute its probabilities in the backward rather than save them (runtime/attention_recompute.py)."""
+    """The joint graph split by the min-cut partitioner, after written-out attention is rewritten to
+    save its scores' log-sum-exp rather than its probabilities (runtime/attention_recompute.py)."""
     from functorch.compile import min_cut_rematerialization_partition
 
     from .attention_recompute import recompute_attention
