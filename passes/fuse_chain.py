@@ -41,6 +41,7 @@ from .fuse_row_stats import ROW_STAT
 from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions, renumber
 from .groups import members as group_members
 from .ir_utils import main_func
+from .recompute_hidden import clone_for_reader, worth_recomputing
 from .ir_utils import producer as _producer
 
 HIDDEN, CHAIN, UP = "uniorch.chain_hidden", "uniorch.chain", "uniorch.chain_up"
@@ -83,15 +84,24 @@ def _try_merge(block, c2) -> bool:
         c1 = _lone_product(a_ops)
         if c1 is None or any(kind_of(o) == "chain" for o in members[g_c]):
             continue  # A computes more than one product (a pooling epilogue), or C is a chain already
-        if not _only_used_by(a_ops, [moved.operands[0] if moved is not None else h],
-                             [moved if moved is not None else c2]):
-            continue
+        read, reader = (moved.operands[0], moved) if moved is not None else (h, c2)
         if check_pair(c1, h, h, c2) is not None:
             continue
         p1 = _plan(c1)
         hidden = p1.sizes[p1.order["n"][0]]
         if not isinstance(hidden, int) or hidden > MAX_HIDDEN:
             continue
+        if not _only_used_by(a_ops, [read], [reader]):
+            if not worth_recomputing(a_ops, c1, read):
+                continue
+            new = clone_for_reader(block, a_ops, read, reader)
+            if new is None:
+                continue
+            # the clone's group is A for this reader (see passes/recompute_hidden.py)
+            a_ops = group_members(block)[group_of(new.owner)]
+            c1 = _lone_product(a_ops)
+            if moved is None:
+                h = new
         _annotate(a_ops + ([moved] if moved is not None else []), members[g_c], g_c, c1, c2,
                   moved if moved is not None else _producer(h), h)
         return True

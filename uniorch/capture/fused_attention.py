@@ -28,13 +28,16 @@ import torch
 aten = torch.ops.aten
 
 
-def _scores(query, key, is_causal, attn_mask, scale, acc):
-    """S = scale QKᵀ with the causal and given masks applied, in the accumulation type; and key,
-    value heads repeated to the query's."""
+def _scores(query, key, is_causal, attn_mask, scale, acc, transposed=False):
+    """S = scale QKᵀ with the causal and given masks applied, in the accumulation type. With
+    `transposed`, Sᵀ: `query` and `key` are then the keys and the queries."""
     s = (query.to(acc) @ key.to(acc).transpose(-2, -1)) * scale
+    if transposed and attn_mask is not None:
+        attn_mask = attn_mask.reshape((1,) * max(0, 2 - attn_mask.dim()) + tuple(attn_mask.shape)).transpose(-2, -1)
     if is_causal:
-        lq, lk = s.shape[-2], s.shape[-1]
+        lq, lk = s.shape[-2:] if not transposed else reversed(s.shape[-2:])
         keep = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril(lk - lq)
+        keep = keep.t() if transposed else keep
         s = s.masked_fill(~keep, float("-inf"))
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
@@ -69,13 +72,15 @@ def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, 
         v = value.repeat_interleave(rep, dim=-3)
     acc = _acc(query.dtype)
     q32, k32, v32, do32, o32 = (t.to(acc) for t in (query, k, v, grad_out, out))
-    s = _scores(q32, k32, is_causal, attn_mask, scale, acc)
-    p = torch.exp(s - logsumexp.to(acc).unsqueeze(-1))
-    dv = p.transpose(-2, -1) @ do32
-    dp = do32 @ v32.transpose(-2, -1)
-    ds = p * (dp - (do32 * o32).sum(-1, keepdim=True))
-    dq = (ds @ k32) * scale
-    dk = (ds.transpose(-2, -1) @ q32) * scale
+    lse, rows = logsumexp.to(acc), (do32 * o32).sum(-1)
+    # dK and dV from the transposed scores (keys x queries), dQ from the scores: each product's
+    # first factor is then computed by its own q·kᵀ, which uniorch-fuse-chain keeps in registers
+    # (passes/recompute_hidden.py), where Pᵀ and dSᵀ as views of P and dS would be written out
+    pt = torch.exp(_scores(k32, q32, is_causal, attn_mask, scale, acc, transposed=True) - lse.unsqueeze(-2))
+    dv = pt @ do32
+    dk = (pt * (v32 @ do32.transpose(-2, -1) - rows.unsqueeze(-2)) @ q32) * scale
+    p = torch.exp(_scores(q32, k32, is_causal, attn_mask, scale, acc) - lse.unsqueeze(-1))
+    dq = (p * (do32 @ v32.transpose(-2, -1) - rows.unsqueeze(-1)) @ k32) * scale
     if hq != hk:
         shape = list(dk.shape[:-3]) + [hk, hq // hk] + list(dk.shape[-2:])
         dk, dv = dk.reshape(shape).sum(-3), dv.reshape(shape).sum(-3)

@@ -16,7 +16,8 @@ the q·kᵀ product to P are tagged MUST_RECOMPUTE (activation checkpointing's t
 partitioner honours) and lse MUST_SAVE: the forward saves q, k, v, the output and lse, never a
 T x T tensor, and the backward's P is exp(S - lse) in the epilogue of the contraction recomputing
 S. `_softmax_backward_data`'s row sums rowsum(dP P) become rowsum(dO O) (FlashAttention's form),
-read from T x d tensors. The backward still writes T x T tiles, as SDPA's does on a CPU.
+read from T x d tensors. dK and dV are then computed from the transposed scores
+(runtime/attention_transpose.py), so that the backward, too, writes no T x T tensor.
 
 Left as it is: dropout on P (its mask would be saved all the same), P read by the forward other
 than by the product with v (returned attention weights), scores from anything but one batched
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+
+from .attention_transpose import keys_major_gradients
 
 aten = torch.ops.aten
 
@@ -59,8 +62,12 @@ def recompute_attention(joint: fx.GraphModule) -> int:
         joint.graph.erase_node(sm)
         for grad in softmax_grads:
             _rows_from_output(joint.graph, grad, probs[-1], product)
+        transposed: list = []
+        score_product = next(n for n in tagged if n.target is aten.bmm.default)
+        keys_major_gradients(joint.graph, score_product, probs[-1], product,
+                             lambda op, *a, **k: _node(joint.graph, op, *a, **k), transposed)
         lse.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-        for n in (tagged - {sm}) | set(probs):
+        for n in (tagged - {sm}) | set(probs) | set(transposed):
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         done += 1
     if done:
@@ -215,11 +222,18 @@ def _rows_from_output(graph: fx.Graph, node: fx.Node, probs: fx.Node, product: f
     graph.erase_node(node)
 
 
+def _widens(node: fx.Node) -> bool:
+    """A conversion to a float type at least as wide (16-bit dP to a float32 softmax's type)."""
+    src, dst = node.args[0].meta["val"].dtype, node.meta["val"].dtype
+    return src.is_floating_point and dst.is_floating_point and dst.itemsize >= src.itemsize
+
+
 def _gradient_of_output(grad: fx.Node, product: fx.Node):
-    """dO where `grad` is (a view of) bmm(dO, w) with w a view of v's transpose (v the second
+    """dO where `grad` is (a view or widening of) bmm(dO, w) with w a view of v's transpose (v the second
     factor of the forward's `product`) and dO shaped as the product's output; else None."""
     views = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
-    while grad.op == "call_function" and grad.target in views:
+    widening = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+    while grad.op == "call_function" and (grad.target in views or grad.target in widening and _widens(grad)):
         grad = grad.args[0]
     if grad.target is not aten.bmm.default:
         return None
