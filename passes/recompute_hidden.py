@@ -18,14 +18,14 @@ from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
 
-from .fuse_common import GROUP
+from .fuse_common import GROUP, _widens
 from .groups import _i64, top_level
 
 # the product's reduction (the head dim) is at most this; over a model's width the product costs
 # more than storing its result does
 MAX_REDUCTION = 256
-# recompute only where the result outweighs its operands by this much (T/d of attention is 16-128)
-MIN_WIDENING = 4
+# recompute only where the result outweighs its operands this many times (attention: T / 2d, 2-64)
+MIN_WIDENING = 2
 
 
 def worth_recomputing(a_ops, c1, value) -> bool:
@@ -44,9 +44,16 @@ def worth_recomputing(a_ops, c1, value) -> bool:
         for r in o.results:
             for u in r.uses:
                 top = top_level(pat.op_of(u.owner))
-                if not any(top == i for i in inside) and not pat.is_contraction(top):
+                if not any(top == i for i in inside) and not _read_by_products(top):
                     return False
     return True
+
+
+def _read_by_products(op) -> bool:
+    """A contraction, or a widening (16-bit dS read in float32) that only contractions read."""
+    if pat.is_contraction(op):
+        return True
+    return _widens(op) and all(pat.is_contraction(top_level(pat.op_of(u.owner))) for r in op.results for u in r.uses)
 
 
 def clone_for_reader(block, a_ops, value, reader):
