@@ -24,8 +24,9 @@ from .groups import _i64, top_level
 # the product's reduction (the head dim) is at most this; over a model's width the product costs
 # more than storing its result does
 MAX_REDUCTION = 256
-# recompute only where the result outweighs its operands this many times (attention: T / 2d, 2-64)
-MIN_WIDENING = 2
+# recompute only where the result is at least this many times its operands (attention: T / 2d); the
+# reduction bound above is what keeps the recomputed FLOPs cheaper than the bytes they save
+MIN_WIDENING = 1
 
 
 def worth_recomputing(a_ops, c1, value) -> bool:

@@ -121,3 +121,49 @@ def test_written_out_grouped_query_attention_trains_as_eager():
     model(input_ids=ids).last_hidden_state.pow(2).mean().backward()
     for n, p in model.named_parameters():
         assert _rel(got[n], p.grad) <= 1e-4, n
+
+
+class _SdpaBackwardOp(nn.Module):
+    """SDPA's CPU backward op, causal, as a training backward records it."""
+
+    def forward(self, grad_out, q, k, v, out, lse):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse,
+                                                                                   0.0, True)
+
+
+def test_causal_backward_chains_skip_the_far_side_of_the_diagonal_and_compute_what_eager_does():
+    """dQ's hidden loop (keys) ends at the query tile's diagonal, dK's and dV's (queries) begin at
+    the key tile's (codegen/causal_bound.py `zero_band`); the GPU kernels, bounds and all, run on
+    Triton's interpreter against eager's backward (the `interpret` target itself visits every tile:
+    Triton 3.6's interpreter needs integer loop bounds)."""
+    import triton
+
+    from uniorch.backends.triton_launch import TritonLauncher
+    from uniorch.codegen import generate
+    from uniorch.runtime import loader
+
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
+        pytest.skip("Triton's interpreter before 3.7 needs integer loop bounds")
+
+    def inputs(seed):
+        torch.manual_seed(seed)
+        q, k, v, g = (torch.randn(1, 2, 160, 64) for _ in range(4))
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[:2]
+        return g, q, k, v, out, lse
+
+    cm = uniorch.compile(_SdpaBackwardOp(), target="interpret")
+    cm(*inputs(0))
+    regions = [r for e in cm._cache.values() for r in e.program.regions]
+    chains = [x for r in regions for x in r.plan.kernels.values() if x.source.name.endswith("chain")]
+    assert len(chains) == 3
+    starts = stops = 0
+    for kernel in chains:
+        gpu = generate(kernel.func_op, "cuda:sm_90")
+        starts += "range(tl.maximum(pid_m * BLOCK_M - 0, 0) // BLOCK_N * BLOCK_N, 160, BLOCK_N)" in gpu.source
+        stops += "range(0, tl.minimum(160, pid_m * BLOCK_M + BLOCK_M + 0), BLOCK_N)" in gpu.source
+        kernel.source, kernel.fn = gpu, TritonLauncher(gpu, loader.load(gpu, interpret=True))
+    assert (starts, stops) == (2, 1)
+    args = inputs(1)
+    want = _SdpaBackwardOp()(*args)
+    for got, ref in zip(cm(*args), want):
+        assert _rel(got, ref) <= 1e-5

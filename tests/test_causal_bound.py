@@ -282,3 +282,30 @@ def test_fp32_attention_runs_3xtf32_on_tensor_cores_without_spilling():
         assert not k.source.relayout  # tensor cores read k as it is (FMA dots want it keys-innermost)
         if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
             assert _spilled(k) == 0
+
+
+# an attention backward's dQ chain: P = exp(S - lse) with S masked to -inf past the diagonal,
+# times (dP - rowsum(dO O)), the loads taken as finite
+DQ_LINES = ["s_e4 = j0 - m0", "s_e5 = s_e4 <= 0", "s_e6 = qk * 0.25", 's_e7 = tl.where(s_e5, s_e6, float("-inf"))',
+            "s_l = tl.load(tl.reshape(in4_ptr + m0 * in4_s2, (BLOCK_M,)))[:, None]", "s_e8 = s_e7 - s_l",
+            "s_e9 = tl.exp(s_e8)", "s_e10 = accu - tl.load(in5_ptr + m0)", "s = s_e9 * s_e10"]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (DQ_LINES, ("stop", 0)),
+    # dK, dV: rows are keys (m0), the hidden dim queries (j0): 0 before the diagonal
+    ([ln.replace("j0 - m0", "m0 - j0") for ln in DQ_LINES], ("start", 0)),
+    ([ln.replace("<= 0", "<= 3") for ln in DQ_LINES], ("stop", 3)),
+    # a gradient masked to 0 by where(mask, 0, x)
+    (["s_e5 = j0 - m0 > 0", "s = tl.where(s_e5, 0.0, qk * accu)"], ("stop", 0)),
+    (["s_e5 = j0 - m0 <= 0", "s_x = tl.where(s_e5, qk, 0.0)", "s = s_x.to(tl.bfloat16) * 0.5"], ("stop", 0)),
+    # nothing to prove: a mask from memory, exp of an unmasked score, a fill that is not 0, 0 + 1
+    (["s_m = tl.load(in3_ptr + m0 * in3_s0 + j0)", "s = tl.where(s_m, qk, 0.0)"], None),
+    (["s = tl.exp(qk - tl.load(in4_ptr + m0))"], None),
+    (["s_e5 = j0 - m0 <= 0", "s = tl.where(s_e5, qk, 1.0)"], None),
+    (["s_e5 = j0 - m0 <= 0", "s_x = tl.where(s_e5, qk, 0.0)", "s = s_x + 1.0"], None),
+])
+def test_the_zero_band_proof(lines, expected):
+    from uniorch.codegen.causal_bound import zero_band
+
+    assert zero_band(lines, "m0", "j0", ("qk", "accu")) == expected

@@ -27,7 +27,7 @@ from uniorch.ir import dims
 
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
-from .causal_bound import causal_offset
+from .causal_bound import causal_offset, zero_band
 from .chain_lead import DEPTHWISE_RENAME, LEAD, depthwise_lines, depthwise_product, lead_of
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, Lin, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
@@ -512,19 +512,29 @@ class _Flash:
             lines.append(f"tl.store(out{r}_ptr{''.join(' + ' + t for t in terms)}, lse[:, None], mask={mask})")
         return lines
 
-    def _causal_stop(self, body: list, loop: list, score_lines: list) -> str | None:
-        """The key loop's end for a causal mask (codegen/causal_bound.py), or None. Not on the
+    def _causal_range(self, body: list, loop: list, score_lines: list) -> tuple | None:
+        """(first, end) of the key loop for a causal mask (codegen/causal_bound.py), or None: a
+        flash kernel's keys past the diagonal score -inf; a chain's hidden activation may be 0
+        past it (an attention backward's dQ) or before it (dK, dV: rows are keys). Not on the
         interpreter, whose loops need Python integers for their bounds (Triton 3.6's)."""
-        if self.interpret or self.plan.chain:
+        if self.interpret:
             return None
         queries = [ln.split(" =")[0] for ln in body if ln.split("#")[0].strip().endswith("= offs_m[:, None]")]
         keys = [ln.split(" =")[0] for ln in loop if ln.split("#")[0].strip().endswith("= offs_n[None, :]")]
         if len(queries) != 1 or len(keys) != 1:
             return None
-        c = causal_offset(score_lines, queries[0], keys[0], "qk")
-        if c is None:
+        n = dims.code(self.plan.p1.N)
+        if not self.plan.chain:
+            c = causal_offset(score_lines, queries[0], keys[0], "qk")
+            return None if c is None else ("0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})")
+        band = zero_band(score_lines, queries[0], keys[0], ("qk", "accu") if self.plan.up is not None else ("qk",))
+        if band is None:
             return None
-        return f"tl.minimum({dims.code(self.plan.p1.N)}, pid_m * BLOCK_M + BLOCK_M + {c})"
+        side, c = band
+        if side == "stop":
+            return "0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})"
+        # a whole tile of hidden columns, so the masks of the last tile stay as they were
+        return f"tl.maximum(pid_m * BLOCK_M - {c}, 0) // BLOCK_N * BLOCK_N", n
 
     def assemble(self, s_text, p_text, v_text, prec2, stores) -> KernelSource:
         p1, p2, s, e1, e2 = self.plan.p1, self.plan.p2, self.s, self.e1, self.e2
@@ -600,11 +610,12 @@ class _Flash:
         loop += e1.text(self.k)
         loop += e1.text(self.sc)
         loop.append(f"s = {e1.rename_text(s_text)}")
-        stop = self._causal_stop(body, loop, e1.text(self.sc) + [loop[-1]])
-        if stop is not None:
-            body[-1] = f"for start_n in range(0, {stop}, BLOCK_N):"
-            body.insert(len(body) - 1, "# keys past the diagonal of this query tile score -inf (proved from the "
-                                       "score lines): not visited")
+        bounds = self._causal_range(body, loop, e1.text(self.sc) + [loop[-1]])
+        if bounds is not None:
+            body[-1] = f"for start_n in range({bounds[0]}, {bounds[1]}, BLOCK_N):"
+            why = ("keys past the diagonal of this query tile score -inf" if not self.plan.chain else
+                   "hidden columns on the far side of the diagonal are 0")
+            body.insert(len(body) - 1, f"# {why} (proved from the score lines): not visited")
         if self.plan.chain:
             # the hidden activation of this tile goes straight into the second product; columns
             # past the hidden size are 0 (their W2 rows are masked too, but act(0 + b) need not be)

@@ -47,6 +47,11 @@ class _Masked:  # -inf wherever `pred` fails; anything where it holds
     pred: _Pred
 
 
+@dataclass(frozen=True)
+class _Zeroed:  # 0 wherever `pred` fails (exp of a masked score, a gradient masked to 0)
+    pred: _Pred
+
+
 _FINITE = _Finite()
 
 
@@ -72,9 +77,17 @@ def _affine(v) -> Optional[_Affine]:
     return None
 
 
+def _is_load(node) -> bool:
+    """`tl.load(...)`, possibly indexed (`[:, None]`) or reshaped."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Call) and ast.unparse(node.func) == "tl.load"
+
+
 class _Eval:
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, loads_finite: bool = False):
         self.env = env
+        self.loads_finite = loads_finite
 
     def expr(self, node):
         if isinstance(node, ast.Name):
@@ -90,20 +103,30 @@ class _Eval:
                 return _Const(-v.value)
             a = _affine(v)
             return _Affine(-a.a, -a.b, -a.c) if a else None
+        if self.loads_finite and _is_load(node):
+            return _FINITE
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "tl.exp" and len(node.args) == 1:
+            v = self.expr(node.args[0])
+            return _Zeroed(v.pred) if isinstance(v, _Masked) else _FINITE if isinstance(v, _Finite) else None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to" \
                 and len(node.args) == 1:
             v = self.expr(node.func.value)
             target = ast.unparse(node.args[0])
             if isinstance(v, _Affine) and target in ("tl.int64", "tl.int32"):
                 return v  # index values far inside either range
-            if isinstance(v, (_Finite, _Masked)) and target in ("tl.float32", "tl.float16", "tl.bfloat16", "tl.float64"):
-                return v  # -inf stays -inf in every float type
+            if isinstance(v, (_Finite, _Masked, _Zeroed)) and target in ("tl.float32", "tl.float16", "tl.bfloat16",
+                                                                        "tl.float64"):
+                return v  # -inf stays -inf, and 0 stays 0, in every float type
             return None
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "tl.where" and len(node.args) == 3:
             cond, x, y = (self.expr(a) for a in node.args)
             if isinstance(cond, _Pred) and isinstance(y, _Const) and y.value == -math.inf \
                     and isinstance(x, (_Const, _Finite)) and not (isinstance(x, _Const) and x.value == -math.inf):
                 return _Masked(cond)
+            if isinstance(cond, _Pred) and isinstance(y, _Const) and y.value == 0.0:
+                return _Zeroed(cond)  # x where cond holds, 0 where it fails
+            if isinstance(cond, _Pred) and isinstance(x, _Const) and x.value == 0.0:
+                return _Zeroed(_Pred(-cond.a, -cond.b, 1 - cond.c))  # 0 where cond holds
             return None
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             x, y = _affine(self.expr(node.left)), _affine(self.expr(node.comparators[0]))
@@ -122,10 +145,25 @@ class _Eval:
                             return w
                 if isinstance(x, _Finite) and isinstance(y, _Const) and math.isfinite(y.value):
                     return _FINITE
+                if isinstance(x, _Masked) and (isinstance(y, _Finite) or isinstance(y, _Const) and math.isfinite(y.value)):
+                    return x  # -inf minus (or plus) a finite value
+                if isinstance(x, _Finite) and isinstance(y, _Finite):
+                    return _FINITE
                 return None
             if isinstance(node.op, (ast.Mult, ast.Div)):
                 if isinstance(x, _Finite) and isinstance(y, _Const) and math.isfinite(y.value) and y.value > 0:
                     return _FINITE  # a positive finite scale keeps -inf where it was, adds none
+                if isinstance(x, _Masked) and isinstance(y, _Const) and math.isfinite(y.value) and y.value > 0:
+                    return x
+                if isinstance(node.op, ast.Mult):
+                    for u, w in ((x, y), (y, x)):
+                        if isinstance(u, _Zeroed) and (isinstance(w, (_Finite, _Zeroed)) or isinstance(w, _Const)
+                                                       and math.isfinite(w.value)):
+                            return u  # 0 times a finite value
+                    if isinstance(x, _Finite) and isinstance(y, _Finite):
+                        return _FINITE
+                elif isinstance(x, _Zeroed) and isinstance(y, _Const) and math.isfinite(y.value) and y.value != 0:
+                    return x
                 return None
         return None
 
@@ -134,8 +172,24 @@ def causal_offset(lines: list[str], query: str, key: str, score: str, result: st
     """c such that the kernel's score `result` is -inf wherever key - query > c, proved from
     `lines` (straight-line Python assignments), with `query`/`key` the names holding the query and
     key indices and `score` the name of q·kᵀ's accumulator; None when it cannot be proved."""
-    env: dict = {query: _Affine(1, 0, 0), key: _Affine(0, 1, 0), score: _FINITE}
-    ev = _Eval(env)
+    band = _band(lines, query, key, (score,), result, _Masked, loads_finite=False)
+    return band[1] if band is not None and band[0] == "stop" else None
+
+
+def zero_band(lines: list[str], row: str, col: str, accumulators: tuple, result: str = "s"):
+    """For a chain's hidden activation (codegen/attention.py, chain mode) that is 0 outside a
+    causal band: ("stop", c) when it is 0 wherever col - row > c (the hidden loop may end at the
+    tile's last row + c + 1), ("start", c) when it is 0 wherever row - col > c (it may begin at
+    the tile's first row - c); None when neither is proved. An attention backward's dQ has the
+    first (rows are queries, the hidden dim keys), dK and dV the second (rows are keys). Loaded
+    operands (the rows' log-sum-exp, rowsum(dO·O)) are taken as finite: a NaN or infinite one makes
+    the row's output NaN in the tiles that are computed as well."""
+    return _band(lines, row, col, accumulators, result, _Zeroed, loads_finite=True)
+
+
+def _band(lines, query, key, accumulators, result, kind, loads_finite):
+    env: dict = {query: _Affine(1, 0, 0), key: _Affine(0, 1, 0), **{a: _FINITE for a in accumulators}}
+    ev = _Eval(env, loads_finite)
     for line in lines:
         text = line.split("#", 1)[0].strip()
         if not text:
@@ -148,17 +202,19 @@ def causal_offset(lines: list[str], query: str, key: str, score: str, result: st
                 or not isinstance(tree.body[0].targets[0], ast.Name):
             return None
         name = tree.body[0].targets[0].id
-        if name in (query, key, score):
-            return None  # the indices or the accumulator redefined: not what the domain assumes
+        if name in (query, key) + tuple(accumulators):
+            return None  # the indices or an accumulator redefined: not what the domain assumes
         env[name] = ev.expr(tree.body[0].value)
     out = env.get(result)
-    if not isinstance(out, _Masked):
+    if not isinstance(out, kind):
         return None
-    p = out.pred  # a*i + b*j + c <= 0 holds where the score may be finite
-    if p.a != -p.b or p.b <= 0:
-        return None  # not a band below the diagonal
-    # b*(j - i) + c <= 0  <=>  j - i <= floor(-c / b)
-    return (-p.c) // p.b
+    p = out.pred  # a*i + b*j + c <= 0 holds where the value may be nonzero (finite)
+    if p.a != -p.b or p.b == 0:
+        return None  # not a band along the diagonal
+    if p.b > 0:  # b*(j - i) + c <= 0  <=>  j - i <= floor(-c / b)
+        return "stop", (-p.c) // p.b
+    # a*(i - j) + c <= 0 with a > 0  <=>  i - j <= floor(-c / a)
+    return "start", (-p.c) // p.a
 
 
-__all__ = ["causal_offset"]
+__all__ = ["causal_offset", "zero_band"]
