@@ -13,29 +13,38 @@ from torch import nn
 
 
 class CausalSelfAttention(nn.Module):
-    """GPT-2's attention: one fused qkv projection, causal SDPA, output projection."""
+    """GPT-2's attention: one fused qkv projection, causal SDPA, output projection. Without
+    `flash`, nanoGPT's other path: softmax(q·kᵀ / sqrt(d)) masked by a lower-triangular buffer,
+    written out."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, flash: bool = True, block: int = 1024):
         super().__init__()
-        self.h = heads
+        self.h, self.flash = heads, flash
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        if not flash:
+            self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
 class GPT2Block(nn.Module):
     """Pre-LayerNorm block with a tanh-GELU MLP of 4x width."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, flash: bool = True, block: int = 1024):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = CausalSelfAttention(dim, heads, flash, block)
         self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
 
     def forward(self, x):

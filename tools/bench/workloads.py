@@ -43,6 +43,10 @@ def _gpt2(p, randn):
     return M.GPT2Block(p["dim"], p["heads"]), (randn(p["b"], p["t"], p["dim"]),)
 
 
+def _nanogpt(p, randn):
+    return M.GPT2Block(p["dim"], p["heads"], flash=False, block=p["t"]), (randn(p["b"], p["t"], p["dim"]),)
+
+
 def _llama(p, randn):
     return M.LlamaBlock(p["dim"], p["heads"], p["hidden"]), (randn(p["b"], p["t"], p["dim"]),)
 
@@ -115,6 +119,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     # one training step each (tools/bench/training.py): forward, backward, AdamW
     Workload("gpt2_block_train", "train", dict(b=8, t=1024, dim=768, heads=12),
              dict(b=1, t=8, dim=32, heads=2), _gpt2, ("fp32",)),
+    # nanoGPT's block without flash attention (written out, a tril buffer as mask)
+    Workload("nanogpt_block_train", "train", dict(b=8, t=1024, dim=768, heads=12),
+             dict(b=1, t=8, dim=32, heads=2), _nanogpt, ("fp32",)),
     Workload("llama_block_train", "train", dict(b=1, t=1024, dim=4096, heads=32, hidden=11008),
              dict(b=1, t=8, dim=32, heads=2, hidden=64), _llama, ("fp32",)),
     Workload("resnet_stack_train", "train", dict(b=32, ch=64, hw=56, blocks=3),

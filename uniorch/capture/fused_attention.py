@@ -14,10 +14,13 @@ the attention probabilities where the op returns the rows' log-sum-exp (its seco
 at inference), and it has none of the backward: a backward reading that output was silently wrong.
 Here the output and the forward's log-sum-exp come from one S (ATen's math, written out), so the
 flash kernel returns both (passes/fuse_attention.py); a row of only -inf scores gets 0, as the CPU
-kernel returns. From it and the output the gradients are (FlashAttention's backward, without
-tiling): P = exp(S - lse) with S = scale QKᵀ (+ mask), dV = PᵀdO, dS = P (dO Vᵀ - rowsum(dO∘O)),
-dQ = scale dS K, dK = scale dSᵀ Q. Key/value heads fewer than the query's (grouped-query) sum their
-groups' gradients. Dropout is not recomputable here: with p > 0 the op stays in PyTorch.
+kernel returns. From it and the output the gradients are FlashAttention's backward: P = exp(S -
+lse) with S = scale QKᵀ (+ mask), dS = P (dO Vᵀ - rowsum(dO∘O)), dQ = scale dS K; and dV = PᵀdO,
+dK = scale dSᵀ Q with Pᵀ and dSᵀ computed from the transposed scores Sᵀ = scale K Qᵀ, so that each
+product's first factor is a product of its own that uniorch-fuse-chain keeps in registers (no
+T x T tensor is written: docs/design.md, training). Key/value heads fewer than the query's
+(grouped-query) sum their groups' gradients. Dropout is not recomputable here: with p > 0 the op
+stays in PyTorch.
 """
 from __future__ import annotations
 
