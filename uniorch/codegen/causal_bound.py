@@ -145,7 +145,8 @@ class _Eval:
                             return w
                 if isinstance(x, _Finite) and isinstance(y, _Const) and math.isfinite(y.value):
                     return _FINITE
-                if isinstance(x, _Masked) and (isinstance(y, _Finite) or isinstance(y, _Const) and math.isfinite(y.value)):
+                if isinstance(x, _Masked) and (isinstance(y, _Finite)
+                                               or isinstance(y, _Const) and math.isfinite(y.value)):
                     return x  # -inf minus (or plus) a finite value
                 if isinstance(x, _Finite) and isinstance(y, _Finite):
                     return _FINITE
