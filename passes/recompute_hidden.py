@@ -29,6 +29,16 @@ MAX_REDUCTION = 256
 MIN_WIDENING = 1
 
 
+def recomputes_scores(rows, cols, depth) -> bool:
+    """Whether a product of `rows` x `depth` by `depth` x `cols` (attention's scores: queries, keys,
+    head dim) passes the size tests below, so that each of its product readers chains its own
+    copy. Capture and the training rewrite build an attention backward in the form that needs
+    this only where it holds (runtime/attention_transpose.py)."""
+    if not all(isinstance(x, int) for x in (rows, cols, depth)):
+        return True
+    return depth <= MAX_REDUCTION and rows * cols >= MIN_WIDENING * (rows + cols) * depth
+
+
 def worth_recomputing(a_ops, c1, value) -> bool:
     """The group computes `value` from one product whose result is much larger than its operands,
     and everything it hands out is read by contractions alone."""
@@ -99,4 +109,4 @@ def clone_for_reader(block, a_ops, value, reader):
     return new
 
 
-__all__ = ["worth_recomputing", "clone_for_reader"]
+__all__ = ["recomputes_scores", "worth_recomputing", "clone_for_reader"]

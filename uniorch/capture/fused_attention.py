@@ -75,15 +75,22 @@ def _flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, 
         v = value.repeat_interleave(rep, dim=-3)
     acc = _acc(query.dtype)
     q32, k32, v32, do32, o32 = (t.to(acc) for t in (query, k, v, grad_out, out))
+    from uniorch.passes.recompute_hidden import recomputes_scores
+
     lse, rows = logsumexp.to(acc), (do32 * o32).sum(-1)
-    # dK and dV from the transposed scores (keys x queries), dQ from the scores: each product's
-    # first factor is then computed by its own q·kᵀ, which uniorch-fuse-chain keeps in registers
-    # (passes/recompute_hidden.py), where Pᵀ and dSᵀ as views of P and dS would be written out
-    pt = torch.exp(_scores(k32, q32, is_causal, attn_mask, scale, acc, transposed=True) - lse.unsqueeze(-2))
-    dv = pt @ do32
-    dk = (pt * (v32 @ do32.transpose(-2, -1) - rows.unsqueeze(-2)) @ q32) * scale
     p = torch.exp(_scores(q32, k32, is_causal, attn_mask, scale, acc) - lse.unsqueeze(-1))
-    dq = (p * (do32 @ v32.transpose(-2, -1) - rows.unsqueeze(-1)) @ k32) * scale
+    ds = p * (do32 @ v32.transpose(-2, -1) - rows.unsqueeze(-1))
+    dq = (ds @ k32) * scale
+    if recomputes_scores(query.shape[-2], key.shape[-2], e):
+        # dK and dV from the transposed scores (keys x queries): each product's first factor is
+        # then computed by its own k·qᵀ, which uniorch-fuse-chain keeps in registers
+        # (passes/recompute_hidden.py), where Pᵀ and dSᵀ as views of P and dS would be written out
+        pt = torch.exp(_scores(k32, q32, is_causal, attn_mask, scale, acc, transposed=True) - lse.unsqueeze(-2))
+        dv = pt @ do32
+        dk = (pt * (v32 @ do32.transpose(-2, -1) - rows.unsqueeze(-2)) @ q32) * scale
+    else:  # too few keys for the chains: one S, P and dS, read transposed
+        dv = p.transpose(-2, -1) @ do32
+        dk = (ds.transpose(-2, -1) @ q32) * scale
     if hq != hk:
         shape = list(dk.shape[:-3]) + [hk, hq // hk] + list(dk.shape[-2:])
         dk, dv = dk.reshape(shape).sum(-3), dv.reshape(shape).sum(-3)

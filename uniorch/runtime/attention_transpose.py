@@ -50,6 +50,11 @@ def keys_major_gradients(graph: fx.Graph, score_product: fx.Node, probs: fx.Node
             made.append(make(op, *args, **kwargs))
         return made[-1]
 
+    from uniorch.passes.recompute_hidden import recomputes_scores
+
+    _, rows, cols = score_product.meta["val"].shape
+    if not recomputes_scores(rows, cols, score_product.args[0].meta["val"].shape[-1]):
+        return False  # too few keys for the chains: P and dS read transposed cost less
     grad_v = _only_bmm(_transposes_of(product.args[0]), first=True)
     q, kt = score_product.args
     grad_kt = _only_bmm(_transposes_of(q), first=True)
@@ -66,7 +71,10 @@ def keys_major_gradients(graph: fx.Graph, score_product: fx.Node, probs: fx.Node
         swapped = {score_product: add(at, aten.bmm.default, add(at, aten.transpose.int, kt, 1, 2),
                                       add(at, aten.transpose.int, q, 1, 2))}
         _transpose_paths(graph, swapped, [product.args[0]], add)
-        forward = list(made)
+        # the transposed scores and what follows them are recomputed, and so are the masks they
+        # read where a mask is built from inputs by cheap ops (a triu of ones, `~keep`): saved,
+        # they would cost the forward kernels of their own
+        forward = list(swapped.values()) + [m for n in made if n not in swapped.values() for m in _built(n)]
         # backward side: dPᵀ = v·dOᵀ, and the ops from it and P to dS
         at = d_p.next
         swapped[d_p] = add(at, aten.bmm.default, product.args[1], add(at, aten.transpose.int, d_p.args[0], 1, 2))
@@ -87,6 +95,30 @@ def keys_major_gradients(graph: fx.Graph, score_product: fx.Node, probs: fx.Node
         if not first.users:
             graph.erase_node(first)
     return True
+
+
+# ops that build a mask or index table from inputs or nothing
+_MASK_OPS = {
+    aten.ones.default, aten.zeros.default, aten.full.default, aten.arange.default, aten.arange.start,
+    aten.arange.start_step, aten.triu.default, aten.tril.default, aten.bitwise_not.default,
+    aten.logical_not.default, aten.logical_and.default, aten.logical_or.default, aten.eq.Scalar, aten.eq.Tensor,
+    aten.ne.Scalar, aten.ne.Tensor, aten.ge.Scalar, aten.ge.Tensor, aten.gt.Scalar, aten.gt.Tensor,
+    aten.le.Scalar, aten.le.Tensor, aten.lt.Scalar, aten.lt.Tensor, aten.slice.Tensor, aten.select.int,
+    aten.unsqueeze.default, aten.transpose.int, aten.permute.default, aten.expand.default} | _VIEWS | _POINTWISE
+
+
+def _built(node: fx.Node) -> list:
+    """`node` and its ancestors when all of them are mask-building ops over inputs (else [])."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.op in ("placeholder", "get_attr") or n in out:
+            continue
+        if n.op != "call_function" or n.target not in _MASK_OPS:
+            return []
+        out.append(n)
+        stack.extend(n.all_input_nodes)
+    return out
 
 
 def _transposes_of(x: fx.Node) -> list:
