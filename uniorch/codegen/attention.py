@@ -221,8 +221,9 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
             # (dV from Sᵀ = k·qᵀ; dK and dQ with a second product dP = dO·vᵀ from its own row
             # tile). At 128x64 and 8 warps Triton 3.6's ptxas spilled 0.9-2.8 KB a thread on sm_90
             # (nanoGPT's attention at head dim 64, T 1024, both forms), at 64x64 and 4 warps as
-            # much; 64x32 at 8 warps takes 80-255 registers and spills at most 8 bytes
-            bm, bn, warps = 64, min(bn, 32), max(1, 8 * 32 // warp)
+            # much, at 64x32 and 8 warps 16-56 bytes once the causal bounds came in; 64x16 at 8
+            # warps takes 66-118 registers and spills nothing (32x32 at 8 warps: 48-76)
+            bm, bn, warps = 64, min(bn, 16), max(1, 8 * 32 // warp)
         elif plan.score_loads and not plan.chain and bm >= 128 and fp32_qk:
             # a mask or bias added to FMA scores (BERT's padding mask): at 128x64 and 8 warps
             # Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers; 166 without
