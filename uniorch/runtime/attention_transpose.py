@@ -14,7 +14,8 @@ Transposing a pointwise op means transposing its operands' last two dims: a mask
 broadcast over the scores (B x 1 x T x T, 1 x T, a row of lse) is read transposed, a 1-D operand
 (along the keys) becomes a column. Views that keep the last two dims are views of the transposed
 shape. Anything else on the way (a reduction, a view across the last two dims) leaves the graph
-as it was.
+as it was, and so do scores too short for the chains (`recomputes_scores`: fewer keys than twice
+the head dim), where one S, P and dS read transposed cost less than two of each.
 """
 from __future__ import annotations
 
