@@ -206,30 +206,3 @@ def test_causal_attention_backward_writes_no_scores(sdpa):
     for kern in rep.backward.kernels:
         # the written-out form's boolean mask (t x t bytes) is the model's own tensor
         assert kern.bytes_written < scores / 8 and kern.bytes_read < scores / 2, str(rep.backward)
-
-
-def test_t5_relative_position_bias_keeps_eager_softmax_backward():
-    """T5's scores add a bias computed from a parameter (the relative position embedding): with
-    the log-sum-exp rewrite its gradients came out 30% off under the training partition, so such
-    attention keeps eager's softmax backward. Judged on the partition alone (eager kernels)."""
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    from uniorch.runtime.training import partition
-
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.T5Config(vocab_size=64, d_model=64, d_kv=16, d_ff=96, num_layers=1, num_heads=4,
-                                dropout_rate=0.0, attn_implementation="eager")
-    torch.manual_seed(0)
-    model = transformers.T5EncoderModel(cfg).train()
-    ids = torch.randint(0, 64, (2, 8))
-    model(input_ids=ids).last_hidden_state.pow(2).mean().backward()
-    want = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    torch._dynamo.reset()
-    boxed = lambda gm, _: make_boxed_func(gm.forward)  # noqa: E731
-    backend = aot_autograd(fw_compiler=boxed, bw_compiler=boxed, partition_fn=partition)
-    torch.compile(model, backend=backend)(input_ids=ids).last_hidden_state.pow(2).mean().backward()
-    torch._dynamo.reset()
-    for n, p in model.named_parameters():
-        assert _rel(p.grad, want[n]) <= 1e-5, n

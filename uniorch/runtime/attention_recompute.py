@@ -51,10 +51,9 @@ def recompute_attention(joint: fx.GraphModule) -> int:
     from torch.utils.checkpoint import CheckpointPolicy
 
     backward = _tangent_closure(joint.graph)
-    trained = _trained_inputs(joint.graph)
     done = 0
     for sm in [n for n in joint.graph.nodes if n.target is aten._softmax.default]:
-        found = _recomputable(sm, backward, trained)
+        found = _recomputable(sm, backward)
         if not found:
             continue
         tagged, product, softmax_grads = found
@@ -89,7 +88,7 @@ def _tangent_closure(graph: fx.Graph) -> set:
     return seen
 
 
-def _recomputable(sm: fx.Node, backward: set, trained: set):
+def _recomputable(sm: fx.Node, backward: set):
     """(the ops from q·kᵀ to P and what passes P on, the forward's product P·v, the backward's
     `_softmax_backward_data` ops reading P) for a softmax over the last dim whose output the forward
     reads only through one product with v and the backward reads; None otherwise."""
@@ -117,11 +116,11 @@ def _recomputable(sm: fx.Node, backward: set, trained: set):
                 return None
     if len(forward_products) != 1 or not backward_reads:
         return None
-    chain = _score_chain(scores, backward, trained)
+    chain = _score_chain(scores, backward)
     return None if chain is None else (chain | members, forward_products[0], grads)
 
 
-def _score_chain(scores: fx.Node, backward: set, trained: set):
+def _score_chain(scores: fx.Node, backward: set):
     """The ops on the paths from S's q·kᵀ product to S: S's ancestors through `_SCORE_OPS` as far
     as a batched product, which must be one; None otherwise (or if any depends on a gradient)."""
     reached, products, stack = set(), set(), [scores]
@@ -138,39 +137,7 @@ def _score_chain(scores: fx.Node, backward: set, trained: set):
         return None
     (product,) = products
     chain = {n for n in reached if _reaches(product, n, reached)}
-    if any(n in backward for n in chain):
-        return None
-    for n in chain - {product}:
-        for a in n.all_input_nodes:
-            if a not in chain and _from_trained_input(a, trained):
-                # a bias computed from a parameter (T5's relative position bias):
-                # its gradient came out wrong through this rewrite (found in session 24, cause not
-                # yet known), so such attention keeps eager's softmax backward
-                return None
-    return chain
-
-
-def _from_trained_input(node: fx.Node, trained: set) -> bool:
-    """A value computed from a graph input the joint graph returns a gradient for (a parameter)."""
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n in trained:
-            return True
-        stack.extend(n.all_input_nodes)
-    return False
-
-
-def _trained_inputs(graph: fx.Graph) -> set:
-    """The `primals` placeholders whose gradient the joint graph returns (not None): its outputs
-    end with one gradient per primal, in order."""
-    primals = [n for n in graph.nodes if n.op == "placeholder" and n.name.startswith("primals")]
-    out = next(n for n in graph.nodes if n.op == "output").args[0]
-    grads = list(out)[-len(primals):] if primals and len(out) >= len(primals) else []
-    return {p for p, g in zip(primals, grads) if g is not None}
+    return None if any(n in backward for n in chain) else chain
 
 
 def _reaches(src: fx.Node, dst: fx.Node, within: set) -> bool:
