@@ -167,3 +167,22 @@ def test_causal_backward_chains_skip_the_far_side_of_the_diagonal_and_compute_wh
     want = _SdpaBackwardOp()(*args)
     for got, ref in zip(cm(*args), want):
         assert _rel(got, ref) <= 1e-5
+
+
+def test_t5_encoder_with_relative_position_bias_trains_as_eager():
+    """T5's eager attention adds a bias computed from a parameter (the relative position
+    embedding), without scaling: its gradient flows through dS. The loss projects the output on fixed random weights (a mean square after
+    T5's final RMSNorm, at unit weight, hardly depends on its input: its gradients are noise)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.T5Config(vocab_size=64, d_model=64, d_kv=16, d_ff=96, num_layers=1, num_heads=4,
+                                dropout_rate=0.0, attn_implementation="eager")
+    torch.manual_seed(6)
+    model = transformers.T5EncoderModel(cfg).train()
+    ids, probe = torch.randint(0, 64, (2, 40)), torch.randn(2, 40, 64)
+    model(input_ids=ids).last_hidden_state.mul(probe).sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    cm = uniorch.compile(model, target="interpret")
+    cm(input_ids=ids).last_hidden_state.mul(probe).sum().backward()
+    for n, p in model.named_parameters():
+        assert _rel(p.grad, want[n]) <= 1e-4, n
