@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .attention_transpose import keys_major_gradients
+from .attention_transpose import keys_major_gradients, swaps_matrix_dims
 
 aten = torch.ops.aten
 
@@ -64,7 +64,7 @@ def recompute_attention(joint: fx.GraphModule) -> int:
             _rows_from_output(joint.graph, grad, probs[-1], product)
         transposed: list = []
         score_product = next(n for n in tagged if n.target is aten.bmm.default)
-        keys_major_gradients(joint.graph, score_product, probs[-1], product,
+        keys_major_gradients(joint.graph, score_product, product,
                              lambda op, *a, **k: _node(joint.graph, op, *a, **k), transposed)
         lse.meta["recompute"] = CheckpointPolicy.MUST_SAVE
         for n in (tagged - {sm}) | set(probs) | set(transposed):
@@ -238,7 +238,7 @@ def _gradient_of_output(grad: fx.Node, product: fx.Node):
     if grad.target is not aten.bmm.default:
         return None
     d_out, w = grad.args
-    if (w.target is not aten.transpose.int or sorted(a % 3 for a in w.args[1:]) != [1, 2]
+    if (not swaps_matrix_dims(w)
             or w.args[0] is not product.args[1]):
         return None
     return d_out if d_out.meta["val"].shape == product.meta["val"].shape else None

@@ -38,10 +38,10 @@ class _Abort(Exception):
     pass
 
 
-def keys_major_gradients(graph: fx.Graph, score_product: fx.Node, probs: fx.Node, product: fx.Node,
-                         make, forward_tags: list) -> bool:
+def keys_major_gradients(graph: fx.Graph, score_product: fx.Node, product: fx.Node, make,
+                         forward_tags: list) -> bool:
     """Rebuilds dV and dKᵀ as above for one attention: `score_product` the forward's bmm(q, kᵀ),
-    `probs` its P, `product` bmm(P', v) with P' a view of P. `make(op, *args, **kwargs)` adds a node
+    `product` bmm(P', v) with P' a view of P. `make(op, *args, **kwargs)` adds a node
     at the graph's insertion point; the forward-side nodes made are appended to `forward_tags`
     (they must be recomputed, not saved). Returns whether it rewrote; the graph is unchanged if not."""
     made: list = []
@@ -122,8 +122,13 @@ def _built(node: fx.Node) -> list:
     return out
 
 
+def swaps_matrix_dims(node: fx.Node) -> bool:
+    """`node` transposes the two matrix dims of a batch of matrices (3-D)."""
+    return node.target is aten.transpose.int and sorted(a % 3 for a in node.args[1:]) == [1, 2]
+
+
 def _transposes_of(x: fx.Node) -> list:
-    return [u for u in x.users if u.target is aten.transpose.int and sorted(a % 3 for a in u.args[1:]) == [1, 2]]
+    return [u for u in x.users if swaps_matrix_dims(u)]
 
 
 def _only_bmm(transposes: list, first: bool):
@@ -213,4 +218,4 @@ def _between(sources: set, sinks: list) -> set:
     return out
 
 
-__all__ = ["keys_major_gradients"]
+__all__ = ["keys_major_gradients", "swaps_matrix_dims"]
