@@ -13,6 +13,10 @@ The key of the direct path is Triton's own specialization of every argument (its
 or past 32 bits), with the current device, so a launch reuses exactly the kernel Triton would
 have picked. Launch hooks (a profiler's `launch_enter_hook`) take Triton's own path, which calls
 them.
+
+A static plan goes one step further (`bind`, runtime/bound_launch.py): for one layout of its
+inputs, each launch is a function made for it, the launcher called with the grid, the strides and
+the constexprs written into its code.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ class TritonLauncher:
     def __init__(self, kernel, fn: Any):
         self.kernel, self.fn = kernel, fn
         self._direct: dict = {}  # specialization key -> the compiled kernel's launch
+        self._compiled: dict = {}  # specialization key -> its _Direct (what `bind` writes calls to)
         self._tail = constexpr_tail(fn, kernel)
         self._specialize = _specializer(fn) if self._tail is not None and _direct_wanted() else None
 
@@ -54,7 +59,25 @@ class TritonLauncher:
         with TRITON_LANGUAGE_LOCK:
             compiled = self.fn[grid](*args, **ks.constexprs, num_warps=ks.num_warps, num_stages=ks.num_stages)
         if key is not None and compiled is not None:
-            self._direct[key] = _checked(_direct_launch(compiled, self._tail), self._direct, key)
+            self._compiled[key] = direct = _direct_launch(compiled, self._tail)
+            self._direct[key] = _checked(direct, self._direct, key)
+
+    def bind(self, inputs: list, outputs: list) -> Optional[Callable]:
+        """`(stream, *inputs, *outputs) -> None`: this launch for tensors with these tensors'
+        strides, alignment and dtypes, made once (runtime/bound_launch.py), with the grid, the
+        strides and the constexprs written into its code: Triton's launcher called with no
+        argument list built, no specialization key and no stream lookup per launch. None where
+        the direct path is not in use for these arguments (the interpreter, size symbols, a
+        launch that went Triton's way)."""
+        ks = self.kernel
+        if self._specialize is None or ks.symbols:
+            return None
+        args = tensor_args(ks, inputs, outputs)
+        key = self._specialize(args)
+        direct = self._compiled.get(key)
+        if direct is None or self._direct.get(key) is None or not direct.checked:
+            return None
+        return _bound(direct, _grid3(ks.grid), list(inputs) + list(outputs))
 
 
     def warmup(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
@@ -91,6 +114,8 @@ def _checked(launch: Callable, table: dict, key) -> Callable:
             table[key] = None
             return False
         table[key] = lambda g, a: launch(g, a) or True
+        if isinstance(launch, _Direct):
+            launch.checked = True
         return True
 
     return first
@@ -154,24 +179,63 @@ def _backend_class(active) -> Optional[type]:
         return None
 
 
-def _direct_launch(compiled, tail: tuple) -> Callable:
+def _direct_launch(compiled, tail: tuple) -> "_Direct":
     """(grid, args) -> None: `compiled`'s launcher, called as `JITFunction.run` calls it."""
-    from triton import knobs
-    from triton.runtime.driver import driver
-
     compiled._init_handles()
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    active = driver.active
-    runtime = knobs.runtime
+    return _Direct(compiled, tail)
 
-    def launch(grid, args):
-        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
-            compiled[_grid3(grid)](*args, *tail)  # the hooks want their metadata: Triton's own path
+
+class _Direct:
+    """A compiled kernel's launcher with what each call passes it besides the arguments."""
+
+    def __init__(self, compiled, tail: tuple):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        self.compiled, self.tail = compiled, tail
+        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        self.active, self.runtime = driver.active, knobs.runtime
+        self.checked = False  # set once a launch took these arguments (`_checked`)
+
+    def __call__(self, grid, args) -> None:
+        if self.hooked():
+            self.compiled[_grid3(grid)](*args, *self.tail)  # the hooks want their metadata: Triton's own path
             return
         g = _grid3(grid)
+        active = self.active
         stream = active.get_current_stream(active.get_current_device())
-        run(g[0], g[1], g[2], stream, function, packed, None, None, None, *args, *tail)
+        self.run(g[0], g[1], g[2], stream, self.function, self.packed, None, None, None, *args, *self.tail)
 
+    def hooked(self) -> bool:
+        return _hooked(self.runtime.launch_enter_hook) or _hooked(self.runtime.launch_exit_hook)
+
+    def stream(self):
+        """The current stream's handle, or None while a launch hook is set (launches then take
+        Triton's own path, which calls the hooks)."""
+        if self.hooked():
+            return None
+        active = self.active
+        return active.get_current_stream(active.get_current_device())
+
+
+def _bound(direct: _Direct, grid: tuple, tensors: list) -> Callable:
+    """`(stream, *tensors)` -> the launch of `direct` with `tensors`' strides as constants: Python
+    source made for this launch, as Inductor's generated wrapper calls its launchers. `stream`
+    is the bound function's attribute, for the plan's one lookup per call."""
+    names = [f"t{i}" for i in range(len(tensors))]
+    parts = []
+    for name, t in zip(names, tensors):
+        parts.append(name)
+        parts.extend(str(int(s)) for s in t.stride())
+    parts.extend(f"c{j}" for j in range(len(direct.tail)))
+    src = (f"def launch(stream, {', '.join(names)}):\n"
+           f"    run({grid[0]}, {grid[1]}, {grid[2]}, stream, function, packed, None, None, None, "
+           f"{', '.join(parts)})\n")
+    scope = {"run": direct.run, "function": direct.function, "packed": direct.packed}
+    scope.update({f"c{j}": v for j, v in enumerate(direct.tail)})
+    exec(compile(src, f"<uniorch bound launch {len(tensors)} tensors>", "exec"), scope)  # noqa: S102 - our own source
+    launch = scope["launch"]
+    launch.stream = direct.stream
     return launch
 
 

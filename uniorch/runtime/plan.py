@@ -20,6 +20,7 @@ from uniorch.codegen import CodegenError, KernelSource
 from uniorch.errors import UniorchError
 from uniorch.ir import dims
 
+from .bound_launch import BoundLaunches, bound_call
 from .relayout import relaid
 
 _DTYPES = {
@@ -93,6 +94,8 @@ class LaunchPlan:
     launches: list = field(default_factory=list)
     viewed: set = field(default_factory=set)
     pending: list = field(default_factory=list)  # in-place writes taken up after a call succeeds
+    bound: Any = None  # BoundLaunches of a static plan (runtime/bound_launch.py)
+    built_launch: Any = None  # the launch the plan was built with: bound launches stand in for it only
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[Any] = [None] * self.num_slots
@@ -103,8 +106,12 @@ class LaunchPlan:
         slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
         ctx.sizes = _bind(self.symbols, inputs)
+        if self.bound is not None and self.launch is self.built_launch:
+            ctx.bound, ctx.stream, ctx.record = self.bound.begin(inputs)
         for step in self.steps:
             step.run(slots, ctx)
+        if ctx.record is not None:
+            self.bound.finish(ctx.record)
         if self.pending:  # from the second call on (a first call that fails reruns eagerly: _Region)
             for into, j, a in self.pending:
                 into[j] = a
@@ -117,6 +124,11 @@ class _RunContext:
         self.buffer_bytes = buffer_bytes
         self.device = device
         self.launch = launch
+        # bound launches of this call's signature and the stream they take, or the record of this
+        # call's launches to bind after it (runtime/bound_launch.py)
+        self.bound: Any = None
+        self.stream: Any = None
+        self.record: Any = None
         self.buffers: dict[int, torch.Tensor] = {}
         self.sizes: dict[str, int] = {}  # size symbols' values in this call (uniorch/ir/dims.py)
 
@@ -191,8 +203,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 bid_uses[b] = bid_uses.get(b, 0) + 1
             into: dict[int, int] = {}
             launches.append((k, ins, outs, into))
-            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes, into),
-                              callee))
+            steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes, into,
+                                                     len(launches) - 1), callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
             continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
@@ -221,7 +233,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
     symbols = _binders(block) if symbolic else []
     laid_out = _write_relaid(produced, reads, other)
     return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds,
-                      symbols=symbols, laid_out=laid_out, launches=launches, viewed=viewed)
+                      symbols=symbols, laid_out=laid_out, launches=launches, viewed=viewed,
+                      bound=None if symbolic or not launches else BoundLaunches(len(launches)), built_launch=launch)
 
 
 _TILED = ("contraction", "attention")
@@ -356,7 +369,7 @@ def _resolve(shape, ctx):
 
 
 def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict, buffer_bytes: list,
-                 into: dict):
+                 into: dict, index: int):
     """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
     from `_write_relaid`. An output whose buffer holds nothing else in the plan (`bid_uses`) is one
     allocation of its own shape, not views of shared bytes: each view is about a microsecond of
@@ -386,8 +399,10 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
                 out.copy_(dest)  # the destination is still read later: write into a copy
         if source.symbols:  # its size symbols' values in this call (uniorch/ir/dims.py)
             ctx.launch(k, inputs, results, [ctx.sizes[s] for s in source.symbols])
-        else:
+        elif ctx.bound is None or not bound_call(ctx.bound, index, ctx.stream, inputs, results):
             ctx.launch(k, inputs, results)
+            if ctx.record is not None:
+                ctx.record[1].append((index, k, inputs, results))
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]

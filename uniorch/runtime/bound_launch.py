@@ -1,0 +1,89 @@
+"""Launches bound to one layout of a plan's inputs: the steady state of a static plan's calls.
+
+A GPU launch through the launcher's direct path (backends/triton_launch.py) still builds, per
+kernel and call, the argument list (each tensor and its strides), Triton's specialization key of
+those arguments and a stream lookup: on H200 runs 3 and 5 a compiled call's host time was 50 to 100
+us per kernel, against 7 us for Triton's launcher alone, and it set the time of every small bf16
+workload (BERT layer: 0.89 ms for 0.35 ms of kernels). Inductor's generated wrapper calls each
+launcher with the strides written into its code.
+
+Every tensor a static plan launches with is an input, a view or slice of one, or a buffer the plan
+allocates, so its strides and alignment follow from the inputs' own: the plan's `signature` (each
+input tensor's strides and address modulo 16, and each other input's value). The first call with
+a signature records each launch's tensors; the launcher binds them (`bind`: a function with the
+grid, strides and constexprs in its code); later calls with that signature look the stream up
+once and call the bound launches with the tensors alone. A launch the launcher does not bind
+(the interpreter, the CPU backend, an autotuned kernel) goes the usual way.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# signatures kept per plan: inputs that alternate between a few layouts keep their bindings;
+# past this, new layouts launch the usual way instead of binding again (exec per kernel)
+MAX_SIGNATURES = 8
+
+
+def signature(inputs: list) -> tuple:
+    """What the strides and alignment of every tensor a static plan launches with follow from."""
+    return tuple([(t.data_ptr() & 15, t.stride()) if isinstance(t, torch.Tensor) else t for t in inputs])
+
+
+class BoundLaunches:
+    """Per plan: signature -> (the bound launch of each launch step or None, the stream lookup)."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+        self.by_signature: dict = {}
+        self.off = False  # this plan's launchers do not bind
+        self.misses = 0  # calls recorded that bound nothing
+
+    def begin(self, inputs: list) -> tuple:
+        """(bound launches, stream, None) for this call; or (None, None, record) when this call's
+        launches are to be recorded, and bound after it (`finish`); or (None, None, None)."""
+        if self.off:
+            return None, None, None
+        try:
+            sig = signature(inputs)
+        except TypeError:  # an unhashable input: nothing to key on
+            return None, None, None
+        known = self.by_signature.get(sig)
+        if known is not None:
+            bound, current_stream = known
+            stream = current_stream()
+            return (bound, stream, None) if stream is not None else (None, None, None)
+        if len(self.by_signature) >= MAX_SIGNATURES:
+            return None, None, None
+        return None, None, (sig, [])
+
+    def finish(self, record) -> None:
+        """After a call that succeeded: bind what it launched."""
+        sig, launched = record
+        bound: list = [None] * self.steps
+        binds = False
+        for index, kernel, ins, outs in launched:
+            bind = getattr(kernel.fn, "bind", None)
+            if bind is not None:
+                binds = True
+                bound[index] = bind(ins, outs)
+        if all(b is None for b in bound):
+            # none bound: launchers that cannot (off for good), or a first launch of these
+            # arguments that went Triton's own way (the next call of the signature binds)
+            self.misses += 1
+            self.off = bool(launched) and (not binds or self.misses > MAX_SIGNATURES)
+            return
+        self.by_signature[sig] = (bound, next(b for b in bound if b is not None).stream)
+
+
+def bound_call(bound: list, index: int, stream, inputs: list, results: list) -> bool:
+    """Launches step `index` through its bound launch, if it has one."""
+    launch = bound[index]
+    if launch is None:
+        return False
+    launch(stream, *inputs, *results)
+    return True
+
+
+__all__ = ["BoundLaunches", "signature", "MAX_SIGNATURES"]
