@@ -37,6 +37,7 @@ def test_cli_cpu_smoke(tmp_path):
         assert all(k in r for k in ROW), set(ROW) - set(r)
         assert r["correct"] is True, (r["model"], r["rel_err"], r["errors"])
         assert r["eager_ms"] > 0 and r["uniorch_ms"] > 0 and r["uniorch_compile_s"] > 0
+        assert r["uniorch_host_ms"] > 0 and r["eager_host_ms"] > 0  # host time beside the median
         assert r["kernels"] >= 1 and r["achieved_GBps"] > 0
         stages = r["uniorch_compile_stages"]  # where the cold compile went
         assert stages["capture"] > 0 and stages["passes"] > 0 and stages["compile"] >= stages["passes"]

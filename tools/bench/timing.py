@@ -33,6 +33,19 @@ def median_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) ->
     return statistics.median(times)
 
 
+def host_ms(fn: Callable[[], object], device: str, iters: int) -> float:
+    """Host time per call: calls back to back, the clock stopped before the device is waited for.
+    Beside `median_ms` it says whether a row is bound by the host (host_ms at or above it: the
+    device waits for launches) or by its kernels."""
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    ms = (time.perf_counter() - t) * 1e3 / iters
+    sync(device)
+    return ms
+
+
 def wall_s(fn: Callable[[], object], device: str) -> tuple[float, object]:
     """Wall time of one call including everything it waits for: used for cold compiles."""
     sync(device)
