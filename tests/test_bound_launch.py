@@ -5,6 +5,8 @@ a GPU JITFunction whose compiled kernel's launcher runs the interpreted kernel w
 arguments it is handed: what Triton's launcher gets, tensors, strides and constexprs in signature
 order. So a bound launch that passed a stride of the wrong tensor, or kept an input's strides for
 a call whose input has others, gives a wrong answer, judged against eager on fresh inputs."""
+import gc
+
 import pytest
 import torch
 from torch import nn
@@ -13,6 +15,7 @@ import uniorch
 from uniorch.backends import triton_launch
 from uniorch.backends.triton_launch import TritonLauncher
 from uniorch.runtime import loader
+from uniorch.runtime.plan import LaunchPlan
 
 
 class _Active:
@@ -137,6 +140,8 @@ def test_bound_launches_compute_what_eager_does(gpu_launch_path):
     for call in range(4):  # the first records and binds; later calls run bound
         _check(cm, model, (torch.randn(2, 12, 32),))
     assert all(p.bound.by_signature for p in plans)
+    # and each call of the signature ran as straight-line code (runtime/plan_code.py)
+    assert all(code is not None for p in plans for _, _, code in p.bound.by_signature.values())
     # every launch after the first call of the signature went through a bound launch: the
     # launcher ran (4 calls x launches) times, Triton's own path only at each key's first launch
     assert counts["run"] + counts["triton"] == 4 * launches
@@ -213,3 +218,104 @@ def test_a_launch_hook_takes_tritons_path(gpu_launch_path, monkeypatch):
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert counts["run"] == before and counts["own"] > 0  # Triton's own path, which calls the hooks
+
+
+def test_random_ops_draw_new_seeds_each_call(gpu_launch_path):
+    """A plan with random ops appends a seed tensor drawn per call to its inputs: the written-out
+    call must take each call's."""
+    compile_, counts = gpu_launch_path
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5)).train()
+    x = torch.randn(32, 16)
+    cm, plans = compile_(model, (x,))
+    with torch.no_grad():
+        outs = [cm(x) for _ in range(4)]
+        dense = torch.nn.functional.linear(x, model[0].weight, model[0].bias) * 2
+    assert all(p.bound.by_signature for p in plans)
+    for out in outs:
+        kept = out != 0
+        assert 0.4 < kept.float().mean() < 0.6
+        torch.testing.assert_close(out[kept], dense[kept], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(outs[-1] != 0, outs[-2] != 0)  # a new mask per call
+
+
+def test_plan_code_keeps_the_steps_decisions():
+    """The written-out call takes a view where the recorded input was contiguous, a reshape where
+    not, and writes into an input only where the recorded call did."""
+    from uniorch.runtime.plan_code import make_call
+
+    class Kern:
+        launches = 0
+
+    calls = []
+    trace = [("view", 0, 2, (4, 2), "reshape"),
+             ("launch", 0, Kern, [2, 1], [3, 4], {}, [("alloc", lambda ctx: torch.zeros(8)), ("into", 1)], {1: 1})]
+    code = make_call(trace, 2, 2, [3, 4], [lambda stream, *t: calls.append((stream, t))])
+    assert code is not None and "s0.reshape(" in code.source and "r0_1 = s1" in code.source
+
+    class Ctx:
+        launch = None
+
+    x, y = torch.randn(2, 4).t(), torch.randn(8)
+    out, written = code([x, y], Ctx(), 7)
+    assert written is y and calls[0][0] == 7 and calls[0][1][0].shape == (4, 2) and Kern.launches == 1
+    assert make_call(trace[:1], 2, 2, [3, 4], [None]) is None  # a step without a trace entry
+
+
+def test_relayout_copies_in_the_written_out_call(gpu_launch_path):
+    """Exact fp32 matmuls on a GPU read their weight N-major: the plan copies it so at every call
+    (KernelSource.relayout). The kernels here are the sm_90 ones, run on Triton's interpreter."""
+    from uniorch.codegen import generate
+
+    compile_, counts = gpu_launch_path
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(64, 96), nn.Tanh(), nn.Linear(96, 48)).eval()
+    x = torch.randn(256, 64)
+    cm, plans = compile_(model, (x,))
+    for plan in plans:
+        for k in plan.kernels.values():
+            gpu = generate(k.func_op, "cuda:sm_90")
+            k.source, k.fn = gpu, TritonLauncher(gpu, _Jit(gpu, loader.load(gpu, interpret=True), counts))
+    assert any(k.source.relayout for p in plans for k in p.kernels.values())
+    for _ in range(3):
+        x = torch.randn(256, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), model(x), rtol=1e-5, atol=1e-5)
+    codes = [code for p in plans for _, _, code in p.bound.by_signature.values()]
+    assert codes and all(code is not None for code in codes)
+    assert any("relaid(" in code.source for code in codes)
+
+
+def test_training_steps_with_a_compiled_optimizer(gpu_launch_path):
+    """Forward and backward halves and AdamW's step (its states written in place, runtime/inplace.py)
+    through bound launches and written-out calls, three steps against eager's."""
+    import copy
+
+    compile_, counts = gpu_launch_path
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8)).train()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = torch.optim.AdamW(model.parameters(), lr=1e-2), torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    cm, copt = uniorch.compile(model, target="interpret"), uniorch.compile(opt, target="interpret")
+    data = [(torch.randn(24, 16), torch.randn(24, 8)) for _ in range(5)]
+
+    def step(f, o, x, y):
+        o.zero_grad(set_to_none=True)
+        loss = (f(x) - y).pow(2).mean()
+        loss.backward()
+        o.step()
+        return loss.detach()
+
+    before = {id(o) for o in gc.get_objects() if type(o) is LaunchPlan}
+    step(cm, copt, *data[0])
+    step(ref, ref_opt, *data[0])
+    plans = [o for o in gc.get_objects() if type(o) is LaunchPlan and id(o) not in before]
+    for plan in plans:
+        for k in plan.kernels.values():
+            k.fn = TritonLauncher(k.source, _Jit(k.source, loader.load(k.source, interpret=True), counts))
+    for x, y in data[1:]:
+        torch.testing.assert_close(step(cm, copt, x, y), step(ref, ref_opt, x, y), rtol=1e-5, atol=1e-6)
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+    codes = [code for p in plans if p.bound is not None for _, _, code in p.bound.by_signature.values()]
+    assert len(codes) >= 3 and all(code is not None for code in codes)  # forward, backward, optimizer

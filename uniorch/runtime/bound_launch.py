@@ -32,7 +32,8 @@ def signature(inputs: list) -> tuple:
 
 
 class BoundLaunches:
-    """Per plan: signature -> (the bound launch of each launch step or None, the stream lookup)."""
+    """Per plan: (device, signature) -> (the bound launch of each launch step or None, the stream
+    lookup, the whole call as code or None)."""
 
     def __init__(self, steps: int):
         self.steps = steps
@@ -40,27 +41,31 @@ class BoundLaunches:
         self.off = False  # this plan's launchers do not bind
         self.misses = 0  # calls recorded that bound nothing
 
-    def begin(self, inputs: list) -> tuple:
-        """(bound launches, stream, None) for this call; or (None, None, record) when this call's
-        launches are to be recorded, and bound after it (`finish`); or (None, None, None)."""
+    def begin(self, inputs: list, device) -> tuple:
+        """(bound launches, stream, None, the call as code or None) for this call; or (None, None,
+        record, None) when this call's launches are to be recorded, and bound after it (`finish`);
+        or (None, None, None, None)."""
         if self.off:
-            return None, None, None
+            return None, None, None, None
         try:
-            sig = signature(inputs)
+            sig = (device, signature(inputs))
         except TypeError:  # an unhashable input: nothing to key on
-            return None, None, None
+            return None, None, None, None
         known = self.by_signature.get(sig)
         if known is not None:
-            bound, current_stream = known
+            bound, current_stream, code = known
             stream = current_stream()
-            return (bound, stream, None) if stream is not None else (None, None, None)
+            return (bound, stream, None, code) if stream is not None else (None, None, None, None)
         if len(self.by_signature) >= MAX_SIGNATURES:
-            return None, None, None
-        return None, None, (sig, [])
+            return None, None, None, None
+        return None, None, (sig, [], [], len(inputs)), None
 
-    def finish(self, record) -> None:
-        """After a call that succeeded: bind what it launched."""
-        sig, launched = record
+    def finish(self, record, steps: int, outputs: list[int]) -> None:
+        """After a call that succeeded: bind what it launched, and write the call as code where
+        every step said what it did (runtime/plan_code.py)."""
+        from .plan_code import make_call
+
+        sig, launched, trace, inputs = record
         bound: list = [None] * self.steps
         binds = False
         for index, kernel, ins, outs in launched:
@@ -74,7 +79,12 @@ class BoundLaunches:
             self.misses += 1
             self.off = bool(launched) and (not binds or self.misses > MAX_SIGNATURES)
             return
-        self.by_signature[sig] = (bound, next(b for b in bound if b is not None).stream)
+        code = make_call(trace, steps, inputs, outputs, bound)
+        self.by_signature[sig] = (bound, next(b for b in bound if b is not None).stream, code)
+
+    def forget(self) -> None:
+        """The plan's launches changed where they write (runtime/inplace.py): bind again."""
+        self.by_signature.clear()
 
 
 def bound_call(bound: list, index: int, stream, inputs: list, results: list) -> bool:

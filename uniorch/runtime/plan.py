@@ -107,15 +107,19 @@ class LaunchPlan:
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
         ctx.sizes = _bind(self.symbols, inputs)
         if self.bound is not None and self.launch is self.built_launch:
-            ctx.bound, ctx.stream, ctx.record = self.bound.begin(inputs)
+            ctx.bound, ctx.stream, ctx.record, code = self.bound.begin(inputs, device)
+            if code is not None:  # the call as straight-line code (runtime/plan_code.py)
+                return code(inputs, ctx, ctx.stream)
         for step in self.steps:
             step.run(slots, ctx)
         if ctx.record is not None:
-            self.bound.finish(ctx.record)
+            self.bound.finish(ctx.record, len(self.steps), self.outputs)
         if self.pending:  # from the second call on (a first call that fails reruns eagerly: _Region)
             for into, j, a in self.pending:
                 into[j] = a
             self.pending = []
+            if self.bound is not None:  # the launches' destinations changed: record again
+                self.bound.forget()
         return [slots[i] for i in self.outputs]
 
 
@@ -375,10 +379,10 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
     allocation of its own shape, not views of shared bytes: each view is about a microsecond of
     host time, and a small GPU kernel takes tens. `into`: output index -> the input slot whose
     tensor the kernel writes it into, when that tensor is contiguous (runtime/inplace.py)."""
-    source = k.source
     allocs: list = []  # made at the first run: `orders` and `bid_uses` are filled once the plan is built
 
     def run(slots, ctx):
+        source = k.source  # read per call: a refit (runtime/resources.py) replaces it
         if not allocs:
             own = [bid_uses[b] == 1 and buffer_bytes[b] >= 0 for b in bids]
             allocs.extend(_allocator(bid, shape, dtype, orders.get(j), mine)
@@ -403,11 +407,22 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
             ctx.launch(k, inputs, results)
             if ctx.record is not None:
                 ctx.record[1].append((index, k, inputs, results))
+                ctx.record[2].append(_launch_trace(k, index, ins, outs, into, allocs, slots, inputs, results))
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]
 
     return run
+
+
+def _launch_trace(k: Kernel, index: int, ins, outs, into: dict, allocs: list, slots: list, inputs: list,
+                  results: list) -> tuple:
+    """What this launch did in a recorded call (runtime/plan_code.py): which inputs it relaid,
+    and per result the input slot written in place or the allocator."""
+    relaid_at = {i: order for i, order in k.source.relayout if inputs[i] is not slots[ins[i]]}
+    made = [("into", into[j]) if j in into and r is slots[into[j]] else ("alloc", allocs[j])
+            for j, r in enumerate(results)]
+    return ("launch", index, k, ins, outs, relaid_at, made, dict(k.inplace))
 
 
 def _into(t: torch.Tensor, alloc: Callable, ctx) -> torch.Tensor:
@@ -443,6 +458,8 @@ def _allocator(bid: int, shape, dtype, laid, own: bool) -> Callable:
 def _alloc_step(d, shape, dtype):
     def run(slots, ctx):
         slots[d] = torch.empty(_resolve(shape, ctx), dtype=dtype, device=ctx.device)
+        if ctx.record is not None:
+            ctx.record[2].append(("alloc", d, _resolve(shape, ctx), dtype))
 
     return run
 
@@ -451,6 +468,8 @@ def _view_step(s, d, shape):
     def run(slots, ctx):
         t, size = slots[s], _resolve(shape, ctx)
         slots[d] = t.view(size) if t.is_contiguous() else t.reshape(size)
+        if ctx.record is not None:
+            ctx.record[2].append(("view", s, d, size, "view" if t.is_contiguous() else "reshape"))
 
     return run
 
@@ -477,6 +496,8 @@ def _slice_step(op, s, d):
 
     def run(slots, ctx):
         slots[d] = slots[s][index].reshape(shape)  # a view: rank-reducing slices only drop unit dims
+        if ctx.record is not None:
+            ctx.record[2].append(("slice", s, d, index, shape))
 
     return run
 
@@ -520,6 +541,8 @@ def _const_step(op, d, blobs=None):
         if dev not in cache:
             cache[dev] = host.to(dev)
         slots[d] = cache[dev]
+        if ctx.record is not None:
+            ctx.record[2].append(("const", d, slots[d]))
 
     return run
 
