@@ -165,7 +165,7 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
             row.setdefault("_missed", {})[name] = out   # judged against float64 after the loop
     if backend.uniorch:
         _uniorch_report(compiled, args, opt.device, row)
-    elif opt.device == "cuda" and row["kind"] != "train":
+    elif opt.device == "cuda":
         _other_device_times(name, compiled, args, row)
     row[f"{name}_ms"] = median_ms(lambda: compiled(*args), opt.device, opt.warmup, opt.iters)
     row[f"{name}_host_ms"] = host_ms(lambda: compiled(*args), opt.device, max(3, opt.iters // 2))
@@ -199,22 +199,34 @@ def _uniorch_report(cm, args, device: str, row: dict) -> None:
     row["kernel_stats"] = stats
 
 
-def device_times(call, args, calls: int = 5) -> dict[str, float]:
-    """The profiler's CUDA kernels of `calls` calls of `call(*args)`: kernel name -> ms per call."""
+def device_times(call, args, calls: int = 5, ops: dict | None = None) -> dict[str, float]:
+    """The profiler's CUDA kernels of `calls` calls of `call(*args)`: kernel name -> ms per call.
+    With `ops`, also the PyTorch ops that ran kernels (what of a compiled call is not its own
+    kernels: an eager op, a copy) with their input shapes: "op shapes" -> ms per call."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if ops is not None else [])
+    with profile(activities=activities, record_shapes=ops is not None) as prof:
         for _ in range(calls):
             call(*args)
         torch.cuda.synchronize()
     totals: dict[str, float] = {}
     for ev in prof.key_averages():
-        t = getattr(ev, "device_time_total", None)
-        if t is None:
-            t = getattr(ev, "cuda_time_total", 0)
+        t = _device_us(ev)
         if t and getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
             totals[ev.key] = totals.get(ev.key, 0.0) + t / 1e3 / calls
+    if ops is not None:
+        for ev in prof.key_averages(group_by_input_shape=True):
+            t = _device_us(ev)
+            if t and ev.key.startswith("aten::") and "CPU" in str(getattr(ev, "device_type", "CPU")):
+                key = f"{ev.key} {getattr(ev, 'input_shapes', '')}"[:160]
+                ops[key] = ops.get(key, 0.0) + t / 1e3 / calls
     return totals
+
+
+def _device_us(ev) -> float:
+    t = getattr(ev, "device_time_total", None)
+    return getattr(ev, "cuda_time_total", 0) if t is None else t
 
 
 def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
@@ -223,9 +235,14 @@ def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
     call) and `device_ms` (their sum). `uniorch_ms` minus `device_ms` is what the host adds (launch
     overhead, guards, allocation). Best effort: a profiler failure is recorded in `profile_error`."""
     try:
-        totals = device_times(cm, args)
+        ops: dict = {}
+        totals = device_times(cm, args, ops=ops)
         row["device_kernels"] = [dict(name=n[:80], ms=round(v, 5)) for n, v in
                                  sorted(totals.items(), key=lambda kv: -kv[1])[:16]]
+        # PyTorch ops that ran kernels during the call (eager ops, copies; a kernel of ours
+        # launched from Python has no aten op): the device time that is not uniorch's kernels
+        row["device_aten_ops"] = [dict(op=n, ms=round(v, 5)) for n, v in
+                                  sorted(ops.items(), key=lambda kv: -kv[1])[:10]]
         row["device_ms"] = round(sum(totals.values()), 5)
         for k, s in zip(kernels, stats):
             # the kernel's own function (a reduction's source defines its combine function
