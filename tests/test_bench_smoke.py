@@ -124,7 +124,7 @@ def test_kernel_times_match_whole_function_names(monkeypatch):
     from uniorch.tools.bench import runner
 
     times = {"k1_contraction": 1.0, "k11_contraction": 2.0, "k0_reduction": 3.0, "void at::native::copy": 0.5}
-    monkeypatch.setattr(runner, "device_times", lambda cm, args: dict(times))
+    monkeypatch.setattr(runner, "device_times", lambda cm, args, ops=None: dict(times))
     kernels = [SimpleNamespace(name="k0_reduction", source="@jit\ndef _combine_addf(a, b):\n    return a + b\n\n@jit\ndef k0_reduction(x):\n    pass\n"),
                SimpleNamespace(name="k1_contraction", source="def k1_contraction(\n    x):\n    pass\n"),
                SimpleNamespace(name="k11_contraction", source="def k11_contraction(x):\n    pass\n")]
