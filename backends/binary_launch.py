@@ -166,6 +166,60 @@ class DriverLauncher:
         params = (ctypes.c_void_p * max(1, len(self.binding.slots)))(*[base + o for o in self.binding.offsets])
         return storage, params
 
+    def bind(self, inputs: list, outputs: list) -> Optional[Callable]:
+        """`(stream, *inputs, *outputs) -> None`: this launch for later calls whose tensors have
+        these tensors' strides, alignment and device (runtime/bound_launch.py): the form
+        (specialized or not), the module, the grid and the argument buffer's layout chosen once,
+        with each tensor's address and the stream filled in per launch. None for kernels with
+        size symbols or a global scratch buffer (sized per launch), which launch the usual way."""
+        import struct
+
+        import torch
+
+        ks = self.kernel
+        if ks.symbols:
+            return None
+        raw = self._raw(inputs, outputs, None)
+        form = self._pick(raw)
+        if form.scratch_size:
+            return None
+        tensors = list(inputs) + list(outputs)
+        index = form._device(tensors)
+        fn = form._function(index)
+        extras = {"global_scratch": 0, "profile_scratch": 0}
+        values = form.binding.values(raw, extras)
+        form.binding.pack(values)  # checks each value once, alignment included
+        # runtime argument index of each tensor's address (`tensor_args`: a tensor, then its strides)
+        at, where = 0, {}
+        for n, t in enumerate(tensors):
+            where[at] = n
+            at += 1 + t.dim()
+        slots = [(j, where[s.source]) for j, s in enumerate(form.binding.slots)
+                 if isinstance(s.source, int) and s.source in where]
+        fmt, size, offsets = form.binding._format, form.binding.size, form.binding.offsets
+        words = max(1, -(-size // 8))
+        nparams = max(1, len(offsets))
+        launch_ = form.driver().launch
+        grid, block, shared = form.grid, form.block, form.shared
+        options = dict(num_ctas=form.num_ctas, cooperative=form.cooperative, pdl=form.pdl)
+        empty = grid[0] * grid[1] * grid[2] == 0
+
+        def launch(stream, *ts):
+            if empty:  # no programs: nothing to launch
+                return
+            vals = list(values)
+            for j, n in slots:
+                vals[j] = ts[n].data_ptr()
+            storage = (ctypes.c_uint64 * words)()  # per launch: calls from two threads never share it
+            struct.pack_into(fmt, storage, 0, *vals)
+            base = ctypes.addressof(storage)
+            params = (ctypes.c_void_p * nparams)(*[base + o for o in offsets])
+            form.launches += 1
+            launch_(fn, grid, block, shared, stream, params, **options)
+
+        launch.stream = lambda: torch.cuda.current_stream(index).cuda_stream
+        return launch
+
     def __call__(self, inputs: list, outputs: list, sizes: list | None = None) -> None:
         """`sizes`: the values of the kernel's size symbols, when it has any (else read off the tensors)."""
         raw = self._raw(inputs, outputs, sizes)  # read once: for the choice and for the launch

@@ -202,6 +202,50 @@ def test_arguments_are_packed_where_the_binary_reads_them(target, tmp_path):
         assert got == want, k.name
 
 
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_a_bound_launch_passes_the_arguments_the_usual_launch_packs(target, monkeypatch):
+    """DriverLauncher.bind (runtime/bound_launch.py: a static plan's later calls): the form, the
+    module and the buffer's layout chosen once, each call's tensor addresses filled in; the
+    driver gets what `arguments` packs for the same tensors, on the stream the plan looked up."""
+    vendor = target.split(":")[0]
+
+    class Driver:
+        """Reads the argument buffer while the launch is under way, as the vendor's driver does."""
+
+        def __init__(self):
+            self.calls, self.binding = [], None
+
+        def launch(self, fn, grid, block, shared, stream, params, **options):
+            b = self.binding
+            data = ctypes.string_at(params[0] - b.offsets[0], b.size)
+            self.calls.append((fn, grid, block, shared, stream, data, options))
+
+    for k in compiled(target).kernels:
+        ks = k.source
+        driver = Driver()
+        launcher = DriverLauncher(k.compiled, vendor, driver=driver)
+        driver.binding = launcher.binding
+        monkeypatch.setattr(DriverLauncher, "_device", lambda self, tensors: 0)
+        monkeypatch.setattr(DriverLauncher, "_function", lambda self, index: f"fn{index}")
+
+        def tensors():
+            ts = [torch.empty(s) for s in _shapes(ks)]
+            return ts[: len(ks.input_ranks)], ts[len(ks.input_ranks):]
+
+        bound = launcher.bind(*tensors())
+        assert bound is not None, k.name
+        for stream in (11, 12):
+            inputs, outputs = tensors()  # new addresses, the same strides
+            bound(stream, *inputs, *outputs)
+            fn, grid, block, shared, got_stream, data, options = driver.calls[-1]
+            assert (fn, grid, block, shared, got_stream) == ("fn0", launcher.grid, launcher.block, launcher.shared,
+                                                              stream), k.name
+            storage, want = launcher.arguments(inputs, outputs, {"global_scratch": 0, "profile_scratch": 0})
+            b = launcher.binding
+            assert data == ctypes.string_at(want[0] - b.offsets[0], b.size), k.name
+        assert launcher.launches == 2
+
+
 @functools.lru_cache(maxsize=None)
 def _mixed_width_kernel():
     """A Triton kernel with i32, i64 and pointer arguments interleaved, compiled for sm_90 by
