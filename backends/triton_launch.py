@@ -209,13 +209,17 @@ class _Direct:
     def hooked(self) -> bool:
         return _hooked(self.runtime.launch_enter_hook) or _hooked(self.runtime.launch_exit_hook)
 
-    def stream(self):
-        """The current stream's handle, or None while a launch hook is set (launches then take
-        Triton's own path, which calls the hooks)."""
+    def stream(self, device=None):
+        """The current stream's handle; None while a launch hook is set (launches then take
+        Triton's own path, which calls the hooks) or when the current device is not `device`
+        (the one the kernel was bound on: its module is loaded there)."""
         if self.hooked():
             return None
         active = self.active
-        return active.get_current_stream(active.get_current_device())
+        current = active.get_current_device()
+        if device is not None and current != device:
+            return None
+        return active.get_current_stream(current)
 
 
 def _bound(direct: _Direct, grid: tuple, tensors: list) -> Callable:
@@ -235,7 +239,8 @@ def _bound(direct: _Direct, grid: tuple, tensors: list) -> Callable:
     scope.update({f"c{j}": v for j, v in enumerate(direct.tail)})
     exec(compile(src, f"<uniorch bound launch {len(tensors)} tensors>", "exec"), scope)  # noqa: S102 - our own source
     launch = scope["launch"]
-    launch.stream = direct.stream
+    device = direct.active.get_current_device()
+    launch.stream = lambda: direct.stream(device)
     return launch
 
 

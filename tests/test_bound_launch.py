@@ -319,3 +319,24 @@ def test_training_steps_with_a_compiled_optimizer(gpu_launch_path):
         torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
     codes = [code for p in plans if p.bound is not None for _, _, code in p.bound.by_signature.values()]
     assert len(codes) >= 3 and all(code is not None for code in codes)  # forward, backward, optimizer
+
+
+def test_another_current_device_takes_the_usual_path(gpu_launch_path, monkeypatch):
+    """A bound launch's kernel is loaded on the device current when it was bound: with another
+    current device the call goes the usual way (Triton's key includes the current device)."""
+    compile_, counts = gpu_launch_path
+    torch.manual_seed(8)
+    model = Block().eval()
+    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
+    for _ in range(2):
+        _check(cm, model, (torch.randn(2, 12, 32),))
+    from triton.runtime.driver import driver
+
+    usual = []
+    call = TritonLauncher.__call__
+    monkeypatch.setattr(TritonLauncher, "__call__", lambda self, *a: usual.append(1) or call(self, *a))
+    _check(cm, model, (torch.randn(2, 12, 32),))
+    assert not usual  # bound: the launcher's own path is not taken
+    monkeypatch.setattr(type(driver._active), "get_current_device", lambda self: 1)
+    _check(cm, model, (torch.randn(2, 12, 32),))
+    assert len(usual) == sum(len(p.launches) for p in plans)  # every launch the usual way
