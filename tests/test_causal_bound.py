@@ -35,9 +35,27 @@ SDPA_CAUSAL = ["s_c0 = qk", "s_e0 = j0", "s_e1 = s_e0.to(tl.int64)", "s_e2 = m0"
     (["s_c0 = qk * -1.0", "s_e5 = j0 - m0 <= 0", 's_e6 = tl.where(s_e5, 0.0, float("-inf"))',
       "s = s_c0 + s_e6"], None),   # a negative scale is not modelled: nothing claimed
     (["s_c0 = qk", "j0 = m0", "s_e5 = j0 - m0 <= 0", 's = tl.where(s_e5, s_c0, float("-inf"))'], None),
+    # masked_fill(~tril, -inf), the written-out form: -inf where the key is past the query
+    (["s_c0 = qk * 0.125", "s_e5 = j0 - m0 > 0", 's = tl.where(s_e5, float("-inf"), s_c0)'], 0),
+    (["s_c0 = qk", "s_e5 = j0 - m0 > 2", 's = tl.where(s_e5, float("-inf"), s_c0)'], 2),
 ])
 def test_the_proof(lines, expected):
     assert causal_offset(lines, "m0", "j0", "qk") == expected
+
+
+@pytest.mark.parametrize("lines, c, expected", [
+    (SDPA_CAUSAL, 0, {"s_e5": True}),
+    ([ln.replace("<= 0", "<= 5") for ln in SDPA_CAUSAL], 0, {"s_e5": True}),  # j - i <= 5 where j - i <= 0
+    ([ln.replace("<= 0", "<= -1") for ln in SDPA_CAUSAL], 0, {}),             # not decided at j - i = 0
+    (["s_c0 = qk", "s_e5 = j0 - m0 > 0", 's = tl.where(s_e5, float("-inf"), s_c0)'], 0, {"s_e5": False}),
+    (["s_c0 = qk", "s_e5 = j0 - m0 > -1", 's = tl.where(s_e5, float("-inf"), s_c0)'], 0, {}),
+    (["s_c0 = qk", "s_e5 = j0 + m0 <= 0", 's = tl.where(s_e5, s_c0, float("-inf"))'], 0, {}),  # no band
+])
+def test_predicates_decided_below_the_band(lines, c, expected):
+    """What the loop over key tiles below the diagonal may take as constants (attention.py)."""
+    from uniorch.codegen.causal_bound import band_predicates
+
+    assert band_predicates(lines, "m0", "j0", "qk", c) == expected
 
 
 def _causal(q, k, v):

@@ -27,7 +27,7 @@ from uniorch.ir import dims
 
 from . import body as _body
 from .attention_plan import AttnPlan, _plan, analyze_pair
-from .causal_bound import causal_offset, zero_band
+from .causal_bound import band_predicates, causal_offset, zero_band
 from .chain_lead import DEPTHWISE_RENAME, LEAD, depthwise_lines, depthwise_product, lead_of
 from .contraction_emit import _Emitter, _Val
 from .contraction_ir import _TL, Lin, _as_op, kernel_parts, _elem, _iterators, _lit, _loc, _shape
@@ -527,7 +527,8 @@ class _Flash:
         n = dims.code(self.plan.p1.N)
         if not self.plan.chain:
             c = causal_offset(score_lines, queries[0], keys[0], "qk")
-            return None if c is None else ("0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})")
+            return None if c is None else ("0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})", c,
+                                           queries[0], keys[0])
         band = zero_band(score_lines, queries[0], keys[0], ("qk", "accu") if self.plan.up is not None else ("qk",))
         if band is None:
             return None
@@ -536,6 +537,31 @@ class _Flash:
             return "0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})"
         # a whole tile of hidden columns, so the masks of the last tile stay as they were
         return f"tl.maximum(pid_m * BLOCK_M - {c}, 0) // BLOCK_N * BLOCK_N", n
+
+    def _split_at_band(self, body: list, loop: list, c: int, held: set) -> list:
+        """The key loop in two: the tiles wholly below the diagonal (every key at most the tile's
+        first query + c), whose scores need no causal mask, so the predicates it is made of are
+        constants there (Triton folds the selects away), then the tiles the diagonal crosses, as they were.
+        FlashAttention and Triton's own fused-attention tutorial split the loop the same way: the
+        mask's index arithmetic and selects are per score, on all but one or two tiles a row.
+        `held`: the mask's predicates, each true or false on every such tile."""
+        head, end = body[-1], body[-1].split("range(", 1)[1].rsplit(", BLOCK_N)", 1)[0].split(", ", 1)[1]
+        first = (f"tl.minimum({end}, tl.maximum(pid_m * BLOCK_M + {c + 1}, 0) // BLOCK_N * BLOCK_N)")
+        quiet = []
+        for ln in loop:
+            name = ln.split(" =", 1)[0].strip()
+            if " = " in ln and name in held:
+                ln = f"{name} = tl.full((1, 1), {int(held[name])}, tl.int1)  # decided on this tile: no causal mask"
+            quiet.append(ln)
+        out = body[:-1]
+        out.append("# key tiles below the diagonal: no score of theirs is masked")
+        out.append("off_band = " + first)
+        out.append("for start_n in range(0, off_band, BLOCK_N):")
+        out += ["    " + ln for ln in quiet]
+        out.append("# key tiles the diagonal crosses")
+        out.append("for start_n in range(off_band, " + end + ", BLOCK_N):")
+        out += ["    " + ln for ln in loop]
+        return out
 
     def assemble(self, s_text, p_text, v_text, prec2, stores) -> KernelSource:
         p1, p2, s, e1, e2 = self.plan.p1, self.plan.p2, self.s, self.e1, self.e2
@@ -611,12 +637,22 @@ class _Flash:
         loop += e1.text(self.k)
         loop += e1.text(self.sc)
         loop.append(f"s = {e1.rename_text(s_text)}")
-        bounds = self._causal_range(body, loop, e1.text(self.sc) + [loop[-1]])
+        score_lines = e1.text(self.sc) + [loop[-1]]
+        bounds = self._causal_range(body, loop, score_lines)
         if bounds is not None:
             body[-1] = f"for start_n in range({bounds[0]}, {bounds[1]}, BLOCK_N):"
             why = ("keys past the diagonal of this query tile score -inf" if not self.plan.chain else
                    "hidden columns on the far side of the diagonal are 0")
             body.insert(len(body) - 1, f"# {why} (proved from the score lines): not visited")
+        off_band = None
+        # 16-bit dots only: float32 ones (3xTF32 or FMA) hold most registers already, and a second
+        # loop made sm_90's head-dim-128 kernel spill (Triton 3.6's ptxas: 255 registers and 44
+        # bytes spilled, none before), for a mask that is a smaller share of their work
+        if bounds is not None and len(bounds) > 2 and e1.dot_dt in ("bf16", "f16"):
+            c, query, key = bounds[2:]
+            held = band_predicates(score_lines, query, key, "qk", c)
+            if held:
+                off_band = (c, held)
         if self.plan.chain:
             # the hidden activation of this tile goes straight into the second product; columns
             # past the hidden size are 0 (their W2 rows are masked too, but act(0 + b) need not be)
@@ -639,7 +675,10 @@ class _Flash:
         loop.append(f"out = tl.dot({p_text}, {e2.rename_text(v_text)}, out{prec2})")
         if not self.plan.chain:
             loop.append("m_i = m_new")
-        body += ["    " + ln for ln in loop]
+        if off_band is not None:
+            body = self._split_at_band(body, loop, *off_band)
+        else:
+            body += ["    " + ln for ln in loop]
         if self.plan.chain:
             body.append("acc = out")
         elif self.plan.safe:

@@ -69,6 +69,11 @@ def _pred(x: _Affine, op, y: _Affine) -> Optional[_Pred]:
     return None
 
 
+def _not(p: _Pred) -> _Pred:
+    """not (a*i + b*j + c <= 0), over integers: -a*i - b*j - c + 1 <= 0."""
+    return _Pred(-p.a, -p.b, 1 - p.c)
+
+
 def _affine(v) -> Optional[_Affine]:
     if isinstance(v, _Affine):
         return v
@@ -123,10 +128,13 @@ class _Eval:
             if isinstance(cond, _Pred) and isinstance(y, _Const) and y.value == -math.inf \
                     and isinstance(x, (_Const, _Finite)) and not (isinstance(x, _Const) and x.value == -math.inf):
                 return _Masked(cond)
+            if isinstance(cond, _Pred) and isinstance(x, _Const) and x.value == -math.inf \
+                    and isinstance(y, (_Const, _Finite)) and not (isinstance(y, _Const) and y.value == -math.inf):
+                return _Masked(_not(cond))  # masked_fill(mask, -inf): -inf where cond holds
             if isinstance(cond, _Pred) and isinstance(y, _Const) and y.value == 0.0:
                 return _Zeroed(cond)  # x where cond holds, 0 where it fails
             if isinstance(cond, _Pred) and isinstance(x, _Const) and x.value == 0.0:
-                return _Zeroed(_Pred(-cond.a, -cond.b, 1 - cond.c))  # 0 where cond holds
+                return _Zeroed(_not(cond))  # 0 where cond holds
             return None
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             x, y = _affine(self.expr(node.left)), _affine(self.expr(node.comparators[0]))
@@ -177,6 +185,39 @@ def causal_offset(lines: list[str], query: str, key: str, score: str, result: st
     return band[1] if band is not None and band[0] == "stop" else None
 
 
+def band_predicates(lines: list[str], query: str, key: str, score: str, c: int) -> Optional[dict]:
+    """{name: value} for the names `lines` define as predicates decided wherever key - query <= c:
+    on a key tile wholly on that side of the diagonal (every key at most the tile's first query
+    + c) each is true everywhere or false everywhere, so the tile's scores need no mask
+    (codegen/attention.py computes such tiles in a loop of their own with these set). None where
+    `lines` are not straight-line assignments the domain reads."""
+    env: dict = {query: _Affine(1, 0, 0), key: _Affine(0, 1, 0), score: _FINITE}
+    ev = _Eval(env)
+    held: dict = {}
+    for line in lines:
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return None
+        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1 \
+                or not isinstance(tree.body[0].targets[0], ast.Name):
+            return None
+        name = tree.body[0].targets[0].id
+        if name in (query, key, score):
+            return None
+        env[name] = v = ev.expr(tree.body[0].value)
+        if not isinstance(v, _Pred) or v.a != -v.b or v.b == 0:
+            continue
+        if v.b > 0 and c <= (-v.c) // v.b:  # j - i <= floor(-k / b): implied by j - i <= c
+            held[name] = True
+        elif v.b < 0 and c < -((-v.c) // -v.b):  # j - i >= ceil(k / |b|): never, where j - i <= c
+            held[name] = False
+    return held
+
+
 def zero_band(lines: list[str], row: str, col: str, accumulators: tuple, result: str = "s"):
     """For a chain's hidden activation (codegen/attention.py, chain mode) that is 0 outside a
     causal band: ("stop", c) when it is 0 wherever col - row > c (the hidden loop may end at the
@@ -218,4 +259,4 @@ def _band(lines, query, key, accumulators, result, kind, loads_finite):
     return "start", (-p.c) // p.a
 
 
-__all__ = ["causal_offset", "zero_band"]
+__all__ = ["band_predicates", "causal_offset", "zero_band"]
