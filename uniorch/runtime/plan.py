@@ -106,7 +106,7 @@ class LaunchPlan:
         slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
         ctx.sizes = _bind(self.symbols, inputs)
-        if self.bound is not None and self.launch is self.built_launch:
+        if self.bound is not None and self.launch is self.built_launch and not self.pending:
             ctx.bound, ctx.stream, ctx.record, code = self.bound.begin(inputs, device)
             if code is not None:  # the call as straight-line code (runtime/plan_code.py)
                 return code(inputs, ctx, ctx.stream)
