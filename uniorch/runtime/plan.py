@@ -98,18 +98,18 @@ class LaunchPlan:
     built_launch: Any = None  # the launch the plan was built with: bound launches stand in for it only
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        slots: list[Any] = [None] * self.num_slots
         device = device_of(inputs, self.device)
         if self.seeds:  # PyTorch's generator: torch.manual_seed makes a run reproducible
             # drawn on the device itself: a copy from host memory waits for the GPU's stream
             inputs = list(inputs) + [torch.randint(0, 2 ** 62, (self.seeds,), dtype=torch.int64, device=device)]
-        slots[: self.num_inputs] = inputs
         ctx = _RunContext(self.buffer_bytes, device, self.launch)
-        ctx.sizes = _bind(self.symbols, inputs)
         if self.bound is not None and self.launch is self.built_launch and not self.pending:
             ctx.bound, ctx.stream, ctx.record, code = self.bound.begin(inputs, device)
             if code is not None:  # the call as straight-line code (runtime/plan_code.py)
                 return code(inputs, ctx, ctx.stream)
+        slots: list[Any] = [None] * self.num_slots
+        slots[: self.num_inputs] = inputs
+        ctx.sizes = _bind(self.symbols, inputs)
         for step in self.steps:
             step.run(slots, ctx)
         if ctx.record is not None:
