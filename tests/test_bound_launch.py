@@ -340,3 +340,19 @@ def test_another_current_device_takes_the_usual_path(gpu_launch_path, monkeypatc
     monkeypatch.setattr(type(driver._active), "get_current_device", lambda self: 1)
     _check(cm, model, (torch.randn(2, 12, 32),))
     assert len(usual) == sum(len(p.launches) for p in plans)  # every launch the usual way
+
+
+def test_a_launch_that_cannot_be_bound_goes_the_usual_way(gpu_launch_path, monkeypatch):
+    """Binding happens after a call that succeeded: a launcher refusing it must not fail the call."""
+    compile_, counts = gpu_launch_path
+    torch.manual_seed(9)
+    model = Block().eval()
+    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
+
+    def refuse(self, inputs, outputs):
+        raise RuntimeError("cannot bind")
+
+    monkeypatch.setattr(TritonLauncher, "bind", refuse)
+    for _ in range(3):
+        _check(cm, model, (torch.randn(2, 12, 32),))
+    assert all(not p.bound.by_signature for p in plans)

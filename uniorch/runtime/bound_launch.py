@@ -72,14 +72,20 @@ class BoundLaunches:
             bind = getattr(kernel.fn, "bind", None)
             if bind is not None:
                 binds = True
-                bound[index] = bind(ins, outs)
+                try:
+                    bound[index] = bind(ins, outs)
+                except Exception:  # noqa: BLE001 - a launch that cannot be bound goes the usual way
+                    bound[index] = None
         if all(b is None for b in bound):
             # none bound: launchers that cannot (off for good), or a first launch of these
             # arguments that went Triton's own way (the next call of the signature binds)
             self.misses += 1
             self.off = bool(launched) and (not binds or self.misses > MAX_SIGNATURES)
             return
-        code = make_call(trace, steps, inputs, outputs, bound)
+        try:
+            code = make_call(trace, steps, inputs, outputs, bound)
+        except Exception:  # noqa: BLE001 - the steps run as they do without it
+            code = None
         self.by_signature[sig] = (bound, next(b for b in bound if b is not None).stream, code)
 
     def forget(self) -> None:
