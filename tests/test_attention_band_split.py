@@ -48,8 +48,7 @@ def _gpu_kernels_on_the_interpreter(model, args):
 
 
 @pytest.mark.skipif(not NEW_INTERPRETER, reason="Triton's interpreter before 3.7 needs integer loop bounds")
-@pytest.mark.parametrize("model", [Sdpa(), WrittenOut()], ids=["sdpa", "written-out"])
-@pytest.mark.parametrize("t", [160, 256])
+@pytest.mark.parametrize("model, t", [(Sdpa(), 160), (WrittenOut(), 256)], ids=["sdpa-160", "written-out-256"])
 def test_split_loops_compute_what_eager_does(model, t):
     # float16: Triton's interpreter computes bfloat16 dots wrongly (a bf16 kernel, split or not,
     # gives values of 1e8 there), the split is the same code for both
