@@ -131,6 +131,16 @@ def _check(cm, model, args):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
+def _bound_block(compile_, seed):
+    """A Block compiled on the GPU launch path, called twice: recorded, then bound."""
+    torch.manual_seed(seed)
+    model = Block().eval()
+    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
+    for _ in range(2):
+        _check(cm, model, (torch.randn(2, 12, 32),))
+    return model, cm, plans
+
+
 def test_bound_launches_compute_what_eager_does(gpu_launch_path):
     compile_, counts = gpu_launch_path
     torch.manual_seed(0)
@@ -150,11 +160,7 @@ def test_bound_launches_compute_what_eager_does(gpu_launch_path):
 
 def test_later_calls_build_no_argument_list(gpu_launch_path, monkeypatch):
     compile_, counts = gpu_launch_path
-    torch.manual_seed(4)
-    model = Block().eval()
-    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
-    for _ in range(2):
-        _check(cm, model, (torch.randn(2, 12, 32),))
+    model, cm, plans = _bound_block(compile_, 4)
 
     def refused(*a, **k):
         raise AssertionError("a launch went through TritonLauncher.__call__")
@@ -166,11 +172,7 @@ def test_later_calls_build_no_argument_list(gpu_launch_path, monkeypatch):
 
 def test_an_input_with_other_strides_binds_again(gpu_launch_path):
     compile_, counts = gpu_launch_path
-    torch.manual_seed(1)
-    model = Block().eval()
-    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
-    for _ in range(2):
-        _check(cm, model, (torch.randn(2, 12, 32),))
+    model, cm, plans = _bound_block(compile_, 1)
     # the same shape, transposed in memory, and one starting 4 bytes into its storage: each
     # a signature of its own, each computed as eager
     wide = torch.randn(2, 32, 12).transpose(1, 2)
@@ -204,11 +206,7 @@ def test_a_launch_hook_takes_tritons_path(gpu_launch_path, monkeypatch):
     from triton import knobs
 
     compile_, counts = gpu_launch_path
-    torch.manual_seed(3)
-    model = Block().eval()
-    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
-    for _ in range(2):
-        _check(cm, model, (torch.randn(2, 12, 32),))
+    model, cm, plans = _bound_block(compile_, 3)
     seen = []
     hook = lambda *a: seen.append(a)  # noqa: E731
     knobs.runtime.launch_enter_hook.add(hook)
@@ -325,11 +323,7 @@ def test_another_current_device_takes_the_usual_path(gpu_launch_path, monkeypatc
     """A bound launch's kernel is loaded on the device current when it was bound: with another
     current device the call goes the usual way (Triton's key includes the current device)."""
     compile_, counts = gpu_launch_path
-    torch.manual_seed(8)
-    model = Block().eval()
-    cm, plans = compile_(model, (torch.randn(2, 12, 32),))
-    for _ in range(2):
-        _check(cm, model, (torch.randn(2, 12, 32),))
+    model, cm, plans = _bound_block(compile_, 8)
     from triton.runtime.driver import driver
 
     usual = []

@@ -191,31 +191,18 @@ def band_predicates(lines: list[str], query: str, key: str, score: str, c: int) 
     + c) each is true everywhere or false everywhere, so the tile's scores need no mask
     (codegen/attention.py computes such tiles in a loop of their own with these set). None where
     `lines` are not straight-line assignments the domain reads."""
-    env: dict = {query: _Affine(1, 0, 0), key: _Affine(0, 1, 0), score: _FINITE}
-    ev = _Eval(env)
     held: dict = {}
-    for line in lines:
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            return None
-        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign) or len(tree.body[0].targets) != 1 \
-                or not isinstance(tree.body[0].targets[0], ast.Name):
-            return None
-        name = tree.body[0].targets[0].id
-        if name in (query, key, score):
-            return None
-        env[name] = v = ev.expr(tree.body[0].value)
+
+    def decide(name, v):
         if not isinstance(v, _Pred) or v.a != -v.b or v.b == 0:
-            continue
+            return
         if v.b > 0 and c <= (-v.c) // v.b:  # j - i <= floor(-k / b): implied by j - i <= c
             held[name] = True
         elif v.b < 0 and c < -((-v.c) // -v.b):  # j - i >= ceil(k / |b|): never, where j - i <= c
             held[name] = False
-    return held
+
+    env = _evaluate(lines, query, key, (score,), loads_finite=False, each=decide)
+    return None if env is None else held
 
 
 def zero_band(lines: list[str], row: str, col: str, accumulators: tuple, result: str = "s"):
@@ -229,7 +216,10 @@ def zero_band(lines: list[str], row: str, col: str, accumulators: tuple, result:
     return _band(lines, row, col, accumulators, result, _Zeroed, loads_finite=True)
 
 
-def _band(lines, query, key, accumulators, result, kind, loads_finite):
+def _evaluate(lines, query, key, accumulators, loads_finite, each=None) -> Optional[dict]:
+    """name -> abstract value of every assignment in `lines`, with `query` and `key` the indices
+    and `accumulators` finite (`each(name, value)` called per line); None where a line is not a
+    plain assignment of one name, or redefines an index or an accumulator."""
     env: dict = {query: _Affine(1, 0, 0), key: _Affine(0, 1, 0), **{a: _FINITE for a in accumulators}}
     ev = _Eval(env, loads_finite)
     for line in lines:
@@ -247,6 +237,15 @@ def _band(lines, query, key, accumulators, result, kind, loads_finite):
         if name in (query, key) + tuple(accumulators):
             return None  # the indices or an accumulator redefined: not what the domain assumes
         env[name] = ev.expr(tree.body[0].value)
+        if each is not None:
+            each(name, env[name])
+    return env
+
+
+def _band(lines, query, key, accumulators, result, kind, loads_finite):
+    env = _evaluate(lines, query, key, accumulators, loads_finite)
+    if env is None:
+        return None
     out = env.get(result)
     if not isinstance(out, kind):
         return None
