@@ -198,22 +198,19 @@ class _Direct:
         self.checked = False  # set once a launch took these arguments (`_checked`)
 
     def __call__(self, grid, args) -> None:
-        if self.hooked():
-            self.compiled[_grid3(grid)](*args, *self.tail)  # the hooks want their metadata: Triton's own path
-            return
         g = _grid3(grid)
-        active = self.active
-        stream = active.get_current_stream(active.get_current_device())
+        stream = self.stream()
+        if stream is None:
+            self.compiled[g](*args, *self.tail)  # the hooks want their metadata: Triton's own path
+            return
         self.run(g[0], g[1], g[2], stream, self.function, self.packed, None, None, None, *args, *self.tail)
-
-    def hooked(self) -> bool:
-        return _hooked(self.runtime.launch_enter_hook) or _hooked(self.runtime.launch_exit_hook)
 
     def stream(self, device=None):
         """The current stream's handle; None while a launch hook is set (launches then take
         Triton's own path, which calls the hooks) or when the current device is not `device`
         (the one the kernel was bound on: its module is loaded there)."""
-        if self.hooked():
+        runtime = self.runtime
+        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
             return None
         active = self.active
         current = active.get_current_device()

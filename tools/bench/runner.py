@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 
 from . import training
 from .backends import BACKENDS, Backend, cold_compile, short_error
-from .timing import host_ms, median_ms
+from .timing import timed_ms
 from .workloads import Workload
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -167,8 +167,7 @@ def _run_backend(name: str, fn, args, ref, dtype: str, opt: Options, row: dict) 
         _uniorch_report(compiled, args, opt.device, row)
     elif opt.device == "cuda":
         _other_device_times(name, compiled, args, row)
-    row[f"{name}_ms"] = median_ms(lambda: compiled(*args), opt.device, opt.warmup, opt.iters)
-    row[f"{name}_host_ms"] = host_ms(lambda: compiled(*args), opt.device, max(3, opt.iters // 2))
+    row[f"{name}_ms"], row[f"{name}_host_ms"] = timed_ms(lambda: compiled(*args), opt.device, opt.warmup, opt.iters)
 
 
 def _uniorch_report(cm, args, device: str, row: dict) -> None:

@@ -13,16 +13,25 @@ import torch
 
 
 def median_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) -> float:
+    return timed_ms(fn, device, warmup, iters)[0]
+
+
+def timed_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) -> tuple[float, float]:
+    """(median ms per call, host ms per call). The host time is that of the same calls, back to
+    back, the clock stopped before the device is waited for: at or above the median, the device
+    waited for launches and the row is bound by the host, not by its kernels."""
     for _ in range(warmup):
         fn()
     times = []
     if device == "cuda":
         torch.cuda.synchronize()
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        t = time.perf_counter()
         for start, end in pairs:
             start.record()
             fn()
             end.record()
+        host = (time.perf_counter() - t) * 1e3 / iters
         torch.cuda.synchronize()
         times = [s.elapsed_time(e) for s, e in pairs]
     else:
@@ -30,20 +39,8 @@ def median_ms(fn: Callable[[], object], device: str, warmup: int, iters: int) ->
             t = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
-
-
-def host_ms(fn: Callable[[], object], device: str, iters: int) -> float:
-    """Host time per call: calls back to back, the clock stopped before the device is waited for.
-    Beside `median_ms` it says whether a row is bound by the host (host_ms at or above it: the
-    device waits for launches) or by its kernels."""
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    ms = (time.perf_counter() - t) * 1e3 / iters
-    sync(device)
-    return ms
+        host = sum(times) / iters
+    return statistics.median(times), host
 
 
 def wall_s(fn: Callable[[], object], device: str) -> tuple[float, object]:

@@ -514,10 +514,12 @@ class _Flash:
         return lines
 
     def _causal_range(self, body: list, loop: list, score_lines: list) -> tuple | None:
-        """(first, end) of the key loop for a causal mask (codegen/causal_bound.py), or None: a
-        flash kernel's keys past the diagonal score -inf; a chain's hidden activation may be 0
-        past it (an attention backward's dQ) or before it (dK, dV: rows are keys). Not on the
-        interpreter, whose loops need Python integers for their bounds (Triton 3.6's)."""
+        """(first, end, band) of the key loop for a causal mask (codegen/causal_bound.py), or None:
+        a flash kernel's keys past the diagonal score -inf; a chain's hidden activation may be 0
+        past it (an attention backward's dQ) or before it (dK, dV: rows are keys). `band`, for a
+        flash kernel: (c, query index name, key index name), where every score of key > query + c
+        is -inf (`_split_at_band`); None for a chain. Not on the interpreter, whose loops need
+        Python integers for their bounds (Triton 3.6's)."""
         if self.interpret:
             return None
         queries = [ln.split(" =")[0] for ln in body if ln.split("#")[0].strip().endswith("= offs_m[:, None]")]
@@ -527,26 +529,26 @@ class _Flash:
         n = dims.code(self.plan.p1.N)
         if not self.plan.chain:
             c = causal_offset(score_lines, queries[0], keys[0], "qk")
-            return None if c is None else ("0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})", c,
-                                           queries[0], keys[0])
+            return None if c is None else ("0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})",
+                                           (c, queries[0], keys[0]))
         band = zero_band(score_lines, queries[0], keys[0], ("qk", "accu") if self.plan.up is not None else ("qk",))
         if band is None:
             return None
         side, c = band
         if side == "stop":
-            return "0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})"
+            return "0", f"tl.minimum({n}, pid_m * BLOCK_M + BLOCK_M + {c})", None
         # a whole tile of hidden columns, so the masks of the last tile stay as they were
-        return f"tl.maximum(pid_m * BLOCK_M - {c}, 0) // BLOCK_N * BLOCK_N", n
+        return f"tl.maximum(pid_m * BLOCK_M - {c}, 0) // BLOCK_N * BLOCK_N", n, None
 
-    def _split_at_band(self, body: list, loop: list, c: int, held: set) -> list:
+    def _split_at_band(self, body: list, loop: list, end: str, c: int, held: dict) -> list:
         """The key loop in two: the tiles wholly below the diagonal (every key at most the tile's
         first query + c), whose scores need no causal mask, so the predicates it is made of are
         constants there (Triton folds the selects away), then the tiles the diagonal crosses, as they were.
         FlashAttention and Triton's own fused-attention tutorial split the loop the same way: the
         mask's index arithmetic and selects are per score, on all but one or two tiles a row.
-        `held`: the mask's predicates, each true or false on every such tile."""
-        head, end = body[-1], body[-1].split("range(", 1)[1].rsplit(", BLOCK_N)", 1)[0].split(", ", 1)[1]
-        first = (f"tl.minimum({end}, tl.maximum(pid_m * BLOCK_M + {c + 1}, 0) // BLOCK_N * BLOCK_N)")
+        `end`: the causal loop's end; `held`: the mask's predicates, each true or false on every
+        such tile."""
+        first = f"tl.minimum({end}, tl.maximum(pid_m * BLOCK_M + {c + 1}, 0) // BLOCK_N * BLOCK_N)"
         quiet = []
         for ln in loop:
             name = ln.split(" =", 1)[0].strip()
@@ -648,11 +650,11 @@ class _Flash:
         # 16-bit dots only: float32 ones (3xTF32 or FMA) hold most registers already, and a second
         # loop made sm_90's head-dim-128 kernel spill (Triton 3.6's ptxas: 255 registers and 44
         # bytes spilled, none before), for a mask that is a smaller share of their work
-        if bounds is not None and len(bounds) > 2 and e1.dot_dt in ("bf16", "f16"):
-            c, query, key = bounds[2:]
+        if bounds is not None and bounds[2] is not None and e1.dot_dt in ("bf16", "f16"):
+            c, query, key = bounds[2]
             held = band_predicates(score_lines, query, key, "qk", c)
             if held:
-                off_band = (c, held)
+                off_band = (bounds[1], c, held)
         if self.plan.chain:
             # the hidden activation of this tile goes straight into the second product; columns
             # past the hidden size are 0 (their W2 rows are masked too, but act(0 + b) need not be)

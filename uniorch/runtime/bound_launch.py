@@ -17,7 +17,7 @@ once and call the bound launches with the tensors alone. A launch the launcher d
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,12 +31,22 @@ def signature(inputs: list) -> tuple:
     return tuple([(t.data_ptr() & 15, t.stride()) if isinstance(t, torch.Tensor) else t for t in inputs])
 
 
+@dataclass
+class Record:
+    """What a call to be bound did, filled in by the plan's steps (runtime/plan.py)."""
+
+    key: tuple  # (device, signature)
+    inputs: int
+    launched: list = field(default_factory=list)  # (launch index, kernel, inputs, outputs)
+    trace: list = field(default_factory=list)  # per step, what it decided (runtime/plan_code.py)
+
+
 class BoundLaunches:
     """Per plan: (device, signature) -> (the bound launch of each launch step or None, the stream
     lookup, the whole call as code or None)."""
 
-    def __init__(self, steps: int):
-        self.steps = steps
+    def __init__(self, launches: int):
+        self.launches = launches
         self.by_signature: dict = {}
         self.off = False  # this plan's launchers do not bind
         self.misses = 0  # calls recorded that bound nothing
@@ -58,17 +68,16 @@ class BoundLaunches:
             return (bound, stream, None, code) if stream is not None else (None, None, None, None)
         if len(self.by_signature) >= MAX_SIGNATURES:
             return None, None, None, None
-        return None, None, (sig, [], [], len(inputs)), None
+        return None, None, Record(sig, len(inputs)), None
 
-    def finish(self, record, steps: int, outputs: list[int]) -> None:
+    def finish(self, record: Record, steps: int, outputs: list[int]) -> None:
         """After a call that succeeded: bind what it launched, and write the call as code where
-        every step said what it did (runtime/plan_code.py)."""
+        every one of its `steps` said what it did (runtime/plan_code.py)."""
         from .plan_code import make_call
 
-        sig, launched, trace, inputs = record
-        bound: list = [None] * self.steps
+        bound: list = [None] * self.launches
         binds = False
-        for index, kernel, ins, outs in launched:
+        for index, kernel, ins, outs in record.launched:
             bind = getattr(kernel.fn, "bind", None)
             if bind is not None:
                 binds = True
@@ -80,13 +89,13 @@ class BoundLaunches:
             # none bound: launchers that cannot (off for good), or a first launch of these
             # arguments that went Triton's own way (the next call of the signature binds)
             self.misses += 1
-            self.off = bool(launched) and (not binds or self.misses > MAX_SIGNATURES)
+            self.off = bool(record.launched) and (not binds or self.misses > MAX_SIGNATURES)
             return
         try:
-            code = make_call(trace, steps, inputs, outputs, bound)
+            code = make_call(record.trace, steps, record.inputs, outputs, bound)
         except Exception:  # noqa: BLE001 - the steps run as they do without it
             code = None
-        self.by_signature[sig] = (bound, next(b for b in bound if b is not None).stream, code)
+        self.by_signature[record.key] = (bound, next(b for b in bound if b is not None).stream, code)
 
     def forget(self) -> None:
         """The plan's launches changed where they write (runtime/inplace.py): bind again."""
@@ -102,4 +111,4 @@ def bound_call(bound: list, index: int, stream, inputs: list, results: list) -> 
     return True
 
 
-__all__ = ["BoundLaunches", "signature", "MAX_SIGNATURES"]
+__all__ = ["BoundLaunches", "Record", "signature", "MAX_SIGNATURES"]

@@ -406,8 +406,8 @@ def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict
         elif ctx.bound is None or not bound_call(ctx.bound, index, ctx.stream, inputs, results):
             ctx.launch(k, inputs, results)
             if ctx.record is not None:
-                ctx.record[1].append((index, k, inputs, results))
-                ctx.record[2].append(_launch_trace(k, index, ins, outs, into, allocs, slots, inputs, results))
+                ctx.record.launched.append((index, k, inputs, results))
+                ctx.record.trace.append(_launch_trace(k, index, ins, outs, into, allocs, slots, inputs, results))
         k.launches += 1
         for j, s in enumerate(outs):
             slots[s] = results[j]
@@ -459,7 +459,7 @@ def _alloc_step(d, shape, dtype):
     def run(slots, ctx):
         slots[d] = torch.empty(_resolve(shape, ctx), dtype=dtype, device=ctx.device)
         if ctx.record is not None:
-            ctx.record[2].append(("alloc", d, _resolve(shape, ctx), dtype))
+            ctx.record.trace.append(("alloc", d, _resolve(shape, ctx), dtype))
 
     return run
 
@@ -469,7 +469,7 @@ def _view_step(s, d, shape):
         t, size = slots[s], _resolve(shape, ctx)
         slots[d] = t.view(size) if t.is_contiguous() else t.reshape(size)
         if ctx.record is not None:
-            ctx.record[2].append(("view", s, d, size, "view" if t.is_contiguous() else "reshape"))
+            ctx.record.trace.append(("view", s, d, size, "view" if t.is_contiguous() else "reshape"))
 
     return run
 
@@ -497,7 +497,7 @@ def _slice_step(op, s, d):
     def run(slots, ctx):
         slots[d] = slots[s][index].reshape(shape)  # a view: rank-reducing slices only drop unit dims
         if ctx.record is not None:
-            ctx.record[2].append(("slice", s, d, index, shape))
+            ctx.record.trace.append(("slice", s, d, index, shape))
 
     return run
 
@@ -542,7 +542,7 @@ def _const_step(op, d, blobs=None):
             cache[dev] = host.to(dev)
         slots[d] = cache[dev]
         if ctx.record is not None:
-            ctx.record[2].append(("const", d, slots[d]))
+            ctx.record.trace.append(("const", d, slots[d]))
 
     return run
 

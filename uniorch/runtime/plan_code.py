@@ -64,8 +64,8 @@ def make_call(trace: list, steps: int, inputs: int, outputs: list[int], bound: l
 
 
 def _launch_lines(entry, bound: list, const) -> list[str]:
-    _, index, k, ins, outs, relaid_at, results, inplace = entry
-    n = index
+    _, n, k, ins, outs, relaid_at, results, inplace = entry
+    kernel = const(k)
     lines = []
     args = []
     for i, s in enumerate(ins):
@@ -82,11 +82,11 @@ def _launch_lines(entry, bound: list, const) -> list[str]:
     for j, i in inplace.items():  # the destination is still read later: write into a copy
         lines.append(f"    if {args[i]}.data_ptr() != {res[j]}.data_ptr(): {res[j]}.copy_({args[i]})")
     tensors = ", ".join(args + res)
-    if bound[index] is not None:
-        lines.append(f"    {const(bound[index])}(stream, {tensors})")
+    if bound[n] is not None:
+        lines.append(f"    {const(bound[n])}(stream, {tensors})")
     else:
-        lines.append(f"    launch({const(k)}, [{', '.join(args)}], [{', '.join(res)}])")
-    lines.append(f"    {const(k)}.launches += 1")
+        lines.append(f"    launch({kernel}, [{', '.join(args)}], [{', '.join(res)}])")
+    lines.append(f"    {kernel}.launches += 1")
     for j, s in enumerate(outs):
         lines.append(f"    s{s} = {res[j]}")
     return lines
