@@ -15,6 +15,7 @@ _PASSES = {
     "uniorch-fuse-siblings": "fuse_siblings:FuseSiblings",
     "uniorch-fuse-depthwise": "fuse_depthwise:FuseDepthwise",
     "uniorch-fuse-row-stats": "fuse_row_stats:FuseRowStats",
+    "uniorch-fuse-operand-sums": "fuse_operand_sums:FuseOperandSums",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
     "uniorch-plan-memory": "plan_memory:PlanMemory",

@@ -18,6 +18,7 @@ from .contraction_reduce import _Reductions, output_env
 from .contraction_schedule import _target_kind
 from .contraction_stats import _TileStats
 from .contraction_window import WINDOW_PRODUCER, _Windows
+from .operand_sums import _OperandSums
 from .conv_layout import channels_last_relayout
 from .fma_relayout import fma_relayout
 from .patterns import dot_precision
@@ -33,7 +34,7 @@ def _vendor(target) -> str:
         return ""
 
 
-class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
+class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
     def __init__(self, plan: _Plan, sched: dict, target: str):
         self.p = plan
         self.s = sched
@@ -565,12 +566,15 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
         prec = dot_precision(p.func, dt)
         self.dot_dt = dt
 
+        factors: dict = {}  # tile side -> its factor before the cast to the dot's type
+
         def tile(side: str, w) -> str:
             self.win = w
             try:
                 v = self.operand(side)
             finally:
                 self.win = None
+            factors.setdefault(side, v)
             return v.text if v.ty == dt else self.line(side, {"k"}, f"{v.text}.to({_TL[dt]})", side)
 
         # a pooling epilogue: one accumulator per window element, each from the windowed factor's
@@ -607,6 +611,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
                     setattr(p, key, val)
             self.pre.append(self._acc_init(f"acc_s{k}", init, acc_tl))
             self.loop.append(f"acc_s{k} = tl.dot({at}, {bt}, acc_s{k}{prec})")
+        self.operand_sum_loop(factors)
 
         return self.assemble(self.stores())
 
@@ -621,7 +626,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
         """The store of every kernel result, in the output domain (after the K loop)."""
         p = self.p
         stores = []
-        stats = {r for op in p.tile_stats for r in op.results}
+        stats = {r for op in p.tile_stats for r in op.results} | {op.results[0] for op, _, _ in p.operand_sums}
         for r, res in enumerate(p.results):
             if any(res == s for s in stats) or any(res == a for a in p.apart):
                 continue  # stored per chunk by tile_stat_stores, or by the kernel's own code
@@ -652,7 +657,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows):
             where = _loc(prod) if prod is not None else ""
             stores.append(f"# result {r} ({_elem(res)} {_shape(res)}) at {where}")
             stores.append(f"tl.store({addr}, {text}, mask={m})" if m else f"tl.store({addr}, {text})")
-        return stores + self.tile_stat_stores()
+        return stores + self.tile_stat_stores() + self.operand_sum_stores()
 
     def assemble(self, stores: list[str]) -> KernelSource:
         p, s = self.p, self.s

@@ -15,6 +15,7 @@ from .contraction_ir import (
     Lin, _as_op, _const_of, _dim_pos, _dims_of, _elem, _is_float, _is_shaped, _iterators, _lin,
     _maps, _producer, _shape, kernel_parts,
 )
+from .operand_sums import OPERAND_SUM, sum_mapping
 from .source import CodegenError
 
 
@@ -48,6 +49,7 @@ class _Plan:
     tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
     tile_stat_layouts: list = field(default_factory=list)  # per tile statistic: contraction_stats._stat_layout
     windowed: bool = False         # a factor tile computed tap by tap (contraction_window.py)
+    operand_sums: list = field(default_factory=list)  # (generic, tile side, {its dim: loop dim}): operand_sums.py
 
     @property
     def windows(self) -> int:
@@ -335,7 +337,7 @@ def _analyze(kernel) -> _Plan:
     gens = [op for op in ops if op.name == "linalg.generic"]
     contr = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is None
              and ROW_STAT not in op.attributes and SIBLING not in op.attributes and TILE_STAT not in op.attributes
-             and WINDOW_PRODUCER not in op.attributes]
+             and WINDOW_PRODUCER not in op.attributes and OPERAND_SUM not in op.attributes]
     if len(contr) != 1:
         raise CodegenError(contr[1] if contr else func,
                            f"a contraction kernel needs exactly one reduction generic, found {len(contr)}")
@@ -354,10 +356,18 @@ def _analyze(kernel) -> _Plan:
             raise CodegenError(sib, "a sibling product that does not share the first one's factor tile")
         plan.siblings.append(c)
     plan.row_stats = any(ROW_STAT in op.attributes and not _after(op, gen, ops) for op in gens)
+    for op in (op for op in gens if OPERAND_SUM in op.attributes):
+        got = sum_mapping(gen, op)
+        if got is None or plan.siblings or plan.windowed:
+            raise CodegenError(op, "a sum of a factor that the contraction's K loop does not read as it is")
+        side = "a" if _origin(gen, plan.x) == (0 if got[0] == "a" else 1) else "b"
+        plan.operand_sums.append((op, side, got[1]))
     if plan.siblings and plan.window is not None:
         raise CodegenError(gen, "sibling products with a pooling")
     plan.layouts = epilogue_layouts(plan, ops)
     layouts = plan.layouts
+    if plan.operand_sums and (plan.window is not None or plan.tile_stats):
+        raise CodegenError(plan.operand_sums[0][0], "a sum of a factor beside a pooling or tile statistics")
     pools = [op for op in gens if "reduction" in _iterators(op) and _pat.pooling_window(op) is not None]
     if pools and (plan.window is None or len(pools) > 1):
         raise CodegenError(pools[-1], "a pooling inside a contraction kernel that is not over its output")
@@ -379,7 +389,7 @@ def _analyze(kernel) -> _Plan:
     if plan.tile_stats:
         from .contraction_stats import check_tile_stats
         check_tile_stats(plan)
-    stat_results = [r for op in plan.tile_stats for r in op.results]
+    stat_results = [r for op in plan.tile_stats for r in op.results] + [op.results[0] for op, _, _ in plan.operand_sums]
     for r in plan.results:
         if any(r == s for s in stat_results):
             continue

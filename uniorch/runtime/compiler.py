@@ -29,8 +29,8 @@ from .plan import Kernel, LaunchPlan, PlanError, build_plan, inplace_of
 
 KERNEL_STAGES = ("fused", "scheduled")
 PIPELINES = {
-    "fused": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise",
-    "scheduled": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-schedule{{target={target}}}, uniorch-plan-memory",
+    "fused": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-fuse-operand-sums",
+    "scheduled": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-fuse-operand-sums, uniorch-schedule{{target={target}}}, uniorch-plan-memory",
 }
 
 

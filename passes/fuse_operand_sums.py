@@ -1,0 +1,99 @@
+"""uniorch-fuse-operand-sums: a sum of a matmul's factor over the matmul's reduction joins the
+matmul's kernel (a linear layer's bias gradient in its weight gradient's kernel).
+
+A reduction group that is one plain sum (and the fill of its accumulator) whose input is a factor
+of a matmul group, summed over exactly the matmul's K dims and kept along the factor's rows,
+joins that group: the kernel sums each factor tile it loads (codegen/operand_sums.py has the
+condition, codegen/contraction_emit.py the code). The training backward of every `nn.Linear`
+with a bias has one: `sum(dY, rows)` beside `dYᵀ X`, so the bias gradient no longer reads dY
+again in a kernel of its own. The matmul's group must be a plain product (no pooling, row or
+tile statistics, sibling products or other reduction), with static shapes, and neither group may
+reach the other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from uniorch.codegen import patterns as pat
+from uniorch.codegen.operand_sums import OPERAND_SUM, sum_mapping
+
+from .base import Pass, PassContext
+from .fuse_siblings import SIBLING, _reaches
+from .groups import group_of, join, kind_of, members, renumber
+from .ir_utils import main_func
+
+MAX_SUMS = 2  # per matmul kernel: one per factor at most (each its own tile axis)
+
+
+@dataclass(frozen=True)
+class FuseOperandSums(Pass):
+    name = "uniorch-fuse-operand-sums"
+    summary = "compute a sum of a matmul factor over its K dims in the matmul's kernel (bias gradients)"
+
+    def run(self, module, pctx: PassContext) -> None:
+        main = main_func(module)
+        block = main.regions[0].blocks[0]
+        with module.context:
+            groups = members(block)
+            anchors = [o for o in (x.operation for x in block.operations)
+                       if kind_of(o) == "contraction" and pat.is_contraction(o) and _plain(groups[group_of(o)], o)]
+            sums = {c: 0 for c in range(len(anchors))}
+            merged = False
+            for gid, ops in list(groups.items()):
+                r = _lone_sum(ops)
+                if r is None:
+                    continue
+                for n, c in enumerate(anchors):
+                    if sums[n] >= MAX_SUMS or group_of(c) == gid:
+                        continue
+                    got = sum_mapping(c, r)
+                    if got is None or _taken(members(block)[group_of(c)], got[0], c):
+                        continue
+                    gc = group_of(c)
+                    if _reaches(block, gid, gc) or _reaches(block, gc, gid):
+                        continue
+                    for o in ops:
+                        join(o, gc)
+                    r.attributes[OPERAND_SUM] = ir.UnitAttr.get()
+                    sums[n] += 1
+                    merged = True
+                    break
+            if merged:
+                renumber(block)
+
+
+def _lone_sum(ops: list):
+    """The sum generic if a group is that sum and the fills of its accumulator, else None."""
+    reds = [o for o in ops if pat.is_reduction(o)]
+    if len(reds) != 1 or OPERAND_SUM in reds[0].attributes:
+        return None
+    r = reds[0]
+    for o in ops:
+        if o == r:
+            continue
+        if not pat.is_fill(o) or any(u.owner != r for res in o.results for u in res.uses):
+            return None
+    for v in list(r.operands) + list(r.results):
+        if isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape:
+            return None
+    return r
+
+
+def _plain(ops: list, c) -> bool:
+    """c's group: c the one reduction, no sibling product, static shapes."""
+    if SIBLING in c.attributes or any(SIBLING in o.attributes for o in ops):
+        return False
+    if any(o != c and pat.is_reduction(o) and OPERAND_SUM not in o.attributes for o in ops):
+        return False
+    return all(not isinstance(v.type, ir.ShapedType) or ir.ShapedType(v.type).has_static_shape
+               for v in list(c.operands) + list(c.results))
+
+
+def _taken(ops: list, side: str, c) -> bool:
+    """A sum of the same factor already rides on c."""
+    return any(OPERAND_SUM in o.attributes and (sum_mapping(c, o) or ("",))[0] == side for o in ops)
+
+
+__all__ = ["FuseOperandSums", "OPERAND_SUM"]
