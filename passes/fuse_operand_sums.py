@@ -48,7 +48,7 @@ class FuseOperandSums(Pass):
                 for n, c in enumerate(anchors):
                     if sums[n] >= MAX_SUMS or group_of(c) == gid:
                         continue
-                    got = sum_mapping(c, r)
+                    got = sum_mapping(c, r, lambda t, g=group_of(c): group_of(t) == g)
                     if got is None or _taken(members(block)[group_of(c)], got[0], c):
                         continue
                     gc = group_of(c)
@@ -93,7 +93,9 @@ def _plain(ops: list, c) -> bool:
 
 def _taken(ops: list, side: str, c) -> bool:
     """A sum of the same factor already rides on c."""
-    return any(OPERAND_SUM in o.attributes and (sum_mapping(c, o) or ("",))[0] == side for o in ops)
+    g = group_of(c)
+    return any(OPERAND_SUM in o.attributes and (sum_mapping(c, o, lambda t: group_of(t) == g) or ("",))[0] == side
+               for o in ops)
 
 
 __all__ = ["FuseOperandSums", "OPERAND_SUM"]

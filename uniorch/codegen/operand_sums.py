@@ -57,9 +57,9 @@ def summed_tensor(r):
     return x
 
 
-def _factor_dims(c, i: int):
+def _factor_dims(c, i: int, inside):
     """(X, the matmul's loop dim per dim of X) for the matmul's factor `i`: X the factor itself, or
-    the input of a data-movement generic producing it; None if the factor is anything else."""
+    the input of a data-movement generic producing it in the same kernel (`inside(generic)`)."""
     maps = pat.indexing_maps(c)
     f = pat.op_of(c).operands[i]
     per_dim = [e.position for e in maps[i].results]
@@ -67,7 +67,7 @@ def _factor_dims(c, i: int):
     if isinstance(owner, ir.Block) or pat.op_of(owner).name != "linalg.generic":
         return f, per_dim
     t = pat.op_of(owner)
-    if not pat.is_data_movement(t):
+    if not pat.is_data_movement(t) or not inside(t):
         return f, per_dim
     m_in, m_out = pat.indexing_maps(t)
     if not all(isinstance(e, ir.AffineDimExpr) for e in list(m_in.results) + list(m_out.results)):
@@ -92,9 +92,10 @@ def _plain_factor(c, i: int) -> bool:
     return False
 
 
-def sum_mapping(c, r):
+def sum_mapping(c, r, inside=lambda t: True):
     """(side "a" or "b", {dim of `r`: dim of `c`}) where sum `r` can ride on matmul `c`'s K loop (see
-    the module doc), else None."""
+    the module doc), else None. `inside(generic)`: whether a generic producing a factor will be in
+    the matmul's kernel (in a kernel's function, every op is)."""
     x = summed_tensor(r)
     dims = pat.contraction_dims(c) if x is not None else None
     if dims is None or dims.batch:
@@ -102,7 +103,7 @@ def sum_mapping(c, r):
     r_in = pat.indexing_maps(r)[0]
     its = pat.iterator_types(r)
     for i, side in ((0, "a"), (1, "b")):
-        src = _factor_dims(c, i)
+        src = _factor_dims(c, i, inside)
         if src is None or src[0] != x or not _plain_factor(c, i):
             continue
         rows = set(dims.m if i == 0 else dims.n)
