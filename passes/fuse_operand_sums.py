@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
-from uniorch.codegen.operand_sums import OPERAND_SUM, sum_mapping
+from uniorch.codegen.operand_sums import OPERAND_SUM, cast_tail, sum_mapping
 
 from .base import Pass, PassContext
 from .fuse_siblings import SIBLING, _reaches
@@ -65,13 +65,15 @@ class FuseOperandSums(Pass):
 
 
 def _lone_sum(ops: list):
-    """The sum generic if a group is that sum and the fills of its accumulator, else None."""
+    """The sum generic if a group is that sum, the fills of its accumulator and casts of its result
+    (codegen/operand_sums.py `cast_tail`), else None."""
     reds = [o for o in ops if pat.is_reduction(o)]
     if len(reds) != 1 or OPERAND_SUM in reds[0].attributes:
         return None
     r = reds[0]
+    tail = {pat.op_of(v.owner) for v, _ in cast_tail(r)[1:]}
     for o in ops:
-        if o == r:
+        if o == r or any(o == t for t in tail):
             continue
         if not pat.is_fill(o) or any(u.owner != r for res in o.results for u in res.uses):
             return None

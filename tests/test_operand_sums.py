@@ -98,3 +98,26 @@ def test_ptx_sm90():
     for k in art.kernels:
         ptx = k.compiled.asm["ptx"]
         assert "mma" in ptx or "wgmma" in ptx
+
+
+def test_autocast_bias_gradient():
+    """Under bf16 autocast the bias gradient is the bf16 sum widened to the fp32 parameter's type:
+    the casts ride along (rounded to bf16 first, as eager's)."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(24, 64), nn.GELU(), nn.Linear(64, 24))
+    ref = nn.Sequential(nn.Linear(24, 64), nn.GELU(), nn.Linear(64, 24))
+    ref.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, "interpret")
+    x = torch.randn(3, 37, 24)
+    for m, rec in ((cm, model), (ref, ref)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+        y.float().pow(2).mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert p.grad.dtype == q.grad.dtype == torch.float32
+        err = ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item()
+        assert err < 2e-2, err
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bw = cm.explain(x).backward
+    assert not bw.fallbacks
+    assert not [k for k in bw.kernels if k.kind == "reduction"], [(k.name, k.ops) for k in bw.kernels]

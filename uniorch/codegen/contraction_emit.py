@@ -626,7 +626,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         """The store of every kernel result, in the output domain (after the K loop)."""
         p = self.p
         stores = []
-        stats = {r for op in p.tile_stats for r in op.results} | {op.results[0] for op, _, _ in p.operand_sums}
+        stats = {r for op in p.tile_stats for r in op.results} | self.operand_sum_results()
         for r, res in enumerate(p.results):
             if any(res == s for s in stats) or any(res == a for a in p.apart):
                 continue  # stored per chunk by tile_stat_stores, or by the kernel's own code

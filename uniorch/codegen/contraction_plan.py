@@ -15,7 +15,7 @@ from .contraction_ir import (
     Lin, _as_op, _const_of, _dim_pos, _dims_of, _elem, _is_float, _is_shaped, _iterators, _lin,
     _maps, _producer, _shape, kernel_parts,
 )
-from .operand_sums import OPERAND_SUM, sum_mapping
+from .operand_sums import OPERAND_SUM, cast_tail, sum_mapping
 from .source import CodegenError
 
 
@@ -389,7 +389,8 @@ def _analyze(kernel) -> _Plan:
     if plan.tile_stats:
         from .contraction_stats import check_tile_stats
         check_tile_stats(plan)
-    stat_results = [r for op in plan.tile_stats for r in op.results] + [op.results[0] for op, _, _ in plan.operand_sums]
+    stat_results = [r for op in plan.tile_stats for r in op.results] \
+        + [v for op, _, _ in plan.operand_sums for v, _ in cast_tail(op)]
     for r in plan.results:
         if any(r == s for s in stat_results):
             continue

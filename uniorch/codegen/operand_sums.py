@@ -57,6 +57,34 @@ def summed_tensor(r):
     return x
 
 
+def cast_tail(r) -> list:
+    """[(value, element types from the sum's to the value's)]: the sum `r`'s result, then each
+    one-input cast generic (`extf`, `truncf`; the same map in and out) reading one of these (an
+    autocast bias's sum rounded to bf16, then widened to the fp32 parameter's gradient)."""
+    first = r.results[0]
+    out = [(first, [_elem_type(first)])]
+    i = 0
+    while i < len(out):
+        v, types = out[i]
+        i += 1
+        for u in v.uses:
+            o = pat.op_of(u.owner)
+            if _is_cast(o) and o.operands[0] == v:
+                out.append((o.results[0], types + [_elem_type(o.results[0])]))
+    return out
+
+
+def _is_cast(o) -> bool:
+    if not (pat.is_cast_only(o, "arith.extf") or pat.is_cast_only(o, "arith.truncf")):
+        return False
+    m_in, m_out = pat.indexing_maps(o)
+    return str(m_in) == str(m_out)
+
+
+def _elem_type(v) -> str:
+    return str(ir.RankedTensorType(v.type).element_type)
+
+
 def _factor_dims(c, i: int, inside):
     """(X, the matmul's loop dim per dim of X) for the matmul's factor `i`: X the factor itself, or
     the input of a data-movement generic producing it in the same kernel (`inside(generic)`)."""
@@ -147,35 +175,40 @@ class _OperandSums:
             self.pre.append(f"osum{j} = tl.full(({block},), 0.0, tl.float32)")
             self.loop.append(f"osum{j} += tl.reduce({text}, {axis}, {_body.SUM_COMBINE})")
 
+    def operand_sum_results(self) -> set:
+        """The values the sums store: each sum's result and the casts of it (`cast_tail`)."""
+        return {v for op, _, _ in self.p.operand_sums for v, _ in cast_tail(op)}
+
     def operand_sum_stores(self) -> list[str]:
-        """Each sum stored by the programs of the first tile across its rows (all compute it)."""
-        from .contraction_ir import Lin, _PTR, _TL, _elem, _loc, _maps
+        """Each sum (and each cast of it the kernel returns), stored by the programs of the first
+        tile across its rows (all compute it)."""
+        from .contraction_ir import Lin, _PTR, _TL, _loc, _maps
 
         p = self.p
         out: list[str] = []
         for j, (op, side, mapping) in enumerate(p.operand_sums):
-            res = op.results[0]
-            r = next((i for i, v in enumerate(p.results) if v == res), None)
-            if r is None:
-                continue
-            ty = _elem(res)
-            if ty not in _PTR:
-                raise CodegenError(op, f"kernel result of element type {ty}")
-            terms = []
-            for k, e in enumerate(_maps(op)[-1].results):
-                if isinstance(e, ir.AffineDimExpr):
-                    terms.append(f"{self.lin_text(Lin.dim(mapping[e.position]), 'e')} * out{r}_s{k}")
-            val = f"osum{j}[:, None]" if side == "a" else f"osum{j}[None, :]"
-            if ty != "f32":
-                val = f"{val}.to({_TL[ty]})"
-            shape = "(BLOCK_M, 1)" if side == "a" else "(1, BLOCK_N)"
-            addr = f"tl.broadcast_to(out{r}_ptr" + "".join(f" + {t}" for t in terms) + f", {shape})"
-            # a tensor (pid_n may be the constant 0 of a one-tile grid)
-            first = f"(tl.full({shape}, {'pid_n' if side == 'a' else 'pid_m'}, tl.int32) == 0)"
-            m = self.mask({"m"} if side == "a" else {"n"}, "e")
-            out.append(f"# result {r} ({ty}): the sum at {_loc(op)}")
-            out.append(f"tl.store({addr}, {val}, mask={first}" + (f" & {m})" if m else ")"))
+            for res, types in cast_tail(op):
+                r = next((i for i, v in enumerate(p.results) if v == res), None)
+                if r is None:
+                    continue
+                ty = types[-1]
+                if ty not in _PTR or any(t not in _TL for t in types):
+                    raise CodegenError(op, f"a sum of element type {ty}")
+                terms = []
+                for k, e in enumerate(_maps(op)[-1].results):
+                    if isinstance(e, ir.AffineDimExpr):
+                        terms.append(f"{self.lin_text(Lin.dim(mapping[e.position]), 'e')} * out{r}_s{k}")
+                val = f"osum{j}[:, None]" if side == "a" else f"osum{j}[None, :]"
+                # rounded to the sum's type as eager's sum is, then through each cast
+                for t in ([] if types == ["f32"] else types):
+                    val = f"{val}.to({_TL[t]})"
+                shape = "(BLOCK_M, 1)" if side == "a" else "(1, BLOCK_N)"
+                addr = f"tl.broadcast_to(out{r}_ptr" + "".join(f" + {t}" for t in terms) + f", {shape})"
+                # a tensor (pid_n may be the constant 0 of a one-tile grid)
+                first = f"(tl.full({shape}, {'pid_n' if side == 'a' else 'pid_m'}, tl.int32) == 0)"
+                m = self.mask({"m"} if side == "a" else {"n"}, "e")
+                out.append(f"# result {r} ({ty}): the sum at {_loc(op)}")
+                out.append(f"tl.store({addr}, {val}, mask={first}" + (f" & {m})" if m else ")"))
         return out
 
-
-__all__ = ["OPERAND_SUM", "summed_tensor", "sum_mapping", "_OperandSums"]
+__all__ = ["OPERAND_SUM", "cast_tail", "summed_tensor", "sum_mapping", "_OperandSums"]
