@@ -196,7 +196,7 @@ class _OperandSums:
                     raise CodegenError(op, f"a sum of element type {ty}")
                 terms = []
                 for k, e in enumerate(_maps(op)[-1].results):
-                    if isinstance(e, ir.AffineDimExpr):
+                    if isinstance(e, ir.AffineDimExpr) and p.cls[mapping[e.position]] != "u":  # "u": size 1, at 0
                         terms.append(f"{self.lin_text(Lin.dim(mapping[e.position]), 'e')} * out{r}_s{k}")
                 val = f"osum{j}[:, None]" if side == "a" else f"osum{j}[None, :]"
                 # rounded to the sum's type as eager's sum is, then through each cast
