@@ -5,10 +5,12 @@ is propagated: then the matmul becomes a `linalg.generic` and the producers of i
 into its body (`out + (x * rsqrt(ms + eps) * w) * W` for RMSNorm before a projection,
 `out + silu(g) * u * W` in SwiGLU). Such a body is no contraction for the tl.dot template, and
 the producer is recomputed for every output column. When one side of the product reads two or
-more tensors (a whole producer kernel went in), each computed side becomes its own pointwise
-generic again and the contraction is left as `out + a * b`, so fusion can give the producer to its
-natural group (the norm's row reduction; the gate matmul's epilogue). A side that only scales one
-operand by constants stays in the body: splitting it would only add a kernel.
+more tensors (a whole producer kernel went in), or computes more than a constant scaling of its
+one tensor (a GELU of a linear layer's output that is also returned, as a training forward saves
+it), each computed side becomes its own pointwise generic again and the contraction is left as
+`out + a * b`, so fusion can give the producer to its natural group (the norm's row reduction; the
+gate matmul's epilogue; the first linear layer's epilogue). A side that only scales one operand
+by constants, or widens it, stays in the body: splitting it would only add a kernel.
 """
 from __future__ import annotations
 
@@ -85,7 +87,7 @@ def _split(op: ir.Operation) -> None:
             return
     ins = pat.inputs(op)
     tensors = [sum(isinstance(ins[a].type, ir.ShapedType) for a in args) for _, args in sides]
-    if max(tensors) < 2:
+    if max(tensors) < 2 and _bare(lhs, blk) and _bare(rhs, blk):
         return
     maps = pat.indexing_maps(op)
     sizes = pat.loop_sizes(op)
