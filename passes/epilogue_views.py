@@ -5,7 +5,9 @@ part of `uniorch-preprocess`.
 elementwise fusion, while the matmul is still a named op) moves the view above the add, so the add
 iterates over (b, t, heads, d) and reads the matmul's (b, t, heads * d) result through the view.
 Fusion then sees a view between the contraction and its epilogue, and the add becomes a kernel of
-its own that writes the whole activation once more. Here such an op is rewritten over the merged
+its own that writes the whole activation once more. The same when the view reads a pointwise
+value of the matmul's (a training forward saves `addmm`'s output in 2-D and views it as (batch,
+tokens) for the GELU). Here such an op is rewritten over the merged
 dims, each operand read through the inverse view (the view's source, or a collapse of the
 operand), and the view moves after it: the add is the contraction's epilogue again.
 
@@ -35,9 +37,16 @@ def merge_epilogue_dims(func_op: ir.Operation) -> None:
             _merge(op)
 
 
-def _from_contraction(v: ir.Value) -> bool:
+def _from_contraction(v: ir.Value, depth: int = 3) -> bool:
+    """v is a contraction's result, or a pointwise op's of it (its bias add: a linear layer's
+    output, saved in 2-D by a training forward and viewed as (batch, tokens) for its GELU)."""
     p = _producer(v)
-    return p is not None and pat.is_generic(p) and not pat.is_pointwise(p)
+    if p is None or not pat.is_generic(p):
+        return False
+    if not pat.is_pointwise(p):
+        return True
+    return depth > 0 and any(isinstance(x.type, ir.RankedTensorType) and _from_contraction(x, depth - 1)
+                             for x in pat.inputs(p))
 
 
 def _runs(g: ir.Operation) -> list[list[int]] | None:
