@@ -256,11 +256,8 @@ def _from_batch(v: ir.Value, positions: list[int], depth: int) -> bool:
     in_maps = pat.indexing_maps(p)[:pat.num_inputs(p)]
     if _is_convolution(p):  # a grouped convolution's (group, channel) dims
         return True
-    if pat.is_contraction(p):
-        # batch dims (read by every operand), or rows of one factor (a linear layer's batch x
-        # tokens, merged for what reads its output in 2-D: the ops between stay one epilogue)
-        reads = [all(d in pat.map_dims(m) for d in ds) for m in in_maps]
-        return all(reads) or sum(reads) == 1
+    if pat.is_contraction(p):  # batch dims: read by every operand
+        return all(d in pat.map_dims(m) for m in in_maps for d in ds)
     if not pat.is_pointwise(p):
         return False
     read = set().union(*(pat.map_dims(m) for m in in_maps)) if in_maps else set()
