@@ -24,9 +24,6 @@ from .fuse_siblings import SIBLING, _reaches
 from .groups import group_of, join, kind_of, members, renumber
 from .ir_utils import main_func
 
-MAX_SUMS = 2  # per matmul kernel: one per factor at most (each its own tile axis)
-
-
 @dataclass(frozen=True)
 class FuseOperandSums(Pass):
     name = "uniorch-fuse-operand-sums"
@@ -39,25 +36,23 @@ class FuseOperandSums(Pass):
             groups = members(block)
             anchors = [o for o in (x.operation for x in block.operations)
                        if kind_of(o) == "contraction" and pat.is_contraction(o) and _plain(groups[group_of(o)], o)]
-            sums = {c: 0 for c in range(len(anchors))}
+            taken: list[set] = [set() for _ in anchors]  # per matmul, the factor sides a sum rides on
             merged = False
             for gid, ops in list(groups.items()):
                 r = _lone_sum(ops)
                 if r is None:
                     continue
                 for n, c in enumerate(anchors):
-                    if sums[n] >= MAX_SUMS or group_of(c) == gid:
-                        continue
-                    got = sum_mapping(c, r, lambda t, g=group_of(c): group_of(t) == g)
-                    if got is None or _taken(members(block)[group_of(c)], got[0], c):
-                        continue
                     gc = group_of(c)
-                    if _reaches(block, gid, gc) or _reaches(block, gc, gid):
+                    if gc == gid:
+                        continue
+                    got = sum_mapping(c, r, lambda t, g=gc: group_of(t) == g)
+                    if got is None or got[0] in taken[n] or _reaches(block, gid, gc) or _reaches(block, gc, gid):
                         continue
                     for o in ops:
                         join(o, gc)
                     r.attributes[OPERAND_SUM] = ir.UnitAttr.get()
-                    sums[n] += 1
+                    taken[n].add(got[0])
                     merged = True
                     break
             if merged:
@@ -91,13 +86,6 @@ def _plain(ops: list, c) -> bool:
         return False
     return all(not isinstance(v.type, ir.ShapedType) or ir.ShapedType(v.type).has_static_shape
                for v in list(c.operands) + list(c.results))
-
-
-def _taken(ops: list, side: str, c) -> bool:
-    """A sum of the same factor already rides on c."""
-    g = group_of(c)
-    return any(OPERAND_SUM in o.attributes and (sum_mapping(c, o, lambda t: group_of(t) == g) or ("",))[0] == side
-               for o in ops)
 
 
 __all__ = ["FuseOperandSums", "OPERAND_SUM"]

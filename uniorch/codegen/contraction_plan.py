@@ -49,7 +49,8 @@ class _Plan:
     tile_rows: tuple | None = None  # ("m" | "n", L): the tile axis they chunk, and the chunk length
     tile_stat_layouts: list = field(default_factory=list)  # per tile statistic: contraction_stats._stat_layout
     windowed: bool = False         # a factor tile computed tap by tap (contraction_window.py)
-    operand_sums: list = field(default_factory=list)  # (generic, tile side, {its dim: loop dim}): operand_sums.py
+    # (generic, tile side, {its dim: loop dim}, its cast_tail): operand_sums.py
+    operand_sums: list = field(default_factory=list)
 
     @property
     def windows(self) -> int:
@@ -361,7 +362,7 @@ def _analyze(kernel) -> _Plan:
         if got is None or plan.siblings or plan.windowed:
             raise CodegenError(op, "a sum of a factor that the contraction's K loop does not read as it is")
         side = "a" if _origin(gen, plan.x) == (0 if got[0] == "a" else 1) else "b"
-        plan.operand_sums.append((op, side, got[1]))
+        plan.operand_sums.append((op, side, got[1], cast_tail(op)))
     if plan.siblings and plan.window is not None:
         raise CodegenError(gen, "sibling products with a pooling")
     plan.layouts = epilogue_layouts(plan, ops)
@@ -390,7 +391,7 @@ def _analyze(kernel) -> _Plan:
         from .contraction_stats import check_tile_stats
         check_tile_stats(plan)
     stat_results = [r for op in plan.tile_stats for r in op.results] \
-        + [v for op, _, _ in plan.operand_sums for v, _ in cast_tail(op)]
+        + [v for _, _, _, tail in plan.operand_sums for v, _ in tail]
     for r in plan.results:
         if any(r == s for s in stat_results):
             continue

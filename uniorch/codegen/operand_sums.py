@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from . import body as _body
 from . import patterns as pat
+from .contraction_ir import _PTR, _TL, Lin, _elem, _loc, _maps
 from .source import CodegenError
 
 OPERAND_SUM = "uniorch.operand_sum"
@@ -62,7 +64,7 @@ def cast_tail(r) -> list:
     one-input cast generic (`extf`, `truncf`; the same map in and out) reading one of these (an
     autocast bias's sum rounded to bf16, then widened to the fp32 parameter's gradient)."""
     first = r.results[0]
-    out = [(first, [_elem_type(first)])]
+    out = [(first, [_elem(first)])]
     i = 0
     while i < len(out):
         v, types = out[i]
@@ -70,7 +72,7 @@ def cast_tail(r) -> list:
         for u in v.uses:
             o = pat.op_of(u.owner)
             if _is_cast(o) and o.operands[0] == v:
-                out.append((o.results[0], types + [_elem_type(o.results[0])]))
+                out.append((o.results[0], types + [_elem(o.results[0])]))
     return out
 
 
@@ -79,10 +81,6 @@ def _is_cast(o) -> bool:
         return False
     m_in, m_out = pat.indexing_maps(o)
     return str(m_in) == str(m_out)
-
-
-def _elem_type(v) -> str:
-    return str(ir.RankedTensorType(v.type).element_type)
 
 
 def _factor_dims(c, i: int, inside):
@@ -164,10 +162,7 @@ class _OperandSums:
         """Per sum, a float32 accumulator along its tile's rows, fed each factor tile in the K loop.
         `factors`: tile side -> the factor's value as the dot's operand is made from it (masked
         along K, not yet cast to the dot's type)."""
-        from . import body as _body
-        from .contraction_ir import _TL
-
-        for j, (op, side, _) in enumerate(self.p.operand_sums):
+        for j, (op, side, _, _) in enumerate(self.p.operand_sums):
             val = factors[side]
             text = val.text if val.ty == "f32" else f"{val.text}.to({_TL['f32']})"
             block, axis = ("BLOCK_M", 1) if side == "a" else ("BLOCK_N", 0)
@@ -177,17 +172,15 @@ class _OperandSums:
 
     def operand_sum_results(self) -> set:
         """The values the sums store: each sum's result and the casts of it (`cast_tail`)."""
-        return {v for op, _, _ in self.p.operand_sums for v, _ in cast_tail(op)}
+        return {v for _, _, _, tail in self.p.operand_sums for v, _ in tail}
 
     def operand_sum_stores(self) -> list[str]:
         """Each sum (and each cast of it the kernel returns), stored by the programs of the first
         tile across its rows (all compute it)."""
-        from .contraction_ir import Lin, _PTR, _TL, _loc, _maps
-
         p = self.p
         out: list[str] = []
-        for j, (op, side, mapping) in enumerate(p.operand_sums):
-            for res, types in cast_tail(op):
+        for j, (op, side, mapping, tail) in enumerate(p.operand_sums):
+            for res, types in tail:
                 r = next((i for i, v in enumerate(p.results) if v == res), None)
                 if r is None:
                     continue
@@ -210,5 +203,6 @@ class _OperandSums:
                 out.append(f"# result {r} ({ty}): the sum at {_loc(op)}")
                 out.append(f"tl.store({addr}, {val}, mask={first}" + (f" & {m})" if m else ")"))
         return out
+
 
 __all__ = ["OPERAND_SUM", "cast_tail", "summed_tensor", "sum_mapping", "_OperandSums"]
