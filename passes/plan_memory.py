@@ -18,7 +18,8 @@ from torch_mlir import ir
 from .base import Pass, PassContext
 from .ir_utils import main_func
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice")
+# linalg.transpose: a returned view (passes/returned_views.py), a permute of its operand
+VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice", "linalg.transpose")
 
 
 def nbytes(t) -> int:
@@ -60,7 +61,7 @@ class PlanMemory(Pass):
         for op in ops:
             if op.name in VIEWS and op.operands[0] in storage:
                 storage[op.results[0]] = storage[op.operands[0]]
-                if op.name == "tensor.extract_slice" or op.operands[0] in sliced:
+                if op.name in ("tensor.extract_slice", "linalg.transpose") or op.operands[0] in sliced:
                     sliced.add(op.results[0])
             elif op.name == "func.call":
                 for r in op.results:

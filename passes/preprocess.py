@@ -5,6 +5,7 @@ Elementwise fusion runs while matmul and convolution are still named ops, so no 
 named op generalised, so fusion and codegen see one op kind, `linalg.generic`. Then uniorch's own
 rewrites undo what would hide a fusion opportunity (symbolic_reshapes, gather_casts, compose_gathers, extract_operands,
 split_prologue, sink_collapse, view_rewrites, pad_views, concat_pieces, stack_pieces, epilogue_views, scatter_coords),
+returned transposes that eager returns as views become views (returned_views),
 compare in the type the values have (narrow_compares), and take a norm's statistics of a
 convolution's output from partial sums its epilogue writes (tile_stats).
 """
@@ -29,6 +30,7 @@ from .gather_casts import extract_before_casts
 from .narrow_compares import narrow_compares
 from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
+from .returned_views import returned_permutes_as_views
 from .pool_indices import fix_pool_nan_indices
 from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
@@ -79,6 +81,7 @@ class Preprocess(Pass):
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
             tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue
+            returned_permutes_as_views(main)  # q, k and v saved for the backward: eager's views, no copy
 
 
 def erase_checks(func_op: ir.Operation) -> None:

@@ -80,9 +80,12 @@ def import_captured(captured: CapturedGraph, ctx: ir.Context | None = None, func
     """Returns a module holding `func.func @main` in the torch dialect (value semantics)."""
     module = import_graph(captured.graph_module.graph, ctx, func_name, tag_nodes)
     if func_name == "main":
+        from uniorch.passes.returned_views import record_result_layouts
+
         from .dims import record_symbols
 
         record_symbols(module, captured.graph_module.graph)
+        record_result_layouts(module, captured.graph_module.graph)
     with module.context:
         names = ir.ArrayAttr.get([ir.StringAttr.get(f"{i.kind}:{i.target}") for i in captured.inputs])
         module.operation.attributes["uniorch.inputs"] = names

@@ -110,7 +110,10 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True, ke
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("import", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["import+lower"] = time.perf_counter() - t
+    from uniorch.passes.returned_views import record_result_layouts
+
     dims.record_symbols(module, gm.graph)
+    record_result_layouts(module, gm.graph)
     specs = []
     for n in gm.graph.nodes:
         if n.op == "placeholder":

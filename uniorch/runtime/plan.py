@@ -70,7 +70,7 @@ def inplace_of(kernel_func) -> dict[int, int]:
 
 @dataclass
 class Step:
-    kind: str  # "launch" | "view" | "slice" | "const" | "alloc"
+    kind: str  # "launch" | "view" | "permute" | "slice" | "const" | "alloc"
     run: Callable[[list], None]
     label: str = ""
 
@@ -220,6 +220,12 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             slot[op.results[0]] = src(op, op.operands[0])  # a type refinement: the same tensor
         elif symbolic and _host_size_op(op):
             continue  # size arithmetic: its values are the size symbols' (uniorch/ir/dims.py)
+        elif name == "linalg.transpose":  # a returned view eager takes too (passes/returned_views.py)
+            s = src(op, op.operands[0])
+            other.add(s)
+            viewed.add(s)
+            perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+            steps.append(Step("permute", _permute_step(s, new_slot(op.results[0]), perm)))
         elif name == "tensor.extract_slice":
             other.add(src(op, op.operands[0]))
             viewed.add(src(op, op.operands[0]))
@@ -470,6 +476,15 @@ def _view_step(s, d, shape):
         slots[d] = t.view(size) if t.is_contiguous() else t.reshape(size)
         if ctx.record is not None:
             ctx.record.trace.append(("view", s, d, size, "view" if t.is_contiguous() else "reshape"))
+
+    return run
+
+
+def _permute_step(s, d, perm):
+    def run(slots, ctx):
+        slots[d] = slots[s].permute(perm)
+        if ctx.record is not None:
+            ctx.record.trace.append(("permute", s, d, perm))
 
     return run
 

@@ -42,6 +42,9 @@ def make_call(trace: list, steps: int, inputs: int, outputs: list[int], bound: l
         if kind == "view":
             _, s, d, size, how = entry
             lines.append(f"    s{d} = s{s}.{how}({const(size)})")
+        elif kind == "permute":
+            _, s, d, perm = entry
+            lines.append(f"    s{d} = s{s}.permute({const(perm)})")
         elif kind == "slice":
             _, s, d, index, shape = entry
             lines.append(f"    s{d} = s{s}[{const(index)}].reshape({const(shape)})")
