@@ -3,7 +3,8 @@
 After scheduling, `@main` is a sequence of kernel calls and views. Every call result gets a buffer
 id (`uniorch.buffers = [ids]` on the call, `uniorch.buffer_bytes` on the module); a buffer is
 reused by a later result once every value living in it (directly or through a view) has had its
-last use. Values returned from `@main` escape to the caller and never share. A kernel that writes
+last use. The pieces of a `tensor.concat` left in `@main` (uniorch-concat-in-place) live in its
+buffer, from the first piece's kernel on. Values returned from `@main` escape to the caller and never share. A kernel that writes
 in place (`uniorch.inplace`, e.g. insert_slice into a concat buffer) shares its destination's
 buffer when nothing reads the destination afterwards (and the destination is all of its storage, not
 a slice, and no other operand of the call reads that storage). Greedy best-fit linear scan. A result with symbolic sizes gets a buffer of its own, marked -1 and
@@ -66,6 +67,13 @@ class PlanMemory(Pass):
             elif op.name == "func.call":
                 for r in op.results:
                     storage[r] = r
+            elif op.name == "tensor.concat":  # its pieces' kernels write into it (passes/concat_in_place.py)
+                storage[op.results[0]] = op.results[0]
+                for piece in [v for v in op.operands if v in storage]:
+                    old = storage[piece]
+                    for v, key in list(storage.items()):
+                        if key == old:
+                            storage[v] = op.results[0]
 
         def liveness():
             last, esc = {}, set()
@@ -114,7 +122,7 @@ class PlanMemory(Pass):
                         sizes.append(-1)
                         buffer_of[key] = len(sizes) - 1
                     if key not in buffer_of:
-                        need = nbytes(r.type)
+                        need = nbytes(key.type)  # a concatenation's pieces: its whole size
                         fits = [b for b in free if sizes[b] >= need] if key not in escaping else []
                         if fits:
                             buffer_of[key] = min(fits, key=lambda b: sizes[b])

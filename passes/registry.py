@@ -18,6 +18,7 @@ _PASSES = {
     "uniorch-fuse-operand-sums": "fuse_operand_sums:FuseOperandSums",
     "uniorch-preprocess": "preprocess:Preprocess",
     "uniorch-schedule": "schedule:Schedule",
+    "uniorch-concat-in-place": "concat_in_place:ConcatInPlace",
     "uniorch-plan-memory": "plan_memory:PlanMemory",
 }
 

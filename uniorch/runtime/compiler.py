@@ -1,7 +1,7 @@
 """Compiles one functional FX (sub)graph into a launch plan of Triton kernels.
 
     FX graph → torch dialect (node-tagged locations) → linalg → uniorch-preprocess → uniorch-fuse
-    → uniorch-schedule{target} → uniorch-plan-memory → per kernel: Triton source → loaded function
+    → uniorch-schedule{target} → uniorch-concat-in-place → uniorch-plan-memory → per kernel: Triton source → loaded function
 
 Any failure raises `RegionError` naming the FX nodes it concerns (from the `"@node"` location tags),
 so the caller can run exactly those eagerly and compile the rest.
@@ -30,7 +30,7 @@ from .plan import Kernel, LaunchPlan, PlanError, build_plan, inplace_of
 KERNEL_STAGES = ("fused", "scheduled")
 PIPELINES = {
     "fused": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-fuse-operand-sums",
-    "scheduled": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-fuse-operand-sums, uniorch-schedule{{target={target}}}, uniorch-plan-memory",
+    "scheduled": "uniorch-preprocess, uniorch-fuse, uniorch-fuse-row-stats, uniorch-fuse-attention, uniorch-fuse-chain, uniorch-fuse-siblings, uniorch-fuse-depthwise, uniorch-fuse-operand-sums, uniorch-schedule{{target={target}}}, uniorch-concat-in-place, uniorch-plan-memory",
 }
 
 

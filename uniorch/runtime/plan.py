@@ -70,7 +70,7 @@ def inplace_of(kernel_func) -> dict[int, int]:
 
 @dataclass
 class Step:
-    kind: str  # "launch" | "view" | "permute" | "slice" | "const" | "alloc"
+    kind: str  # "launch" | "view" | "permute" | "slice" | "concat" | "const" | "alloc"
     run: Callable[[list], None]
     label: str = ""
 
@@ -171,6 +171,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
         return slot[v]
 
     symbolic = dims.has_symbols(main)
+    pieces = _concat_pieces(block)    # a kernel result -> where it lies in a concatenation's buffer
     bid_uses: dict[int, int] = {}    # buffer -> launch outputs it holds (read at a step's first run)
     produced: dict[int, tuple] = {}   # slot -> (its kernel's output orders, output index, kernel)
     reads: dict[int, list] = {}       # slot -> [(kernel, input index)] of the launches reading it
@@ -207,8 +208,9 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
                 bid_uses[b] = bid_uses.get(b, 0) + 1
             into: dict[int, int] = {}
             launches.append((k, ins, outs, into))
+            placed = {j: pieces[r] for j, r in enumerate(op.results) if r in pieces}
             steps.append(Step("launch", _launch_step(k, ins, outs, bids, specs, orders, bid_uses, buffer_bytes, into,
-                                                     len(launches) - 1), callee))
+                                                     len(launches) - 1, placed), callee))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape") and _of_empty(op):
             continue  # a reshaped tensor.empty is a shape; a symbolic kernel's sizes are read off it
         elif name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
@@ -220,6 +222,15 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             slot[op.results[0]] = src(op, op.operands[0])  # a type refinement: the same tensor
         elif symbolic and _host_size_op(op):
             continue  # size arithmetic: its values are the size symbols' (uniorch/ir/dims.py)
+        elif name == "tensor.concat":  # its pieces' kernels wrote into its buffer (passes/concat_in_place.py)
+            srcs = [src(op, v) for v in op.operands]
+            other.update(srcs)
+            viewed.update(srcs)
+            first = _piece_producer(op.operands[0])
+            bid = ir.IntegerAttr(ir.ArrayAttr(first.owner.attributes["uniorch.buffers"])[first.result_number]).value
+            bid_uses[bid] = bid_uses.get(bid, 0) + 1
+            steps.append(Step("concat", _concat_step(new_slot(op.results[0]), bid, _shape(op.results[0]),
+                                                     torch_dtype(op.results[0].type))))
         elif name == "linalg.transpose":  # a returned view eager takes too (passes/returned_views.py)
             s = src(op, op.operands[0])
             other.add(s)
@@ -378,20 +389,55 @@ def _resolve(shape, ctx):
     return shape(ctx) if callable(shape) else shape
 
 
+def _concat_pieces(block) -> dict:
+    """Kernel results that a `tensor.concat` of @main holds: result -> (the concatenation's shape,
+    the index of its slice there)."""
+    out = {}
+    for op in block.operations:
+        op = op.operation
+        if op.name != "tensor.concat":
+            continue
+        dim, offset = ir.IntegerAttr(op.attributes["dim"]).value, 0
+        shape = shape_of(op.results[0].type)
+        for v in op.operands:
+            n = shape_of(v.type)[dim]
+            out[_piece_producer(v)] = (shape, (slice(None),) * dim + (slice(offset, offset + n),))
+            offset += n
+    return out
+
+
+def _piece_producer(v):
+    """The kernel result a piece of a concatenation is, through reshapes."""
+    while v.owner.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        v = v.owner.operands[0]
+    return v
+
+
+def _concat_step(d, bid, shape, dtype):
+    def run(slots, ctx):
+        slots[d] = ctx.buffer(bid, shape, dtype)
+        if ctx.record is not None:
+            ctx.record.trace.append(("concat", d, bid, shape, dtype))
+
+    return run
+
+
 def _launch_step(k: Kernel, ins, outs, bids, specs, orders: dict, bid_uses: dict, buffer_bytes: list,
-                 into: dict, index: int):
+                 into: dict, index: int, placed: dict | None = None):
     """`orders`: output index -> (the dim order to write it in, outermost first; its inverse),
     from `_write_relaid`. An output whose buffer holds nothing else in the plan (`bid_uses`) is one
     allocation of its own shape, not views of shared bytes: each view is about a microsecond of
     host time, and a small GPU kernel takes tens. `into`: output index -> the input slot whose
     tensor the kernel writes it into, when that tensor is contiguous (runtime/inplace.py)."""
     allocs: list = []  # made at the first run: `orders` and `bid_uses` are filled once the plan is built
+    placed = placed or {}  # output index -> (a concatenation's shape, its slice there): written in place
 
     def run(slots, ctx):
         source = k.source  # read per call: a refit (runtime/resources.py) replaces it
         if not allocs:
             own = [bid_uses[b] == 1 and buffer_bytes[b] >= 0 for b in bids]
-            allocs.extend(_allocator(bid, shape, dtype, orders.get(j), mine)
+            allocs.extend(_allocator(bid, shape, dtype, orders.get(j), mine) if j not in placed
+                          else _piece_allocator(bid, shape, dtype, *placed[j])
                           for j, (bid, (shape, dtype), mine) in enumerate(zip(bids, specs, own)))
         inputs = [slots[i] for i in ins]
         for i, order in source.relayout:  # a factor the kernel reads faster with another dim innermost
@@ -459,6 +505,12 @@ def _allocator(bid: int, shape, dtype, laid, own: bool) -> Callable:
         return ctx.buffer(bid, [full[d] for d in order], dtype).permute(inverse)
 
     return relaid
+
+
+def _piece_allocator(bid: int, shape, dtype, whole, index) -> Callable:
+    """ctx -> a launch output that is a piece of a concatenation: its slice of the buffer, viewed in
+    the shape the kernel writes (uniorch-concat-in-place checked that this is a view)."""
+    return lambda ctx: ctx.buffer(bid, whole, dtype)[index].view(shape)
 
 
 def _alloc_step(d, shape, dtype):

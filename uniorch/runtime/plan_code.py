@@ -45,6 +45,9 @@ def make_call(trace: list, steps: int, inputs: int, outputs: list[int], bound: l
         elif kind == "permute":
             _, s, d, perm = entry
             lines.append(f"    s{d} = s{s}.permute({const(perm)})")
+        elif kind == "concat":  # the buffer its pieces' kernels wrote into
+            _, d, bid, shape, dtype = entry
+            lines.append(f"    s{d} = ctx.buffer({bid}, {const(shape)}, {const(dtype)})")
         elif kind == "slice":
             _, s, d, index, shape = entry
             lines.append(f"    s{d} = s{s}[{const(index)}].reshape({const(shape)})")
