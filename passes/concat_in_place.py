@@ -79,8 +79,8 @@ def _key(v):
 
 
 def _called(main, callee: str) -> bool:
-    return any(o.operation.name == "func.call" and ir.FlatSymbolRefAttr(o.operation.attributes["callee"]).value == callee
-               for o in main.regions[0].blocks[0].operations)
+    ops = (o.operation for o in main.regions[0].blocks[0].operations)
+    return any(o.name == "func.call" and ir.FlatSymbolRefAttr(o.attributes["callee"]).value == callee for o in ops)
 
 
 def _pieces_in_place(pieces: list, cat, kernels: dict) -> bool:
@@ -130,7 +130,8 @@ def _viewable(chain: list, shape: list[int], strides: list[int]) -> bool:
     (the last one first) without a copy: splitting a dim always is; merging dims needs each to
     step over the next."""
     for op in chain:
-        groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)]
+                  for g in ir.ArrayAttr(op.attributes["reassociation"])]
         src = list(ir.RankedTensorType(op.operands[0].type).shape)
         new_strides = [0] * len(src)
         if op.name == "tensor.collapse_shape":  # the kernel's dims g became our dim j: split j back

@@ -3,12 +3,15 @@
 After scheduling, `@main` is a sequence of kernel calls and views. Every call result gets a buffer
 id (`uniorch.buffers = [ids]` on the call, `uniorch.buffer_bytes` on the module); a buffer is
 reused by a later result once every value living in it (directly or through a view) has had its
-last use. The pieces of a `tensor.concat` left in `@main` (uniorch-concat-in-place) live in its
-buffer, from the first piece's kernel on. Values returned from `@main` escape to the caller and never share. A kernel that writes
-in place (`uniorch.inplace`, e.g. insert_slice into a concat buffer) shares its destination's
-buffer when nothing reads the destination afterwards (and the destination is all of its storage, not
-a slice, and no other operand of the call reads that storage). Greedy best-fit linear scan. A result with symbolic sizes gets a buffer of its own, marked -1 and
-allocated per call at the size of that call.
+last use. Greedy best-fit linear scan.
+- Values returned from `@main` escape to the caller and never share.
+- The pieces of a `tensor.concat` left in `@main` (uniorch-concat-in-place) live in its buffer,
+  from the first piece's kernel on.
+- A kernel that writes in place (`uniorch.inplace`, e.g. insert_slice into a concat buffer) shares
+  its destination's buffer when nothing reads the destination afterwards (and the destination is
+  all of its storage, not a slice, and no other operand of the call reads that storage).
+- A result with symbolic sizes gets a buffer of its own, marked -1 and allocated per call at the
+  size of that call.
 """
 from __future__ import annotations
 

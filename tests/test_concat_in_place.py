@@ -3,16 +3,12 @@
 concatenates dq, dk and dv for the qkv projection; the pieces come from contractions (short
 sequences) or from the attention-backward chains (longer ones)."""
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from test_training import SplitAttention
 
 import uniorch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_returned_views import _GPT2Attention  # noqa: E402
 
 
 def _two_products(x, w1, w2):
@@ -35,7 +31,7 @@ def test_a_returned_concatenation_of_two_products(target):
 @pytest.mark.parametrize("t", [8, 64], ids=["products", "chains"])
 def test_attention_backward_writes_dq_dk_dv_into_their_concatenation(t):
     torch.manual_seed(0)
-    model = _GPT2Attention()
+    model = SplitAttention()
     ref = copy.deepcopy(model)
     cm = uniorch.compile(model, target="interpret")
     for _ in range(2):

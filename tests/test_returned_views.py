@@ -5,7 +5,7 @@ apart, or the view would be of the caller's tensor, they stay copies."""
 import copy
 
 import torch
-from torch import nn
+from test_training import SplitAttention
 
 import uniorch
 
@@ -60,24 +60,9 @@ def test_results_eager_holds_apart_stay_copies():
     assert len({o.untyped_storage().data_ptr() for o in out}) == len(out)
 
 
-class _GPT2Attention(nn.Module):
-    """q, k and v split off one projection and saved for SDPA's backward (views in eager)."""
-
-    def __init__(self, d=32, h=2):
-        super().__init__()
-        self.qkv, self.proj, self.h = nn.Linear(d, 3 * d), nn.Linear(d, d), h
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
-
-
 def test_training_forward_saves_q_k_v_as_views_without_a_copy_kernel():
     torch.manual_seed(0)
-    model = _GPT2Attention()
+    model = SplitAttention()  # GPT-2's: q, k and v split off one projection
     ref = copy.deepcopy(model)
     cm = uniorch.compile(model, target="interpret")
     for _ in range(2):

@@ -227,7 +227,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             other.update(srcs)
             viewed.update(srcs)
             first = _piece_producer(op.operands[0])
-            bid = ir.IntegerAttr(ir.ArrayAttr(first.owner.attributes["uniorch.buffers"])[first.result_number]).value
+            bids = ir.ArrayAttr(first.owner.attributes["uniorch.buffers"])
+            bid = ir.IntegerAttr(bids[first.result_number]).value
             bid_uses[bid] = bid_uses.get(bid, 0) + 1
             steps.append(Step("concat", _concat_step(new_slot(op.results[0]), bid, _shape(op.results[0]),
                                                      torch_dtype(op.results[0].type))))
