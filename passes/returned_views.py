@@ -6,9 +6,10 @@ projection: `qkv.split(c, 2)[i].view(b, t, h, d).transpose(1, 2)`. Each was copi
 its own (GPT-2 small's block at 8 x 1024 tokens: 151 MB of its forward's 1017 MB) where eager
 copies nothing.
 
-Rewritten: a result of `@main` computed by such a copy is returned as a `linalg.transpose` at
-`@main`'s level instead, which the launch plan makes a `permute` of its operand (runtime/plan.py),
-as it makes `extract_slice` a slice; fusion leaves it alone, and a kernel reading the copy still
+Rewritten: a result of `@main` computed by such copies (and reshapes: nanoGPT saves bmm's
+(B*H, T, d) operands; a copy may drop or add unit dims) is returned as views instead: reshapes
+and a `linalg.transpose`, which the launch plan makes a `permute` of its operand (runtime/plan.py),
+as it makes `extract_slice` a slice. Fusion leaves it alone, and a kernel reading the copy still
 reads it through its indexing map. Only where:
 - the view has eager's own strides and storage offset, as the importer records them from the FX
   graph (`uniorch.result_layouts`): the caller sees eager's layout, and the boundary copies nothing;
@@ -58,41 +59,156 @@ def _static_layout(val) -> bool:
 
 
 def returned_permutes_as_views(main) -> int:
-    """Rewrites each returned permuting copy whose view has eager's layout; returns how many."""
+    """Rewrites each returned copy whose view has eager's layout; returns how many."""
     if LAYOUTS not in main.attributes:
         return 0
     block = main.regions[0].blocks[0]
     ret = list(block.operations)[-1]
     layouts = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(main.attributes[LAYOUTS])]
-    found = {}  # result index -> (the copy, its permutation, the value it copies)
+    found = {}  # result index -> (the value the copies read, the copies and reshapes from it)
     for i, v in enumerate(ret.operands):
-        if not layouts[i] or isinstance(v.owner, ir.Block):
-            continue
-        g = pat.op_of(v.owner)
-        perm = _permutation(g)
-        have = _layout(pat.inputs(g)[0]) if perm is not None else None
-        if have is None:
-            continue
-        strides, offset = [have[0][p] for p in perm], have[1]
+        base, steps = _steps(v) if layouts[i] else (None, [])
+        layout = _layout(base) if any(kind == "copy" for kind, *_ in steps) else None
+        for kind, op, *owner in steps:
+            if layout is not None and kind == "copy":
+                layout = ([layout[0][k] if k is not None else 1 for k in owner[0]], layout[1])
+            elif layout is not None:
+                layout = _reshaped(op, layout)
         want, shape = layouts[i], ir.RankedTensorType(v.type).shape
-        if len(want) == len(strides) + 1 and offset == want[-1] \
-                and all(n == 1 or a == b for n, a, b in zip(shape, strides, want)):
-            found[i] = (g, perm, pat.inputs(g)[0])
+        if layout is not None and len(want) == len(shape) + 1 and layout[1] == want[-1] \
+                and all(n == 1 or a == b for n, a, b in zip(shape, layout[0], want)):
+            found[i] = (base, steps)
     # what the caller gets: the copied values' own storage where a view replaces a copy
-    held = [found[i][2] if i in found else v for i, v in enumerate(ret.operands)]
+    held = [found[i][0] if i in found else v for i, v in enumerate(ret.operands)]
     done = 0
-    for i, (g, perm, src) in found.items():
-        if not all(_apart(src, w) for j, w in enumerate(held) if j != i):
+    for i, (base, steps) in found.items():
+        if not all(_apart(base, w) for j, w in enumerate(held) if j != i):
             continue  # results that eager holds apart must not share elements (writes to one would show)
-        with g.context, g.location, ir.InsertionPoint(g):
-            t = ir.RankedTensorType(ret.operands[i].type)
-            init = tensor.EmptyOp(list(t.shape), t.element_type).result
-            view = linalg.transpose(src, outs=[init], permutation=perm)
-        ret.operands[i] = view.results[0]  # a kernel reading the copy reads it through its map still
-        if not list(g.results[0].uses):
-            g.erase()
+        view = base
+        with ret.context, ret.location, ir.InsertionPoint(ret):
+            for kind, op, *owner in steps:
+                view = _as_view(view, op, owner[0]) if kind == "copy" else _reshape_like(op, view)
+        old = ret.operands[i]
+        ret.operands[i] = view  # a kernel reading the copy reads it through its map still
+        _erase_unused(old)
         done += 1
     return done
+
+
+def _steps(v):
+    """(the value v is copied from, [("copy", generic, its view map) or ("reshape", op), ...] from
+    that value to v): v seen back through reshapes and copies that only move elements."""
+    steps: list = []
+    while not isinstance(v.owner, ir.Block):
+        op = pat.op_of(v.owner)
+        owner = _view_map(op) if pat.is_generic(op) and len(op.results) == 1 else None
+        if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            steps.insert(0, ("reshape", op))
+        elif owner is not None:
+            steps.insert(0, ("copy", op, owner))
+        else:
+            break
+        v = op.operands[0]
+    return v, steps
+
+
+def _view_map(g) -> list | None:
+    """For a generic copying its one input through a permutation of the loops (unit dims may be
+    dropped or added): the input dim each result dim is, None for an added unit dim; else None.
+    A copy in the same order is one too (after a transpose, dropping a unit dim)."""
+    if not pat.is_data_movement(g):
+        return None
+    m_in, m_out = pat.indexing_maps(g)
+    src, res = ir.RankedTensorType(pat.inputs(g)[0].type), ir.RankedTensorType(g.results[0].type)
+    if not pat.is_identity_map(m_out) or src.element_type != res.element_type or not src.has_static_shape:
+        return None
+    owner: list = [None] * res.rank
+    for k, e in enumerate(m_in.results):
+        if isinstance(e, ir.AffineDimExpr) and owner[e.position] is None:
+            owner[e.position] = k
+        elif not (isinstance(e, ir.AffineConstantExpr) and e.value == 0 and src.shape[k] == 1):
+            return None
+    if any(k is None and n != 1 for k, n in zip(owner, res.shape)):
+        return None  # a broadcast
+    return owner if any(k is not None for k in owner) else None
+
+
+def _as_view(src, g, owner: list):
+    """g's result as views of src: its dropped unit dims collapsed, a linalg.transpose, the added
+    unit dims expanded."""
+    s = ir.RankedTensorType(src.type)
+    kept = sorted(k for k in owner if k is not None)
+    v = src
+    if len(kept) < s.rank:
+        groups = [[k] for k in kept]
+        for k in range(s.rank):  # a dropped unit dim joins the kept dim after it (or the last)
+            if k not in kept:
+                nxt = next((j for j, kk in enumerate(kept) if kk > k), len(kept) - 1)
+                groups[nxt].append(k)
+        t = ir.RankedTensorType.get([s.shape[k] for k in kept], s.element_type)
+        v = tensor.CollapseShapeOp(t, v, _reassociation([sorted(grp) for grp in groups])).result
+    order = [kept.index(k) for k in owner if k is not None]
+    if order != sorted(order):
+        init = tensor.EmptyOp([s.shape[kept[a]] for a in order], s.element_type).result
+        v = linalg.transpose(v, outs=[init], permutation=order).results[0]
+    res = ir.RankedTensorType(g.results[0].type)
+    if len(owner) > len(order):
+        covered = [j for j, k in enumerate(owner) if k is not None]
+        groups = [[j] for j in covered]
+        for j in range(len(owner)):
+            if owner[j] is None:
+                nxt = next((a for a, c in enumerate(covered) if c > j), len(covered) - 1)
+                groups[nxt].append(j)
+        v = tensor.ExpandShapeOp(res, v, _reassociation([sorted(grp) for grp in groups]), [],
+                                 list(res.shape)).result
+    return v
+
+
+def _reshape_like(op, v):
+    t = op.results[0].type
+    if op.name == "tensor.collapse_shape":
+        return tensor.CollapseShapeOp(t, v, op.attributes["reassociation"]).result
+    return tensor.ExpandShapeOp(t, v, op.attributes["reassociation"], [], list(ir.RankedTensorType(t).shape)).result
+
+
+def _erase_unused(v) -> None:
+    """The copies and reshapes the return read, where nothing else reads them now."""
+    while not isinstance(v.owner, ir.Block) and not list(v.uses):
+        op = pat.op_of(v.owner)
+        if op.name not in ("tensor.expand_shape", "tensor.collapse_shape") and not pat.is_generic(op):
+            return
+        nxt = op.operands[0]
+        op.erase()
+        v = nxt
+
+
+def _reshaped(op, layout) -> tuple[list[int], int] | None:
+    """(strides, offset) after reshape `op` of a tensor laid out as `layout`; None where the
+    reshape merges dims that do not step over each other (torch would copy)."""
+    strides, offset = layout
+    src = ir.RankedTensorType(op.operands[0].type).shape
+    res = ir.RankedTensorType(op.results[0].type).shape
+    groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    out = []
+    if op.name == "tensor.expand_shape":  # source dim j splits into dims g
+        for grp, s in zip(groups, strides):
+            part, inner = [], s
+            for d in reversed(grp):
+                part.append(inner)
+                inner *= res[d]
+            out.extend(reversed(part))
+        return out, offset
+    for grp in groups:  # collapse: source dims g merge
+        kept = [d for d in grp if src[d] != 1]
+        if any(strides[a] != strides[b] * src[b] for a, b in zip(kept, kept[1:])):
+            return None
+        out.append(strides[kept[-1]] if kept else 1)
+    return out, offset
+
+
+def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
 
 
 _VIEWS = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape", "linalg.transpose")
@@ -120,24 +236,6 @@ def _apart(a, b) -> bool:
     return any(hi_a <= lo_b or hi_b <= lo_a for (lo_a, hi_a), (lo_b, hi_b) in zip(*parts))
 
 
-def _permutation(g) -> list[int] | None:
-    """linalg.transpose's permutation for a generic that copies its one input through a
-    permutation of all its loops (result dim i is the input's dim perm[i]), else None."""
-    if not pat.is_generic(g) or not pat.is_data_movement(g) or len(g.results) != 1:
-        return None
-    m_in, m_out = pat.indexing_maps(g)
-    if not pat.is_identity_map(m_out) or any(not isinstance(e, ir.AffineDimExpr) for e in m_in.results):
-        return None
-    dims_in = [e.position for e in m_in.results]
-    if sorted(dims_in) != list(range(len(dims_in))) or dims_in == sorted(dims_in):
-        return None
-    src, res = ir.RankedTensorType(pat.inputs(g)[0].type), ir.RankedTensorType(g.results[0].type)
-    if src.element_type != res.element_type or not src.has_static_shape:
-        return None
-    perm = [dims_in.index(i) for i in range(len(dims_in))]
-    return perm
-
-
 def _layout(v) -> tuple[list[int], int] | None:
     """(strides, offset) of `v` seen through static views of a value a kernel computes, written
     contiguous; None for an input of the graph, a constant, or a view torch could not take."""
@@ -157,32 +255,9 @@ def _layout(v) -> tuple[list[int], int] | None:
             return None
         strides, offset = base
         return [s * k for s, k in zip(strides, steps)], offset + sum(o * s for o, s in zip(offs, strides))
-    if op.name == "tensor.expand_shape":
+    if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
         base = _layout(op.operands[0])
-        if base is None:
-            return None
-        out = []
-        for group, s in zip(_reassociation(op), base[0]):
-            inner = s
-            part = []
-            for d in reversed(group):
-                part.append(inner)
-                inner *= t.shape[d]
-            out.extend(reversed(part))
-        return out, base[1]
-    if op.name == "tensor.collapse_shape":
-        base = _layout(op.operands[0])
-        if base is None:
-            return None
-        src = ir.RankedTensorType(op.operands[0].type).shape
-        out = []
-        for group in _reassociation(op):
-            kept = [d for d in group if src[d] != 1]
-            for a, b in zip(kept, kept[1:]):
-                if base[0][a] != base[0][b] * src[b]:
-                    return None  # not a view: torch's reshape would copy
-            out.append(base[0][kept[-1]] if kept else 1)
-        return out, base[1]
+        return _reshaped(op, base) if base is not None else None
     if op.name in ("arith.constant", "tensor.empty") or op.name.startswith("tensor."):
         return None
     strides, step = [], 1
@@ -190,7 +265,3 @@ def _layout(v) -> tuple[list[int], int] | None:
         strides.append(step)
         step *= n
     return strides[::-1], 0
-
-
-def _reassociation(op) -> list[list[int]]:
-    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]

@@ -73,3 +73,25 @@ def test_training_forward_saves_q_k_v_as_views_without_a_copy_kernel():
             torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
     rep = cm.explain(torch.randn(2, 8, 32))
     assert not [k.name for k in rep.kernels if _permute_only(k)], [(k.name, k.ops) for k in rep.kernels]
+
+
+def _bmm_operands(x, w):
+    """nanoGPT's written-out attention at batch 1 saves bmm's operands: (B*H, T, d) views of the
+    heads (a view only while B is 1), and kᵀ; v through a second copy dropping the unit batch."""
+    b, t, c = x.shape
+    q, k, v = (x @ w).split(c, dim=2)
+    q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in (q, k, v))
+    return q.reshape(b * 2, t, c // 2), k.transpose(-2, -1).reshape(b * 2, c // 2, t), v.reshape(b * 2, t, c // 2)
+
+
+def test_views_through_reshapes_and_unit_dims_at_batch_one():
+    w = torch.randn(32, 96)
+    cm = uniorch.compile(_bmm_operands, target="interpret")
+    for _ in range(2):
+        x = torch.randn(1, 8, 32)
+        out, ref = cm(x, w), _bmm_operands(x, w)
+        for o, r in zip(out, ref):
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+            assert o.stride() == r.stride() and o.storage_offset() == r.storage_offset()
+        assert len({o.untyped_storage().data_ptr() for o in out}) == 1  # q, k and v: one storage, as eager's
+    assert not [k.name for k in cm.explain(x, w).kernels if _permute_only(k)]

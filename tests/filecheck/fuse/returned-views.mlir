@@ -12,11 +12,11 @@
 // CHECK: %[[Q:.*]] = tensor.extract_slice %[[P]][0, 0, 1, 0] [2, 8, 1, 16]
 // CHECK: %[[K:.*]] = tensor.extract_slice %[[P]][0, 0, 2, 0] [2, 8, 1, 16]
 // CHECK: %[[V:.*]] = tensor.extract_slice %[[P]][0, 0, 3, 0] [2, 8, 1, 16]
-// CHECK: %[[KT:.*]] = linalg.transpose ins(%[[K]] : tensor<2x8x1x16xf32>) {{.*}} permutation = [0, 2, 1, 3]
-// CHECK: %[[VT:.*]] = linalg.transpose ins(%[[V]] : tensor<2x8x1x16xf32>) {{.*}} permutation = [0, 2, 1, 3]
 // CHECK: %[[QT:.*]] = call @k1_pointwise(%[[Q]])
 // CHECK: %[[P2:.*]]:2 = call @k2_contraction
 // CHECK: %[[XT:.*]] = call @k3_pointwise(%arg0)
+// CHECK: %[[KT:.*]] = linalg.transpose ins(%[[K]] : tensor<2x8x1x16xf32>) {{.*}} permutation = [0, 2, 1, 3]
+// CHECK: %[[VT:.*]] = linalg.transpose ins(%[[V]] : tensor<2x8x1x16xf32>) {{.*}} permutation = [0, 2, 1, 3]
 // CHECK: return %[[KT]], %[[VT]], %[[P2]]#0, %[[P2]]#1, %[[XT]], %[[QT]] :
 
 #mm_a = affine_map<(d0, d1, d2) -> (d0, d2)>
