@@ -42,3 +42,18 @@ def test_attention_backward_writes_dq_dk_dv_into_their_concatenation(t):
             torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
     backward = cm.explain(torch.randn(2, t, 32)).backward
     assert not [k.name for k in backward.kernels if k.kind == "copy"], [(k.name, k.ops) for k in backward.kernels]
+
+
+def test_a_bundle_keeps_the_concatenation_in_place(tmp_path):
+    """An AOT bundle's plan is built from the same scheduled module: the concatenation in @main
+    and its pieces' shared buffer load with it."""
+    from uniorch.aot import compile_aot
+    from uniorch.runtime.bundle import load
+
+    args = (torch.randn(8, 8), torch.randn(8, 16), torch.randn(8, 16))
+    art = compile_aot(_two_products, args, target="cpu")
+    assert not [k for k in art.kernels if "copy" in k.name]
+    loaded = load(art.save(str(tmp_path / "cat")))
+    for _ in range(2):
+        x, w1, w2 = torch.randn(8, 8), torch.randn(8, 16), torch.randn(8, 16)
+        torch.testing.assert_close(loaded(x, w1, w2), _two_products(x, w1, w2), rtol=1e-5, atol=1e-5)
