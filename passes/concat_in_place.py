@@ -21,7 +21,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
 from .base import Pass, PassContext
-from .ir_utils import main_func
+from .ir_utils import contiguous_strides, main_func, merge_strides, reassociation_groups, split_strides
 
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
 # kernels whose stores address each result through the strides they are given
@@ -88,11 +88,7 @@ def _pieces_in_place(pieces: list, cat, kernels: dict) -> bool:
     if not t.has_static_shape:
         return False
     dim = ir.IntegerAttr(cat.attributes["dim"]).value
-    strides, step = [], 1
-    for n in reversed(t.shape):
-        strides.append(step)
-        step *= n
-    strides = strides[::-1]
+    strides = contiguous_strides(t.shape)
     seen = []
     for p in pieces:
         chain, r = _producer(p)
@@ -130,21 +126,13 @@ def _viewable(chain: list, shape: list[int], strides: list[int]) -> bool:
     (the last one first) without a copy: splitting a dim always is; merging dims needs each to
     step over the next."""
     for op in chain:
-        groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)]
-                  for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        groups = reassociation_groups(op)
         src = list(ir.RankedTensorType(op.operands[0].type).shape)
-        new_strides = [0] * len(src)
         if op.name == "tensor.collapse_shape":  # the kernel's dims g became our dim j: split j back
-            for j, g in enumerate(groups):
-                inner = strides[j]
-                for d in reversed(g):
-                    new_strides[d] = inner
-                    inner *= src[d]
+            strides = split_strides(groups, strides, src)
         else:  # expanded: our dims g were the kernel's dim j; merge them back
-            for j, g in enumerate(groups):
-                kept = [d for d in g if shape[d] != 1]
-                if any(strides[a] != strides[b] * shape[b] for a, b in zip(kept, kept[1:])):
-                    return False
-                new_strides[j] = strides[kept[-1]] if kept else 1
-        shape, strides = src, new_strides
+            strides = merge_strides(groups, strides, shape)
+            if strides is None:
+                return False
+        shape = src
     return True

@@ -11,6 +11,47 @@ def producer(v: ir.Value):
     return None if isinstance(v.owner, ir.Block) else getattr(v.owner, "operation", v.owner)
 
 
+def reassociation_groups(op: ir.Operation) -> list[list[int]]:
+    """A tensor.expand_shape's or collapse_shape's reassociation as lists of dims."""
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def reassociation_attr(groups: list[list[int]]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
+
+
+def contiguous_strides(shape) -> list[int]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return out[::-1]
+
+
+def split_strides(groups: list[list[int]], strides: list[int], shape) -> list[int]:
+    """Strides after dim j of a tensor with `strides` splits into the dims `groups[j]` of `shape`
+    (a view always)."""
+    out = [0] * len(shape)
+    for grp, inner in zip(groups, strides):
+        for d in reversed(grp):
+            out[d] = inner
+            inner *= shape[d]
+    return out
+
+
+def merge_strides(groups: list[list[int]], strides: list[int], shape) -> list[int] | None:
+    """Strides after the dims `groups[j]` of a tensor of `shape` and `strides` merge into dim j;
+    None where they do not step over each other (torch's reshape would copy)."""
+    out = []
+    for grp in groups:
+        kept = [d for d in grp if shape[d] != 1]
+        if any(strides[a] != strides[b] * shape[b] for a, b in zip(kept, kept[1:])):
+            return None
+        out.append(strides[kept[-1]] if kept else 1)
+    return out
+
+
 def iterator_types_attr(kinds) -> ir.Attribute:
     """A linalg.generic's `iterator_types` for `kinds` ("parallel" / "reduction", in loop order)."""
     return ir.Attribute.parse("[" + ", ".join(f"#linalg.iterator_type<{k}>" for k in kinds) + "]")

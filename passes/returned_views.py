@@ -26,14 +26,15 @@ from torch_mlir.dialects import linalg, tensor
 from uniorch.codegen import patterns as pat
 from uniorch.runtime.kernel_bytes import _box
 
+from .ir_utils import (contiguous_strides, main_func, merge_strides, reassociation_attr, reassociation_groups,
+                       split_strides)
+
 LAYOUTS = "uniorch.result_layouts"
 
 
 def record_result_layouts(module: ir.Module, graph) -> None:
     """Eager's (strides..., offset) of each result of `@main`, from the example values of the FX
     graph it was imported from (an empty entry where unknown); nothing when they do not line up."""
-    from .ir_utils import main_func
-
     out = next(n for n in graph.nodes if n.op == "output")
     returned = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
     values = [getattr(a, "meta", {}).get("val") for a in returned]
@@ -146,7 +147,7 @@ def _as_view(src, g, owner: list):
                 nxt = next((j for j, kk in enumerate(kept) if kk > k), len(kept) - 1)
                 groups[nxt].append(k)
         t = ir.RankedTensorType.get([s.shape[k] for k in kept], s.element_type)
-        v = tensor.CollapseShapeOp(t, v, _reassociation([sorted(grp) for grp in groups])).result
+        v = tensor.CollapseShapeOp(t, v, reassociation_attr([sorted(grp) for grp in groups])).result
     order = [kept.index(k) for k in owner if k is not None]
     if order != sorted(order):
         init = tensor.EmptyOp([s.shape[kept[a]] for a in order], s.element_type).result
@@ -159,7 +160,7 @@ def _as_view(src, g, owner: list):
             if owner[j] is None:
                 nxt = next((a for a, c in enumerate(covered) if c > j), len(covered) - 1)
                 groups[nxt].append(j)
-        v = tensor.ExpandShapeOp(res, v, _reassociation([sorted(grp) for grp in groups]), [],
+        v = tensor.ExpandShapeOp(res, v, reassociation_attr([sorted(grp) for grp in groups]), [],
                                  list(res.shape)).result
     return v
 
@@ -186,29 +187,11 @@ def _reshaped(op, layout) -> tuple[list[int], int] | None:
     """(strides, offset) after reshape `op` of a tensor laid out as `layout`; None where the
     reshape merges dims that do not step over each other (torch would copy)."""
     strides, offset = layout
-    src = ir.RankedTensorType(op.operands[0].type).shape
-    res = ir.RankedTensorType(op.results[0].type).shape
-    groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
-    out = []
-    if op.name == "tensor.expand_shape":  # source dim j splits into dims g
-        for grp, s in zip(groups, strides):
-            part, inner = [], s
-            for d in reversed(grp):
-                part.append(inner)
-                inner *= res[d]
-            out.extend(reversed(part))
-        return out, offset
-    for grp in groups:  # collapse: source dims g merge
-        kept = [d for d in grp if src[d] != 1]
-        if any(strides[a] != strides[b] * src[b] for a, b in zip(kept, kept[1:])):
-            return None
-        out.append(strides[kept[-1]] if kept else 1)
-    return out, offset
-
-
-def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
+    groups = reassociation_groups(op)
+    if op.name == "tensor.expand_shape":
+        return split_strides(groups, strides, ir.RankedTensorType(op.results[0].type).shape), offset
+    merged = merge_strides(groups, strides, ir.RankedTensorType(op.operands[0].type).shape)
+    return (merged, offset) if merged is not None else None
 
 
 _VIEWS = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape", "linalg.transpose")
@@ -260,8 +243,4 @@ def _layout(v) -> tuple[list[int], int] | None:
         return _reshaped(op, base) if base is not None else None
     if op.name in ("arith.constant", "tensor.empty") or op.name.startswith("tensor."):
         return None
-    strides, step = [], 1
-    for n in reversed(t.shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1], 0
+    return contiguous_strides(t.shape), 0

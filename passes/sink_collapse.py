@@ -25,6 +25,8 @@ from uniorch.codegen import patterns as pat
 
 from .ir_utils import iterator_types_attr
 from .ir_utils import producer as _producer
+from .ir_utils import reassociation_attr as _reassociation
+from .ir_utils import reassociation_groups as _groups
 from .view_rewrites import _static_slice
 
 COLLAPSE, EXPAND = "tensor.collapse_shape", "tensor.expand_shape"
@@ -223,10 +225,6 @@ def _views_read(op: ir.Operation) -> list:
 
 
 
-def _groups(op: ir.Operation) -> list[list[int]]:
-    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
-
-
 def _shape(v: ir.Value) -> list[int]:
     return list(ir.RankedTensorType(v.type).shape)
 
@@ -398,11 +396,6 @@ def _renumber(e, new_pos: dict, n: int):
     old_n = max(new_pos) + 1
     sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(new_pos[d]) for d in range(old_n)])
     return e.compose(sub)  # (AffineMap has no compose in these bindings; AffineExpr does)
-
-
-def _reassociation(groups: list[list[int]]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
 
 
 def _expanded(v: ir.Value, groups: list[list[int]], shape: list[int]) -> ir.Value:

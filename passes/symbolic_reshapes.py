@@ -17,6 +17,8 @@ from torch_mlir.dialects import arith, tensor
 
 from uniorch.ir import dims
 
+from .ir_utils import reassociation_attr as _reassociation
+
 RESHAPES = ("tensor.reshape", "tensor.expand_shape", "tensor.collapse_shape")
 
 
@@ -95,11 +97,6 @@ def _as_split(op, want: list) -> bool:
     op.results[0].replace_all_uses_with(split)
     _erase_unused(op)
     return True
-
-
-def _reassociation(groups: list) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
 
 
 def _equal(a, b) -> bool:
