@@ -63,7 +63,7 @@ def tile_stats(main) -> None:
         while True:
             ops = [o.operation for o in block.operations]
             for i in range(start, len(ops)):
-                found = _match(ops[i]) if _sum_prefix(ops[i]) is not None else None
+                found = _match(ops[i]) if _sum_prefix(ops[i]) is not None else _match_split(ops[i])
                 if found is not None:
                     new0 = _rewrite(found)
                     start = [o.operation for o in block.operations].index(new0) + 1
@@ -268,6 +268,67 @@ def _view_atoms(op, atoms: list) -> list | None:
         else:
             return None
     return out
+
+
+def _match_split(r0) -> _Found | None:
+    """A sum of several inputs' product, one of them on a contraction's output tile (LayerNorm's
+    weight gradient: sum over the rows of dy * (x - mean) * rstd, dy a matmul's result) matched
+    as the plain sum of a pointwise summand: the summand is an epilogue value, loading the other
+    inputs beside the output tile, and the contraction writes its partials. Else None, and the
+    split is undone."""
+    split = _split_summand(r0)
+    if split is None:
+        return None
+    summand, total = split
+    found = _match(total)
+    if found is None:
+        empty = pat.outputs(summand)[0].owner
+        total.erase()
+        summand.erase()
+        empty.erase()
+        return None
+    r0.results[0].replace_all_uses_with(total.results[0])
+    r0.erase()
+    return found
+
+
+def _split_summand(r0):
+    """(pointwise summand, plain sum of it) built before reduction `r0`, an f32 sum of a body over
+    several inputs; one input read in loop order gives the summand's shape. None if `r0` is not
+    such a sum or no input is a contraction's output tile."""
+    if not pat.is_reduction(r0) or pat.num_inputs(r0) < 2 or len(r0.results) != 1 or not _f32(r0.results[0]):
+        return None
+    combiners = pat.reduction_combiners(r0)
+    if combiners is None or combiners[0][0] != "arith.addf":
+        return None
+    maps = pat.indexing_maps(r0)
+    ins = pat.inputs(r0)
+    n = maps[0].n_dims
+    ident = ir.AffineMap.get_identity(n)
+    lead = [a for a, m in zip(ins, maps) if m == ident and isinstance(a.type, ir.RankedTensorType)
+            and _static_shape(a) is not None and _walk(a) is not None]
+    if not lead:
+        return None
+    blk = pat.body(r0)
+    summed = combiners[0][1]
+    prefix = [o for o in pat.body_ops(r0)[:-1]]
+    shape_t = ir.RankedTensorType.get(_static_shape(lead[0]), ir.F32Type.get())
+    its = pat.iterator_types(r0)
+    with ir.InsertionPoint(r0):
+        empty = tensor.EmptyOp(list(shape_t.shape), shape_t.element_type).result
+
+        def body(args):
+            mapping = [(blk.arguments[i], args[i]) for i in range(len(ins))]
+            for o in prefix:
+                c = pat.op_of(o.clone())
+                for i, w in enumerate(c.operands):
+                    c.operands[i] = _mapped(mapping, w)
+                mapping += list(zip(o.results, c.results))
+            return [_mapped(mapping, summed)]
+        summand = _generic(ins, [empty], maps[:-1] + [ident], ["parallel"] * n, body)
+        total = _generic([summand.results[0]], [pat.outputs(r0)[0]], [ident, maps[-1]], its,
+                         lambda a: [_f("arith.addf", a[1], a[0])])
+    return summand.operation, total.operation
 
 
 def _match(r0) -> _Found | None:
