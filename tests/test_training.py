@@ -66,6 +66,31 @@ def test_inference_calls_stay_on_the_inference_path():
     torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
 
 
+def test_the_compiled_model_forwards_the_models_attributes():
+    """As torch.compile's wrapper does: an optimizer made from the compiled model's parameters,
+    zero_grad, train/eval and submodules reach the model itself."""
+    torch.manual_seed(0)
+    model = MLP()
+    cm = uniorch.compile(model, target="interpret")
+    assert [id(p) for p in cm.parameters()] == [id(p) for p in model.parameters()]
+    assert cm.fc1 is model.fc1 and cm.state_dict().keys() == model.state_dict().keys()
+    opt = torch.optim.SGD(cm.parameters(), lr=0.1)
+    before = model.fc1.weight.detach().clone()
+    cm(torch.randn(8, 16)).square().mean().backward()
+    opt.step()
+    assert not torch.equal(model.fc1.weight, before)
+    cm.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    cm.eval()
+    assert not model.training
+    cm.train()
+    assert model.training
+    with pytest.raises(AttributeError):
+        cm._not_forwarded
+    with pytest.raises(AttributeError):
+        uniorch.compile(lambda x: x + 1, target="interpret").parameters
+
+
 def test_gradients_reach_inputs_that_require_grad():
     def fn(a, b):
         return (torch.tanh(a @ b) * a.sum(-1, keepdim=True)).sum()

@@ -114,6 +114,15 @@ class CompiledModule:
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
                                  else type(model_or_fn).forward, updated=())
 
+    def __getattr__(self, name: str):
+        """The model's own public attributes (`parameters()`, `zero_grad()`, `train()`,
+        `state_dict()`, a submodule), as torch.compile's module wrapper forwards them, so an
+        optimizer is made and stepped from the compiled model as from the model."""
+        model = self.__dict__.get("_model")
+        if model is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(model, name)
+
     @property
     def target(self) -> Target:
         return self._target
