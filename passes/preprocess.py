@@ -30,7 +30,7 @@ from .gather_casts import extract_before_casts
 from .narrow_compares import narrow_compares
 from .narrow_stores import narrow_stores
 from .pad_views import pad_after_collapse
-from .returned_views import returned_permutes_as_views
+from .returned_views import returned_permutes_as_views, returned_values_as_views_of_their_copies
 from .pool_indices import fix_pool_nan_indices
 from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
@@ -82,6 +82,7 @@ class Preprocess(Pass):
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
             tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue
             returned_permutes_as_views(main)  # q, k and v saved for the backward: eager's views, no copy
+            returned_values_as_views_of_their_copies(main)  # SDPA's output, saved also as its transpose
 
 
 def erase_checks(func_op: ir.Operation) -> None:

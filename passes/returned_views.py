@@ -23,6 +23,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import linalg, tensor
 
+from uniorch.capture.eager_layouts import EAGER_LAYOUT
 from uniorch.codegen import patterns as pat
 from uniorch.runtime.kernel_bytes import _box
 
@@ -30,6 +31,7 @@ from .ir_utils import (contiguous_strides, main_func, merge_strides, reassociati
                        split_strides)
 
 LAYOUTS = "uniorch.result_layouts"
+STORAGES = "uniorch.result_storages"  # per result, which of eager's storages it views (-1 unknown)
 
 
 def record_result_layouts(module: ir.Module, graph) -> None:
@@ -42,14 +44,31 @@ def record_result_layouts(module: ir.Module, graph) -> None:
     ret = list(main.regions[0].blocks[0].operations)[-1]
     if ret.name != "func.return" or len(ret.operands) != len(values):
         return
+    eager = [getattr(a, "meta", {}).get(EAGER_LAYOUT) for a in returned]
     with module.context:
-        entries = []
-        for val in values:  # the results may be torch-dialect tensors still: shapes are checked on use
-            layout = []
-            if _static_layout(val):
-                layout = [int(s) for s in val.stride()] + [int(val.storage_offset())]
+        entries, keys = [], []
+        for val, lay in zip(values, eager):  # the results may be torch-dialect tensors still: shapes are checked on use
+            layout, key = [], None
+            if lay is not None:  # as the ATen op returns it, before decomposition (capture/eager_layouts.py)
+                layout, key = [*lay[1], lay[2]], ("eager", lay[3])
+            elif _static_layout(val):
+                layout, key = [int(s) for s in val.stride()] + [int(val.storage_offset())], ("traced", _storage_key(val))
             entries.append(ir.DenseI64ArrayAttr.get(layout))
+            keys.append(key if key is not None and key[1] is not None else None)
         main.attributes[LAYOUTS] = ir.ArrayAttr.get(entries)
+        first: dict = {}
+        # per result, the first result on the same storage (eager's aliasing); -1 where unknown
+        groups = [first.setdefault(k, i) if k is not None else -1 for i, k in enumerate(keys)]
+        main.attributes[STORAGES] = ir.DenseI64ArrayAttr.get(groups)
+
+
+def _storage_key(val):
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(val.untyped_storage()).cdata
+    except Exception:  # noqa: BLE001 - a tensor without storage
+        return None
 
 
 def _static_layout(val) -> bool:
@@ -93,6 +112,55 @@ def returned_permutes_as_views(main) -> int:
         ret.operands[i] = view  # a kernel reading the copy reads it through its map still
         _erase_unused(old)
         done += 1
+    return done
+
+
+def returned_values_as_views_of_their_copies(main) -> int:
+    """A returned value that a copy permutes, where eager returns the value as that view of the
+    copy's layout, is returned as a `linalg.transpose` of the copy; returns how many. SDPA writes
+    its output (B, T, H, d) and returns its (B, H, T, d) transpose: a training forward saves both
+    (the attention's backward reads O, the out-projection's weight gradient its input), and the
+    value and its copy were each written (25 MB apiece for GPT-2 small's block at 8 x 1024
+    tokens). Written once now, permuted. Only where eager's strides and offset are the view's
+    exactly, and any other result sharing the copy's elements shares eager's storage as well."""
+    if LAYOUTS not in main.attributes or STORAGES not in main.attributes:
+        return 0
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    layouts = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(main.attributes[LAYOUTS])]
+    groups = list(ir.DenseI64ArrayAttr(main.attributes[STORAGES]))
+    if len(layouts) != len(ret.operands) or len(groups) != len(ret.operands):
+        return 0
+    done = 0
+    for i, v in enumerate(list(ret.operands)):
+        want = layouts[i]
+        if not want or isinstance(v.owner, ir.Block) or pat.op_of(v.owner).name in _VIEWS:
+            continue
+        t = ir.RankedTensorType(v.type)
+        if not t.has_static_shape or len(want) != t.rank + 1 or want[-1] != 0:
+            continue
+        for use in v.uses:
+            c = pat.op_of(use.owner)
+            owner = _view_map(c) if pat.is_generic(c) and len(c.results) == 1 else None
+            if owner is None or sorted(k for k in owner if k is not None) != list(range(t.rank)) \
+                    or len(owner) != t.rank or owner == list(range(t.rank)):
+                continue  # only a permutation of all of v's dims
+            cs = contiguous_strides(ir.RankedTensorType(c.results[0].type).shape)
+            strides = [0] * t.rank
+            for j, k in enumerate(owner):
+                strides[k] = cs[j]
+            if any(n != 1 and a != b for n, a, b in zip(t.shape, strides, want)):
+                continue
+            copy = c.results[0]
+            if any(j != i and _storage(w) == copy and (groups[j] < 0 or groups[j] != groups[i])
+                   for j, w in enumerate(ret.operands)):
+                continue  # eager holds that result apart from this one
+            with ret.context, ret.location, ir.InsertionPoint(ret):
+                init = tensor.EmptyOp(list(t.shape), t.element_type).result
+                view = linalg.transpose(copy, outs=[init], permutation=[owner.index(k) for k in range(t.rank)])
+            ret.operands[i] = view.results[0]
+            done += 1
+            break
     return done
 
 

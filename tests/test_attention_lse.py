@@ -125,7 +125,9 @@ def test_fp32_attention_storing_its_output_twice_does_not_spill():
 
     def fwd(q, k, v, w):
         out, lse = aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)[:2]
-        return out.transpose(1, 2).reshape(2, 1024, 256) @ w, out, lse
+        # contiguous: eager's own layout is the transpose of the matmul's input, which is written
+        # once (test_saved_attention_output_is_a_view_of_the_one_written_for_the_matmul)
+        return out.transpose(1, 2).reshape(2, 1024, 256) @ w, out.contiguous(), lse
 
     args = (*(torch.randn(2, 1024, 4, 64).transpose(1, 2) for _ in range(3)), torch.randn(256, 256))
     with torch.no_grad():
@@ -145,3 +147,25 @@ def test_fp32_attention_storing_its_output_twice_does_not_spill():
         for k in (a, c):
             run = run_ptxas((k.specialized or k).asm["ptx"], "sm_90", "-v")
             assert not re.findall(r"[1-9]\d* bytes spill stores", run.stdout + run.stderr), run.stderr
+
+
+def test_saved_attention_output_is_a_view_of_the_one_written_for_the_matmul():
+    """PyTorch's fused attention returns its output (B, H, T, d) as a transpose of (B, T, H, d): a
+    training forward saves it for the backward, and the out-projection reads it (B, T, H*d). One
+    store (passes/returned_views.py `returned_values_as_views_of_their_copies`), the returned
+    output a view with eager's strides, values as eager's."""
+    def fwd(q, k, v, w):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(2, 40, 64) @ w, out
+
+    gen = torch.Generator().manual_seed(3)
+    args = (*(torch.randn(2, 40, 4, 16, generator=gen).transpose(1, 2) for _ in range(3)),
+            torch.randn(64, 64, generator=gen))
+    with torch.no_grad():
+        (k,) = [k for k in uniorch.compile_aot(fwd, args, "cuda:sm_90").kernels if k.kind == "attention"]
+        assert k.source.source.count("tl.store(") == 1, k.source.source
+        want = fwd(*args)
+        got = uniorch.compile(fwd, target="interpret", fallback="error")(*args)
+    assert not want[1].is_contiguous() and got[1].stride() == want[1].stride()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

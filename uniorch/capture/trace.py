@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
-from . import aliases
+from . import aliases, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -107,12 +107,14 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         with _quiet_tracing(), aliases.recording(module) as found:
             with NoOutsideWrites(), CellsAsMath():
                 ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
+            layouts = eager_layouts.output_layouts(ep.graph_module)
             try:
                 ep = ep.run_decompositions(decomposition_table())
             except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
                 # a count from nonzero/masked_select/unique that later shape arithmetic cannot
                 # bound symbolically fails the trace; without those rewrites the ops stay eager
                 ep = ep.run_decompositions(decomposition_table(data_dependent=False))
+            eager_layouts.mark(ep.graph_module, layouts)
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     cg = _from_exported(ep, traced, t_args, t_kwargs)
