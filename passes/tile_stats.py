@@ -281,6 +281,10 @@ def _match_split(r0) -> _Found | None:
         return None
     summand, total = split
     found = _match(total)
+    if found is not None and (found.chain or found.views or _rounded(summand)):
+        # a 16-bit product stored narrow and widened again (bf16 autocast): fusion leaves the
+        # widening to the reader, so the summand would not be on the kernel's output tile
+        found = None
     if found is None:
         empty = pat.outputs(summand)[0].owner
         total.erase()
@@ -329,6 +333,19 @@ def _split_summand(r0):
         total = _generic([summand.results[0]], [pat.outputs(r0)[0]], [ident, maps[-1]], its,
                          lambda a: [_f("arith.addf", a[1], a[0])])
     return summand.operation, total.operation
+
+
+def _rounded(op, depth: int = 8) -> bool:
+    """Whether the way from pointwise `op` back to its contraction rounds or widens a value."""
+    if depth == 0 or not pat.is_pointwise(op):
+        return False
+    if any(o.name in ("arith.truncf", "arith.extf") for o in pat.body_ops(op)):
+        return True
+    for a in pat.inputs(op):
+        if isinstance(a.type, ir.ShapedType) and not isinstance(a.owner, ir.Block) \
+                and _rounded(pat.op_of(a.owner), depth - 1):
+            return True
+    return False
 
 
 def _match(r0) -> _Found | None:
