@@ -204,7 +204,7 @@ def _next_op(op: ir.Operation) -> ir.Operation:
 def _stamp_fp32_dots(kernel: ir.Operation, fp32_dots: dict) -> None:
     """`fp32_dots` (PassContext) by the kernel's kind; a contraction kernel that is a convolution
     (an implicit GEMM: some factor read through a window) under "convolution"."""
-    from uniorch.codegen.patterns import FP32_DOT, is_convolution, is_generic
+    from uniorch.codegen.patterns import FP32_DOT, is_convolution, is_generic, recomputes_probabilities
 
     if not fp32_dots:
         return
@@ -213,6 +213,10 @@ def _stamp_fp32_dots(kernel: ir.Operation, fp32_dots: dict) -> None:
             is_generic(op) and is_convolution(op) for op in kernel.regions[0].blocks[0].operations):
         kind = "convolution"
     mode = fp32_dots.get(kind, fp32_dots.get("*"))
+    if kind == "chain" and recomputes_probabilities(kernel):
+        # an attention backward's chain: the attention's precision (3xTF32 unless PyTorch's
+        # matmul precision allows TF32, or its memory-efficient kernel is off), not a matmul's
+        mode = fp32_dots.get("attention", fp32_dots.get("*", "tf32x3"))
     if mode:
         kernel.attributes[FP32_DOT] = ir.StringAttr.get(mode, kernel.context)
 

@@ -114,3 +114,36 @@ def test_the_ptx_uses_tf32_tensor_cores_only_when_allowed(precision):
     eff = kinds["highest", SDPBackend.EFFICIENT_ATTENTION]
     assert not eff["contraction"] and eff["attention"], kinds
     assert all(kinds["high", SDPBackend.MATH][k] for k in ("contraction", "attention")), kinds
+
+
+@pytest.mark.parametrize("mode, math_only, expected", [
+    ("highest", False, "tf32x3"), ("highest", True, "ieee"), ("high", False, "tf32")])
+def test_attention_backward_chains_take_the_attentions_precision(precision, mode, math_only, expected):
+    """The chains computing dq, dk and dv recompute the probabilities from the saved log-sum-exp:
+    the backward of a fused attention, whose float32 dots PyTorch's memory-efficient kernel runs
+    as 3xTF32. They ran exact, on FMA units (the B factor copied to N-major before each: 151 MB a
+    step for GPT-2 small's block at 8 x 1024 tokens). A chain of a transformer's MLP (no
+    probabilities) stays a matmul's precision."""
+    from test_training import SplitAttention
+
+    from uniorch.tools.bench.spills import training_halves
+
+    precision(mode)
+    backends = [SDPBackend.MATH] if math_only else [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    torch.manual_seed(0)
+    # traced with the CPU's fused SDPA (its backward reads the log-sum-exp), compiled for the GPU
+    # with its memory-efficient kernel on or off
+    (bwd,) = [(gm, ex) for half, gm, ex in training_halves(SplitAttention(128, 2), (torch.randn(1, 1024, 128),))
+              if half == "bwd"]
+    with sdpa_kernel(backends):
+        kernels = explain_static(*bwd, target="cuda:sm_90").kernels
+    chains = [k for k in kernels if k.kind == "chain"]
+    assert chains, [k.kind for k in kernels]
+    for k in chains:
+        dots = _dots(k.source)
+        assert dots and all(f'input_precision="{expected}"' in d for d in dots), (k.name, dots)
+    mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).eval()
+    (chain,) = [k for k in explain_static(mlp, (torch.randn(256, 64),), target="cuda:sm_90").kernels
+                if k.kind == "chain"]
+    want = "ieee" if mode == "highest" else "tf32"
+    assert all(f'input_precision="{want}"' in d for d in _dots(chain.source))

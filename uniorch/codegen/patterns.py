@@ -95,6 +95,33 @@ def attention_precision(func, dt: str, target) -> str:
     return ', input_precision="tf32x3"'
 
 
+def recomputes_probabilities(func) -> bool:
+    """Whether kernel `func` computes exp(s - m) with m a row statistic read from memory (a
+    tensor with a unit dim where the result has none): an attention backward's probabilities
+    recomputed from the saved log-sum-exp, in the chains that compute dq, dk and dv. Those are
+    the backward of a fused attention (PyTorch's memory-efficient kernel, or the one torch.compile
+    rewrites the written-out pattern to), so their float32 dots take the attention's precision."""
+    for op in op_of(func).regions[0].blocks[0].operations:
+        op = op_of(op)
+        if not is_generic(op):
+            continue
+        blk = body(op)
+        ins, maps = inputs(op), indexing_maps(op)
+        out_shape = ir.ShapedType(op.results[0].type).shape if op.results else []
+        for o in body_ops(op):
+            if o.name != "math.exp" or isinstance(o.operands[0].owner, ir.Block):
+                continue
+            sub = op_of(o.operands[0].owner)
+            if sub.name != "arith.subf" or not isinstance(sub.operands[1].owner, ir.Block):
+                continue
+            k = list(blk.arguments).index(sub.operands[1]) if sub.operands[1] in list(blk.arguments) else -1
+            if 0 <= k < len(ins) and isinstance(ins[k].type, ir.ShapedType):
+                res = maps[k].results
+                if any(isinstance(e, ir.AffineConstantExpr) for e in res) or len(res) < len(out_shape):
+                    return True
+    return False
+
+
 def _has_tf32(target) -> bool:
     from uniorch.targets import TargetError, parse_target
 
