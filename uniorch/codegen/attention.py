@@ -224,6 +224,13 @@ def _schedule(plan: AttnPlan, target: str) -> dict:
             # much, at 64x32 and 8 warps 16-56 bytes once the causal bounds came in; 64x16 at 8
             # warps takes 66-118 registers and spills nothing (32x32 at 8 warps: 48-76)
             bm, bn, warps = 64, min(bn, 16), max(1, 8 * 32 // warp)
+            if "tf32x3" in dot_precision(p1.func, "f32"):
+                # 3xTF32 on tensor cores (the chains of an attention backward take the attention's
+                # precision: patterns.recomputes_probabilities). On sm_90 (Triton 3.6's ptxas) at
+                # head dim 64, 128x32 at 8 warps takes 143-186 registers and spills nothing (GPT-2's
+                # and nanoGPT's steps; 64x64 reaches 255); at 128 (Llama's), 64x32 takes 241-247,
+                # where 64x16 spilled 80-332 bytes and 32x32 at 4 warps 44
+                bm, bn = (128 if M >= 128 and not big else 64), min(32, max(16, _pow2(N1)))
         elif plan.score_loads and not plan.chain and bm >= 128 and fp32_qk:
             # a mask or bias added to FMA scores (BERT's padding mask): at 128x64 and 8 warps
             # Triton 3.6's ptxas spilled 972 bytes a thread on sm_90 (255 registers; 166 without
