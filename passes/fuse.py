@@ -424,7 +424,10 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
             if any(isinstance(v.type, ir.ShapedType) for v in pat.captured_values(x)):
                 return False  # gathers (an embedding of positions before a residual add): own kernel
             if role == "consumer":
-                return pat.is_pointwise(x)
+                # a permuted copy that only matmuls read as a factor stays theirs to load through
+                # their index maps (dOᵀ for an attention backward's keys-major chain): written
+                # here, it was a second copy of the output
+                return pat.is_pointwise(x) and not (pat.is_data_movement(x) and _factor_only(x))
             # producers: transposed A/B, the accumulator's fill; fills/broadcasts of epilogue inputs
             for m in g.ops:
                 if not self._direct_producer(x, m):
@@ -735,3 +738,17 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
                 "reduction": ir.ArrayAttr.get([_size_attr(s) for s in red]),
             })
             anchor.attributes[KIND] = ir.StringAttr.get(g.kind)
+
+
+def _factor_only(x) -> bool:
+    """Whether every reader of `x`'s one result is a contraction reading it as a factor."""
+    if len(x.results) != 1:
+        return False
+    uses = list(x.results[0].uses)
+    for u in uses:
+        c = pat.op_of(u.owner)
+        if not (pat.is_generic(c) and pat.is_contraction(c)):
+            return False
+        if not any(i < pat.num_inputs(c) and v == x.results[0] for i, v in enumerate(c.operands)):
+            return False
+    return bool(uses)
