@@ -52,7 +52,8 @@ def record_result_layouts(module: ir.Module, graph) -> None:
             if lay is not None:  # as the ATen op returns it, before decomposition (capture/eager_layouts.py)
                 layout, key = [*lay[1], lay[2]], ("eager", lay[3])
             elif _static_layout(val):
-                layout, key = [int(s) for s in val.stride()] + [int(val.storage_offset())], ("traced", _storage_key(val))
+                layout = [int(s) for s in val.stride()] + [int(val.storage_offset())]
+                key = ("traced", _storage_key(val))
             entries.append(ir.DenseI64ArrayAttr.get(layout))
             keys.append(key if key is not None and key[1] is not None else None)
         main.attributes[LAYOUTS] = ir.ArrayAttr.get(entries)
