@@ -325,12 +325,7 @@ def _split_summand(r0):
         empty = tensor.EmptyOp(list(shape_t.shape), shape_t.element_type).result
 
         def body(args):
-            mapping = [(blk.arguments[i], args[i]) for i in range(len(ins))]
-            for o in prefix:
-                c = pat.op_of(o.clone())
-                for i, w in enumerate(c.operands):
-                    c.operands[i] = _mapped(mapping, w)
-                mapping += list(zip(o.results, c.results))
+            mapping = _clone_body(prefix, [(blk.arguments[i], args[i]) for i in range(len(ins))])
             return [_mapped(mapping, summed)]
         summand = _generic(ins, [empty], maps[:-1] + [ident], ["parallel"] * n, body)
         total = _generic([summand.results[0]], [pat.outputs(r0)[0]], [ident, maps[-1]], its,
@@ -516,16 +511,15 @@ def _generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | N
     return op
 
 
-def _clone_body(ops: list, arg: ir.Value, v: ir.Value) -> list:
+def _clone_body(ops: list, arg, v=None) -> list:
     """`ops` (a body's, reading block argument `arg`) cloned at the insertion point reading `v`
-    instead: the (original value, clone's value) pairs, `arg`'s first."""
-    mapping = [(arg, v)]
+    instead: the (original value, clone's value) pairs, `arg`'s first. `arg` may instead be a list
+    of such (block argument, value) pairs, for a body over several inputs."""
+    mapping = list(arg) if isinstance(arg, list) else [(arg, v)]
     for o in ops:
         c = pat.op_of(o.clone())
         for i, w in enumerate(c.operands):
-            for old, new in mapping:
-                if w == old:
-                    c.operands[i] = new
+            c.operands[i] = _mapped(mapping, w)
         mapping += list(zip(o.results, c.results))
     return mapping
 
