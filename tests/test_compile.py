@@ -102,6 +102,24 @@ def test_explain_lists_kernels_with_source_locations():
     assert "kernel" in str(rep) and "bytes moved" in str(rep)
 
 
+
+def test_explain_without_arguments_reports_the_last_call():
+    # `cm(x); cm.explain()` compiled the model afresh with no inputs, which a model taking some
+    # cannot run: a capture error instead of the report of the call just made
+    cm = uniorch.compile(Block().eval(), target="interpret")
+    x = torch.randn(4, 32)
+    cm(x)
+    cm(torch.randn(6, 32))
+    last, given = cm.explain(), cm.explain(torch.randn(6, 32))
+    assert last.kernels and not last.fallbacks, str(last)
+    assert str(last).splitlines()[:2] == str(given).splitlines()[:2]
+    assert last.bytes_minimum == given.bytes_minimum > 0
+
+    model = Block().train()
+    tm = uniorch.compile(model, target="interpret")
+    tm(torch.randn(4, 32)).sum().backward()
+    rep = tm.explain()
+    assert rep.kernels and rep.backward is not None and rep.backward.kernels, str(rep)
 def test_explain_reports_fallback_for_unsupported_op():
     def fn(x):
         y = torch.relu(x)

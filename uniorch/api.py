@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 import warnings
@@ -110,6 +111,8 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
+        self._last_key = None
+        self._last_call: Optional[tuple] = None  # (entry, spec) of the call explain() with no arguments reports
         self.kernel_prefix = ""  # starts each kernel's name: what a profiler tells compiles apart by
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
                                  else type(model_or_fn).forward, updated=())
@@ -153,7 +156,7 @@ class CompiledModule:
         return None
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
-        key = self._spec(args, kwargs)
+        key = self._last_key = self._spec(args, kwargs)
         entry = self._cached(key)
         if entry is not None:
             return entry
@@ -289,6 +292,8 @@ class CompiledModule:
         if needs_autograd(self._model, args, kwargs):
             return self.training(*args, **kwargs)
         entry = self.entry(args, kwargs)
+        if args or kwargs:
+            self._last_call = (entry, self._last_key)
         if entry is None or entry.captured is None:
             return self._model(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
@@ -339,7 +344,8 @@ class CompiledModule:
             del model.forward
 
     def explain(self, *args, **kwargs) -> "Report":
-        """The report for this input spec (compiling it first if needed). For a call autograd must
+        """The report for this input spec (compiling it first if needed); with no arguments, that of
+        the last call made with some (`cm(x); cm.explain()`). For a call autograd must
         record (training), the report of the forward graphs the last training call ran (several
         when Dynamo broke the model into pieces: `graph_breaks` says why), with the backward
         graphs' as `.backward` (compiled at the first backward: run one before asking for it)."""
@@ -362,7 +368,13 @@ class CompiledModule:
             rep.backward = merged_report([tc.report(h) for h in backward]) if backward else None
             if backward:
                 rep.saved_bytes = sum(tc.saved.get(id(h), 0) for h in backward)
-                rep.eager_saved_bytes = eager_saved_activation_bytes(self._model, args, kwargs)
+                if args or kwargs:  # eager's count runs the model on them
+                    rep.eager_saved_bytes = eager_saved_activation_bytes(self._model, args, kwargs)
+            return rep
+        if not args and not kwargs and self._last_call is not None and self._last_call[0] is not None:
+            entry, key = self._last_call
+            rep = _report(entry, self._target, None, None, spec=key)
+            rep.recompiles = list(self.recompiles)
             return rep
         entry = self.entry(args, kwargs)
         if entry is None:
@@ -483,7 +495,8 @@ def explain_static(model_or_fn: Any, args: Any = (), kwargs: Optional[dict] = No
     return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False), tgt, args, kwargs)
 
 
-def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
+def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
+    """`spec` in place of `args` and `kwargs`: the call's guard key (`_spec`) gives the inputs' sizes."""
     from .capture.locations import node_source_loc
 
     cg, program = entry.captured, entry.program
@@ -510,8 +523,11 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}
     compiled = sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
-    flat = cg.flat_inputs(args, kwargs)
-    minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+    if spec is not None:
+        minimum = _input_bytes(cg, spec)
+    else:
+        flat = cg.flat_inputs(args, kwargs)
+        minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
     for val in outs_meta:
@@ -531,6 +547,20 @@ def _report(entry: _Entry, tgt: Target, args, kwargs) -> Report:
     boundary = [b for b in boundary if b]
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
                   checks, boundary, list(entry.symbols))
+
+
+def _input_bytes(cg: CapturedGraph, spec) -> int:
+    """The bytes of a call's inputs, parameters and buffers included, from its guard key: the
+    placeholders' sizes where static, the key's for the user's tensors (symbolic in a dynamic compile)."""
+    leaves = spec[1]
+    total = 0
+    for inp, node in zip(cg.inputs, (n for n in cg.graph_module.graph.nodes if n.op == "placeholder")):
+        if inp.kind == "user" and leaves[inp.target][0] == "T":
+            _, shape, dtype = leaves[inp.target][:3]
+            total += math.prod(shape) * dtype.itemsize
+        elif inp.kind != "user" and isinstance(node.meta.get("val"), torch.Tensor):
+            total += node.meta["val"].numel() * node.meta["val"].element_size()
+    return total
 
 
 def _state_name(cg, o: int) -> str:
