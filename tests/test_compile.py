@@ -84,6 +84,44 @@ def test_train_batchnorm_updates_running_stats():
     torch.testing.assert_close(model[1].running_mean, ref[1].running_mean, **TOL)
 
 
+class _ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)
+        self.drop, self.fc = nn.Dropout(0.5), nn.Linear(8 * 6 * 6, 4)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.relu(self.bn(self.conv(x)))).flatten(1))
+
+
+@torch.no_grad()
+def test_train_and_eval_each_get_their_own_compile():
+    # one compile served both modes: after model.eval() the training-mode graph kept its dropout
+    # and batch statistics, a silently wrong answer
+    model = _ConvNet().train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 3, 8, 8)
+    cm(x)
+    ref(x)
+    torch.testing.assert_close(model.bn.running_mean, ref.bn.running_mean, **TOL)
+    model.eval()
+    ref.eval()
+    torch.testing.assert_close(cm(x), ref(x), **TOL)
+    assert any("module modes changed (train -> eval" in r for r in cm.recompiles), cm.recompiles
+    model.train()
+    ref.train()
+    model.drop.eval()  # batch statistics, no dropout: the flags of one submodule count too
+    ref.drop.eval()
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(cm(x), ref(x), **TOL)
+    torch.testing.assert_close(model.bn.running_var, ref.bn.running_var, **TOL)
+    assert "train -> mixed 110 (training: (model), bn)" in cm.recompiles[-1], cm.recompiles
+    cm.eval()  # the model's own eval(), forwarded
+    ref.eval()
+    torch.testing.assert_close(cm(x), ref(x), **TOL)
+    assert len(cm.recompiles) == 2  # back in eval mode: the eval compile serves
+
 def test_output_structure_is_kept():
     def fn(x):
         return {"a": x.sin(), "b": (x.cos(), [x.exp()])}

@@ -112,6 +112,9 @@ class CompiledModule:
         self._warned = False
         self._training = None
         self._last_key = None
+        from .runtime.module_modes import module_modes
+
+        self._modes = module_modes(model_or_fn)  # train/eval flags are part of the guard
         self._last_call: Optional[tuple] = None  # (entry, spec) of the call explain() with no arguments reports
         self.kernel_prefix = ""  # starts each kernel's name: what a profiler tells compiles apart by
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
@@ -133,7 +136,15 @@ class CompiledModule:
     def _spec(self, args: tuple, kwargs: dict):
         """`_spec(args, kwargs)`, remembered per tensor metadata for calls of positional tensors and
         lists of them (the common calls: pytree's flatten is microseconds a call, a small GPU
-        kernel tens)."""
+        kernel tens), with the modules' train/eval flags folded into its structure."""
+        key = self._inputs_spec(args, kwargs)
+        if self._modes is None:
+            return key
+        from .runtime.module_modes import SEP
+
+        return (key[0] + SEP + self._modes.tag(), key[1])
+
+    def _inputs_spec(self, args: tuple, kwargs: dict):
         if kwargs:
             return _spec(args, kwargs)
         fast = _shallow_key(args)
@@ -193,6 +204,13 @@ class CompiledModule:
 
         if not self._cache and not self._symbolic:
             return "", None
+        from .runtime.module_modes import split_modes
+
+        tree, mode = split_modes(key[0])
+        for old_key in self._cache:
+            old_tree, old_mode = split_modes(old_key[0])
+            if old_tree == tree and old_mode != mode:
+                return f"module modes changed ({old_mode} -> {mode}: model.train() or .eval())", None
         for old_key, old in self._cache.items():
             diff = varying_dims(old_key, key)
             if diff:
