@@ -239,3 +239,31 @@ def test_gelu_matches_eager_tightly(approximate):
     got, want, exact = cm(x), fn(x), fn(x.double())
     torch.testing.assert_close(got, want, rtol=1e-5, atol=3e-6)
     assert (got.double() - exact).abs().max() <= 1.5 * (want.double() - exact).abs().max() + 1e-7
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.scale, self.act = nn.Linear(8, 8), 2.0, "relu"
+
+    def forward(self, x):
+        y = self.fc(x) * self.scale
+        return y.relu() if self.act == "relu" else torch.tanh(y)
+
+
+@torch.no_grad()
+def test_a_changed_python_attribute_recompiles():
+    # the capture baked `self.scale` into the graph: after model.scale = 3.0 the compile kept
+    # answering with 2.0, silently (torch.compile guards the attributes it reads)
+    model = _Scaled().eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    model.scale = 3.0
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["attributes changed (scale: 2.0 -> 3.0)"], cm.recompiles
+    model.act = "tanh"
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    model.scale, model.act = 2.0, "relu"  # back to the first values: the first compile serves
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 3 and len(cm.recompiles) == 2, cm.recompiles

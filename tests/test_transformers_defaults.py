@@ -238,3 +238,21 @@ def test_generate_with_static_cache():
     for e in entries:
         assert e.captured is not None, e.capture_error
         assert not e.program.fallbacks, e.program.fallbacks
+
+
+@torch.no_grad()
+def test_a_config_flag_set_after_compiling_is_seen():
+    # `model.config.output_hidden_states = True` after a compile: the capture read it as False and
+    # the compile went on returning no hidden states (torch.compile guards config reads too)
+    torch.manual_seed(0)
+    model = MODELS["gpt2"](transformers).eval()
+    ids = torch.randint(0, 96, (2, 8))
+    cm = uniorch.compile(model, target="interpret")
+    assert cm(ids).hidden_states is None
+    model.config.output_hidden_states = True
+    out, ref = cm(ids), model(ids)
+    assert out.hidden_states is not None and len(out.hidden_states) == len(ref.hidden_states) == 3
+    for g, w in zip(out.hidden_states, ref.hidden_states):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert cm.recompiles == ["attributes changed (config.output_hidden_states: False -> True)"], cm.recompiles
+    assert len(cm(ids).hidden_states) == 3 and cm.cache_size == 2

@@ -66,6 +66,7 @@ class _Entry:
     # state updates (output index -> "" when the kernel writes it into the input, else why it is
     # copied back): runtime/inplace.py
     writes: dict = field(default_factory=dict)
+    attrs: Any = None  # the model's Python values the capture read (capture/attribute_guard.py)
 
 
 def _size_in(key, i: int, d: int) -> Optional[int]:
@@ -106,13 +107,14 @@ class CompiledModule:
         self._symbolic: list = []  # (SymbolicGuard, _Entry): compiles serving many sizes
         self._varying: dict[int, set[int]] = {}  # automatic dynamic: dims seen with two sizes
         self._rejected: dict = {}  # dims tried symbolic and not kept -> why
+        self._stale: dict = {}  # spec -> earlier compiles whose attribute values no longer hold
         self._not_one: dict = {}  # (symbol, id(entry)) whose size 1 differs from the symbolic program -> why
         self.recompiles: list[str] = []  # why each compile after the first happened, and what it became
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
         self._last_key = None
-        from .runtime.module_modes import module_modes
+        from .capture.module_modes import module_modes
 
         self._modes = module_modes(model_or_fn)  # train/eval flags are part of the guard
         self._last_call: Optional[tuple] = None  # (entry, spec) of the call explain() with no arguments reports
@@ -140,7 +142,7 @@ class CompiledModule:
         key = self._inputs_spec(args, kwargs)
         if self._modes is None:
             return key
-        from .runtime.module_modes import SEP
+        from .capture.module_modes import SEP
 
         return (key[0] + SEP + self._modes.tag(), key[1])
 
@@ -159,12 +161,22 @@ class CompiledModule:
 
     def _cached(self, key) -> Optional[_Entry]:
         entry = self._cache.get(key)
-        if entry is not None:
+        if entry is not None and (entry.attrs is None or entry.attrs.holds()):
             return entry
+        for old in self._stale.get(key, ()):  # compiles for other values of the model's attributes
+            if old.attrs.holds():
+                return old
         for guard, sym in self._symbolic:
-            if guard.check(key) is None:
+            if guard.check(key) is None and (sym.attrs is None or sym.attrs.holds()):
                 return sym
         return None
+
+    def _attrs_changed(self, key) -> str:
+        """Why a compile for this spec no longer serves: the model's attributes it read changed."""
+        for entry in [self._cache.get(key)] + [sym for guard, sym in self._symbolic if guard.check(key) is None]:
+            if entry is not None and entry.attrs is not None and not entry.attrs.holds():
+                return f"attributes changed ({entry.attrs.changed()})"
+        return ""
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
         key = self._last_key = self._spec(args, kwargs)
@@ -183,18 +195,24 @@ class CompiledModule:
                     self._warned = True
                 return None
             _check_devices(args, kwargs, self._target)
-            entry = self._admit_ones(key, args, kwargs)
-            if entry is not None:
-                return entry
-            why, baseline = self._why_new(key)
-            entry = self._compile_symbolic(args, kwargs, key, why, baseline)
-            if entry is not None:
-                return entry
+            why = self._attrs_changed(key)
+            baseline = None
+            if not why:
+                entry = self._admit_ones(key, args, kwargs)
+                if entry is not None:
+                    return entry
+                why, baseline = self._why_new(key)
+                entry = self._compile_symbolic(args, kwargs, key, why, baseline)
+                if entry is not None:
+                    return entry
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
                                    cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
+            if key in self._cache:  # kept: the attributes may go back to its values
+                self._stale.setdefault(key, []).append(self._cache[key])
             self._cache[key] = entry
             if why:
-                self.recompiles.append(f"{why}; compiled for these sizes only" + self._rejected_note())
+                sizes = not why.startswith(("attributes changed", "module modes changed"))
+                self.recompiles.append(why + ("; compiled for these sizes only" + self._rejected_note() if sizes else ""))
             return entry
 
     def _why_new(self, key) -> tuple[str, Optional[_Entry]]:
@@ -204,7 +222,7 @@ class CompiledModule:
 
         if not self._cache and not self._symbolic:
             return "", None
-        from .runtime.module_modes import split_modes
+        from .capture.module_modes import split_modes
 
         tree, mode = split_modes(key[0])
         for old_key in self._cache:
@@ -333,8 +351,9 @@ class CompiledModule:
 
     @property
     def cache_size(self) -> int:
-        """Compiles held: one per static input spec, one per symbolic compile."""
-        return len(self._cache) + len(self._symbolic)
+        """Compiles held: one per static input spec, one per symbolic compile, one per earlier
+        value of the model's attributes."""
+        return len(self._cache) + len(self._symbolic) + sum(map(len, self._stale.values()))
 
     def generate(self, *args, **kwargs):
         """`model.generate(...)` (transformers) with every forward call, the prefill and each decode
@@ -449,7 +468,9 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
         attach(program)
     timings["compile"] = time.perf_counter() - t
     timings.update({f"  {k}": v for k, v in program.timings.items()})
-    return _Entry(captured, program, timings, writes=writes)
+    from .capture.attribute_guard import attribute_guard
+
+    return _Entry(captured, program, timings, writes=writes, attrs=attribute_guard(model, captured.attribute_reads))
 
 
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",

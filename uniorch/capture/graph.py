@@ -65,6 +65,8 @@ class CapturedGraph:
     constants: dict[str, Any] = field(default_factory=dict)  # lifted tensor constants by fqn
     name: str = "main"
     aliases: Aliases = field(default_factory=Aliases)  # outputs that are input objects (capture/aliases.py)
+    # (id(obj), name) -> (obj, name, value): plain values the trace read from the model (capture/attribute_guard.py)
+    attribute_reads: dict = field(default_factory=dict)
     symbol_ranges: dict = field(default_factory=dict)  # size symbol -> (low, high or None): export's ranges
 
     # -- what was captured --------------------------------------------------------------------

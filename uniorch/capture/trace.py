@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import CaptureError
-from . import aliases, eager_layouts
+from . import aliases, attribute_guard, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -104,7 +104,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
-        with _quiet_tracing(), aliases.recording(module) as found:
+        with _quiet_tracing(), aliases.recording(module) as found, attribute_guard.recording(module) as reads:
             with NoOutsideWrites(), CellsAsMath():
                 ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
             layouts = eager_layouts.output_layouts(ep.graph_module)
@@ -127,6 +127,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     if baked:
         _unbake(cg, module, spec, flat, keep)
     cg.aliases = found[0]
+    cg.attribute_reads = reads
     bound_outputs(cg)
     to_pairs(cg)
     _record_layouts(cg)

@@ -42,7 +42,8 @@ _MODE_FREE_NAMES = {"transformers.pytorch_utils.Conv1D"}
 _MODE_FREE_MODULES = {"transformers.activations"}  # activation functions only
 
 
-def _mode_free(m: nn.Module) -> bool:
+def mode_free(m: nn.Module) -> bool:
+    """Whether `m` is of a class whose forward never reads `self.training` (nor anything one would set)."""
     t = type(m)
     return t in _MODE_FREE or t.__module__ in _MODE_FREE_MODULES or f"{t.__module__}.{t.__qualname__}" in _MODE_FREE_NAMES
 
@@ -53,7 +54,7 @@ class ModuleModes:
 
     def __init__(self, model: nn.Module):
         self._root = model
-        self._watched = [m for m in model.modules() if not _mode_free(m)]
+        self._watched = [m for m in model.modules() if not mode_free(m)]
         self._tags: dict[tuple, str] = {}
 
     def tag(self) -> str:

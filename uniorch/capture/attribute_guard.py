@@ -1,0 +1,148 @@
+"""Python values a capture read from the model, guarded at each call.
+
+A capture bakes what the forward read from Python attributes into the graph: `x * self.scale`
+becomes a multiply by 2.0, `if self.config.output_hidden_states` picks one structure. Setting
+`model.scale = 3.0` afterwards must not leave the compile answering with 2.0 (torch.compile's
+Dynamo guards every attribute it reads, and recompiles).
+
+While the model is traced, `recording` wraps `__getattribute__` of the model's module classes
+(and of transformers' config objects its modules hold), and keeps each read of a plain value (a
+number, string, None, or a tuple of those) from an object's own attributes. `AttributeGuard`
+compares them at each call, one `operator.itemgetter` over each object's `__dict__`.
+
+Left out, to keep the check at a few microseconds a call:
+- torch.nn's classes (a Linear's sizes, a LayerNorm's eps, Dropout's p) and transformers' Conv1D
+  and activations: changing them after a compile is rare;
+- the `training` flag, which `runtime/module_modes.py` folds into the guard key;
+- nn.Module's own bookkeeping attributes.
+"""
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+from typing import Any, Optional
+
+from torch import nn
+
+from .module_modes import mode_free
+
+_PLAIN = (bool, int, float, str, type(None))
+_MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}
+
+
+def _plain(value) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    return type(value) is tuple and len(value) <= 8 and all(isinstance(v, _PLAIN) for v in value)
+
+
+def _is_config(obj) -> bool:
+    return any(c.__name__ in ("PretrainedConfig", "PreTrainedConfig") for c in type(obj).__mro__)
+
+
+def _watched_classes(model: nn.Module) -> dict[type, list]:
+    """Class -> its instances whose reads count: the model's modules outside torch.nn, and the
+    transformers configs they hold as `config`."""
+    classes: dict[type, list] = {}
+    for m in model.modules():
+        t = type(m)
+        if not t.__module__.startswith("torch.nn.") and not mode_free(m):
+            classes.setdefault(t, []).append(m)
+        config = m.__dict__.get("config")
+        if config is not None and _is_config(config):
+            classes.setdefault(type(config), []).append(config)
+    return classes
+
+
+@contextlib.contextmanager
+def recording(model):
+    """Yields a dict filled while tracing `model` in this thread: (id(obj), name) -> (obj, name,
+    value) for each plain value read from an object's own attributes."""
+    reads: dict = {}
+    if not isinstance(model, nn.Module):
+        yield reads
+        return
+    classes = _watched_classes(model)
+    # resolved before any is patched: a subclass must not reach its base's recorder
+    original = {cls: cls.__getattribute__ for cls in classes}
+    own = {cls: cls.__dict__.get("__getattribute__") for cls in classes}
+    thread = threading.get_ident()
+
+    def recorder_for(cls):
+        get = original[cls]
+
+        def __getattribute__(self, name):
+            value = get(self, name)
+            if (threading.get_ident() == thread and name not in _MODULE_OWN and not name.startswith("__")
+                    and _plain(value)):
+                try:
+                    mine = name in object.__getattribute__(self, "__dict__")
+                except AttributeError:
+                    mine = False
+                if mine and (id(self), name) not in reads:
+                    reads[(id(self), name)] = (self, name, value)
+            return value
+
+        return __getattribute__
+
+    for cls in classes:
+        cls.__getattribute__ = recorder_for(cls)
+    try:
+        yield reads
+    finally:
+        for cls, fn in own.items():
+            if fn is None:
+                del cls.__getattribute__
+            else:
+                cls.__getattribute__ = fn
+
+
+class AttributeGuard:
+    """The values one capture read; `holds()` while every one is unchanged."""
+
+    def __init__(self, reads: dict, names: dict[int, str]):
+        by_obj: dict[int, tuple[Any, list]] = {}
+        for obj, name, value in reads.values():
+            by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
+        self.checks = []
+        for key, (obj, pairs) in by_obj.items():
+            attrs = tuple(n for n, _ in pairs)
+            expected = tuple(v for _, v in pairs) if len(pairs) > 1 else pairs[0][1]
+            # the values straight from the instance's dict, where each was read: a transformers
+            # config's own __getattribute__ takes a microsecond an attribute
+            state = object.__getattribute__(obj, "__dict__")
+            self.checks.append((state, operator.itemgetter(*attrs), expected, attrs, names.get(key, type(obj).__name__), obj))
+
+    def holds(self) -> bool:
+        for state, get, expected, _, _, _ in self.checks:
+            try:
+                if get(state) != expected:
+                    return False
+            except KeyError:  # deleted since
+                return False
+        return True
+
+    def changed(self) -> str:
+        """The first values that differ now, as 'where.name: old -> new'."""
+        out = []
+        for _, _, expected, attrs, where, obj in self.checks:
+            olds = expected if len(attrs) > 1 else (expected,)
+            for name, old in zip(attrs, olds):
+                new = getattr(obj, name, "<deleted>")
+                if new != old:
+                    out.append(f"{where + '.' if where else ''}{name}: {old!r} -> {new!r}")
+        return ", ".join(out[:3]) + (f" and {len(out) - 3} more" if len(out) > 3 else "")
+
+
+def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
+    if not reads:
+        return None
+    names: dict[int, str] = {}
+    if isinstance(model, nn.Module):
+        for name, m in model.named_modules():
+            names.setdefault(id(m), name)
+            config = m.__dict__.get("config")
+            if config is not None:
+                names.setdefault(id(config), f"{name}.config" if name else "config")
+    return AttributeGuard(reads, names)
