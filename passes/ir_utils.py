@@ -134,3 +134,40 @@ def erase_dead_pure_ops(block: ir.Block) -> None:
             if op.name in PURE_GLUE and all(len(list(r.uses)) == 0 for r in op.results):
                 op.erase()
                 changed = True
+
+
+def size_as_index(size, func_op: ir.Operation) -> ir.Value:
+    """A loop size (an int, or an expression over the size symbols: uniorch/ir/dims.py) as an
+    `index` value at the insertion point, built from `tensor.dim`s of the function's arguments:
+    they precede every kernel, so a value sized by it never depends on a kernel that reads it."""
+    import sympy
+    from torch_mlir.dialects import arith, tensor
+
+    from uniorch.ir import dims
+
+    index = ir.IndexType.get()
+
+    def const(n: int) -> ir.Value:
+        return arith.ConstantOp(index, int(n)).result
+
+    if isinstance(size, int) or (isinstance(size, sympy.Expr) and size.is_Integer):
+        return const(int(size))
+    args = func_op.regions[0].blocks[0].arguments
+    for arg in args:
+        if isinstance(arg.type, ir.RankedTensorType):
+            try:
+                shape = dims.shape(arg)
+            except dims.UnknownSize:
+                continue
+            for j, s in enumerate(shape):
+                if not isinstance(s, int) and sympy.simplify(s - size) == 0:
+                    return tensor.DimOp(arg, const(j)).result
+    if isinstance(size, sympy.Add):
+        terms = [size_as_index(t, func_op) for t in size.args]
+        total = terms[0]
+        for t in terms[1:]:
+            total = arith.AddIOp(total, t).result
+        return total
+    if isinstance(size, sympy.Mul) and len(size.args) == 2 and size.args[0].is_Integer:
+        return arith.MulIOp(const(int(size.args[0])), size_as_index(size.args[1], func_op)).result
+    raise LoweringError(f"no function argument gives the size {size}")

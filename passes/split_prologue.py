@@ -19,7 +19,7 @@ from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
-from .ir_utils import iterator_types_attr
+from .ir_utils import iterator_types_attr, size_as_index
 
 
 def split_prologues(func_op: ir.Operation) -> None:
@@ -138,10 +138,13 @@ def _prologue(op, value, ops, args, maps, sizes) -> ir.Operation:
     et = value.type
     loc = ir.Location.fused([o.location for o in ops]) if ops else op.location
     with loc:
-        empty = tensor.EmptyOp([sizes[d] for d in dims], et).result
+        # a symbolic size (a decode step's sequence length) from the function's arguments
+        empty = tensor.EmptyOp([sizes[d] if isinstance(sizes[d], int) else size_as_index(sizes[d], op.parent)
+                                for d in dims], et).result
+        shape = [sizes[d] if isinstance(sizes[d], int) else ir.ShapedType.get_dynamic_size() for d in dims]
         in_maps = [remap(maps[a]) for a in args] + [ir.AffineMap.get_identity(len(dims))]
         p = ir.Operation.create(
-            "linalg.generic", results=[ir.RankedTensorType.get([sizes[d] for d in dims], et)],
+            "linalg.generic", results=[ir.RankedTensorType.get(shape, et)],
             operands=[ins[a] for a in args] + [empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in in_maps]),
                         "iterator_types": iterator_types_attr(["parallel"] * len(dims)),

@@ -368,3 +368,20 @@ def test_symbolic_scan_cross_compiles(target, binary):
         assert k.asm[binary][:4] == b"\x7fELF"
         sig = k.asm["ttir"].split("tt.func", 1)[1].split("{", 1)[0]
         assert sig.count(": i32") + sig.count(": i64") >= len(k.source.symbols), sig
+
+
+def test_decode_attention_probabilities_split_from_the_value_product_with_a_symbolic_length():
+    # a decode step's P @ V (one query, a cache of s + 1 keys; rows whose keys are all masked give
+    # 0): the probabilities read three tensors, so uniorch-preprocess splits them from the product
+    # into a pointwise kernel, whose tensor.empty needed the symbolic length as a value. It failed
+    # (an internal error), and GPT-2's generate() compiled every decode step anew.
+    def f(s, v, flag):
+        e = (s - s.amax(-1, keepdim=True)).exp()
+        p = torch.where(flag, 0.0, e / e.sum(-1, keepdim=True))
+        return p @ v
+
+    cm = uniorch.compile(f, target="interpret", fallback="error")
+    for n in (5, 9, 12):
+        s, v, flag = torch.randn(2, 4, 1, n), torch.randn(2, 4, n, 8), torch.rand(2, 4, 1, 1) > 0.7
+        torch.testing.assert_close(cm(s, v, flag), f(s, v, flag), rtol=1e-5, atol=1e-6)
+    assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
