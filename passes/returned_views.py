@@ -88,6 +88,8 @@ def returned_permutes_as_views(main) -> int:
     layouts = [list(ir.DenseI64ArrayAttr(a)) for a in ir.ArrayAttr(main.attributes[LAYOUTS])]
     found = {}  # result index -> (the value the copies read, the copies and reshapes from it)
     for i, v in enumerate(ret.operands):
+        if not isinstance(v.type, ir.RankedTensorType):  # a size returned (a symbolic cache length)
+            continue
         base, steps = _steps(v) if layouts[i] else (None, [])
         layout = _layout(base) if any(kind == "copy" for kind, *_ in steps) else None
         for kind, op, *owner in steps:

@@ -146,11 +146,13 @@ def test_decoder_with_cache_compiles_whole(name):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "opt"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "opt", "mistral"])
 def test_generate_matches_eager_token_for_token(name):
     """`uniorch.compile(model).generate(...)`: the prefill and every decode step (a DynamicCache in
-    and out) are captured and compiled, and greedy decoding gives eager's tokens."""
-    if name != "llama" and not config.flag("UNIORCH_SLOW_TESTS"):
+    and out) are captured and compiled, and greedy decoding gives eager's tokens. Mistral's cache
+    layers slide (a window of 4096): their token counter was structure, and every step compiled
+    anew (capture/library_pytrees.py); its symbolic compile holds below the window."""
+    if name not in ("llama", "mistral") and not config.flag("UNIORCH_SLOW_TESTS"):
         pytest.skip("UNIORCH_SLOW_TESTS=1 runs every family")
     torch.manual_seed(1)
     model = MODELS[name](transformers).eval()
@@ -164,7 +166,10 @@ def test_generate_matches_eager_token_for_token(name):
     # the prefill, the first decode step (a cache appears), then the second step with the cache one
     # longer: a symbolic compile (automatic dynamic) that every later step would reuse
     entries = list(cm._cache.values()) + [e for _, e in cm._symbolic]
-    assert len(entries) == cm.cache_size == 3 and len(cm._symbolic) == 1
+    assert len(entries) == cm.cache_size == 3 and len(cm._symbolic) == 1, cm.recompiles
+    if name == "mistral":  # export's check of the window bounds the symbolic length
+        ranges = cm._symbolic[0][0].ranges
+        assert ranges and all(hi is not None and hi <= 4096 for _, hi in ranges.values()), ranges
     for e in entries:
         assert e.captured is not None, e.capture_error
         assert not e.program.fallbacks, e.program.fallbacks

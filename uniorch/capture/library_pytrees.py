@@ -30,6 +30,7 @@ def register_for(module) -> None:
         register_cache_pytrees_for_model = None
     if register_cache_pytrees_for_model is not None:
         register_cache_pytrees_for_model(module)
+        _counters_as_lengths()
         return
     try:  # transformers 4.x: DynamicCache only
         from transformers.integrations.executorch import register_dynamic_cache_export_support
@@ -60,3 +61,92 @@ def _model_outputs() -> None:
         if cls not in pytree.SUPPORTED_NODES:
             getattr(generic, "_registered_model_output_types", set()).discard(cls)
             register(cls)
+
+
+_KEYS_LEN = "uniorch: the length of keys"  # a sliding layer's counter, in a cache's pytree context
+
+
+def _counters_as_lengths() -> None:
+    """A sliding-window cache layer (Mistral's, Gemma's) counts the tokens it has seen in a Python
+    int, `cumulative_length`, which transformers' pytree context holds as structure: every decode
+    step was a new input structure, and `generate()` compiled every step anew. Until the window
+    fills, the counter equals the length of the layer's keys, so the context says just that, and
+    unflattening reads it back from the keys (a symbolic size in a symbolic compile, whose checks
+    against the window become the compile's guards). Past the window it stays a number."""
+    import torch.utils._pytree as pytree
+
+    layer = getattr(sys.modules.get("transformers.cache_utils"), "DynamicSlidingWindowLayer", None)
+    if layer is None:
+        return
+    for cls, node in list(pytree.SUPPORTED_NODES.items()):
+        flatten = node.flatten_fn
+        if getattr(flatten, "__name__", "") != "_pytree_flatten" or "transformers" not in flatten.__module__:
+            continue
+        pytree._deregister_pytree_node(cls)
+        pytree.register_pytree_node(cls, _wrap_flatten(flatten, layer), _wrap_unflatten(node.unflatten_fn, layer),
+                                    serialized_type_name=f"{cls.__module__}:{cls.__qualname__}",
+                                    flatten_with_keys_fn=_wrap_flatten_with_keys(flatten, layer))
+
+
+def _sliding_layers(obj, layer_cls, depth: int = 0):
+    if isinstance(obj, layer_cls):
+        yield obj
+    elif depth < 3 and hasattr(obj, "__dict__"):
+        for v in vars(obj).values():
+            for item in (v if type(v) in (list, tuple) else (v,)):
+                if hasattr(item, "__dict__"):
+                    yield from _sliding_layers(item, layer_cls, depth + 1)
+
+
+def _same_size(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        expr = [x.node.expr if isinstance(x, torch.SymInt) else x for x in (a, b)]
+        return bool(expr[0] == expr[1])
+    return type(a) is int and a == b
+
+
+def _marked(obj, layer_cls) -> list:
+    """The sliding layers of `obj` whose counter is the keys' length, marked as such (undo: the list)."""
+    import torch
+
+    done = []
+    for lay in _sliding_layers(obj, layer_cls):
+        state = vars(lay)
+        keys, count = state.get("keys"), state.get("cumulative_length")
+        if (isinstance(keys, torch.Tensor) and keys.dim() >= 2 and not state.get("record_past")
+                and _same_size(count, keys.shape[-2])):
+            state["cumulative_length"] = _KEYS_LEN
+            done.append((state, count))
+    return done
+
+
+def _wrap_flatten(flatten, layer_cls):
+    def _pytree_flatten(obj):
+        undo = _marked(obj, layer_cls)
+        try:
+            return flatten(obj)
+        finally:
+            for state, count in undo:
+                state["cumulative_length"] = count
+    return _pytree_flatten
+
+
+def _wrap_flatten_with_keys(flatten, layer_cls):
+    import torch.utils._pytree as pytree
+
+    def flatten_with_keys(obj):
+        leaves, context = _wrap_flatten(flatten, layer_cls)(obj)
+        return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+    return flatten_with_keys
+
+
+def _wrap_unflatten(unflatten, layer_cls):
+    def _pytree_unflatten(values, context):
+        obj = unflatten(values, context)
+        for lay in _sliding_layers(obj, layer_cls):
+            if vars(lay).get("cumulative_length") == _KEYS_LEN:
+                vars(lay)["cumulative_length"] = lay.keys.shape[-2]
+        return obj
+    return _pytree_unflatten

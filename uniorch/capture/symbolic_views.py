@@ -140,3 +140,36 @@ def collapse_symbolic_views(gm: torch.fx.GraphModule) -> int:
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return done
+
+
+def decided_min_max(gm: torch.fx.GraphModule) -> int:
+    """`torch.sym_max(a, b)` / `sym_min` whose order holds over the size symbols' ranges (what the
+    trace's guards left them: a sliding-window cache's `keys[:, :, -4095:]` normalizes its start as
+    `max(s - 4095, 0)`, and `s + 1 < 4096` was checked): the operand it always picks. torch-mlir's
+    importer has no rule for either, and the symbolic compile was given up."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
+            continue
+        a, b = node.args
+        va = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else b
+        sym = next((v for v in (va, vb) if isinstance(v, torch.SymInt)), None)
+        if sym is None or not all(isinstance(v, (int, torch.SymInt)) for v in (va, vb)):
+            continue
+        diff = sym.node.shape_env.bound_sympy(sympy.expand(_expr(va) - _expr(vb)))
+        if diff.lower >= 0:  # a >= b always
+            pick = a if node.target is torch.sym_max else b
+        elif diff.upper <= 0:
+            pick = b if node.target is torch.sym_max else a
+        else:
+            continue
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda x: pick if x is node else x)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda x: pick if x is node else x)
+        gm.graph.erase_node(node)
+        done += 1
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return done

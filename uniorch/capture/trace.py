@@ -35,7 +35,7 @@ from .outside_writes import NoOutsideWrites
 from .rnn_cells import CellsAsMath
 from .scatter_rows import scatter_add_rows
 from .strided_views import as_strided_as_views
-from .symbolic_views import collapse_symbolic_views, drop_noop_expands, specialized_sizes_as_ints
+from .symbolic_views import collapse_symbolic_views, decided_min_max, drop_noop_expands, specialized_sizes_as_ints
 
 
 class _FunctionModule(torch.nn.Module):
@@ -123,6 +123,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     if dynamic:
         specialized_sizes_as_ints(cg.graph_module)
         drop_noop_expands(cg.graph_module)
+        decided_min_max(cg.graph_module)
         collapse_symbolic_views(cg.graph_module)
     if baked:
         _unbake(cg, module, spec, flat, keep)

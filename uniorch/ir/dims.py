@@ -16,8 +16,10 @@ the symbols from `@main`'s inputs per call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
 from typing import Union
 
 import sympy
@@ -26,6 +28,8 @@ from sympy.printing.str import StrPrinter
 from torch_mlir import ir
 
 ARG_DIMS = "uniorch.arg_dims"
+RANGES = "uniorch.size_ranges"  # on @main: symbol -> [low, high], where the trace bounded it
+_local = threading.local()
 Size = Union[int, sympy.Expr]
 
 
@@ -122,11 +126,54 @@ def cdiv(n: Size, block: int) -> Size:
     return sympy.ceiling(n / block)
 
 
+@contextlib.contextmanager
+def ranges_of(func_op):
+    """While compiling `func_op`'s module: its symbols' ranges (`RANGES`), for `bounds`. A guard
+    keeps each call inside them (runtime/guards.py), as export's checks left them (a sliding-window
+    cache's length below its window)."""
+    ranges = {}
+    if func_op is not None and RANGES in func_op.attributes:
+        d = ir.DictAttr(func_op.attributes[RANGES])
+        for name in [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes["uniorch.size_range_names"])]:
+            lo, hi = list(ir.DenseI64ArrayAttr(d[name]))
+            ranges[name] = (lo, hi)
+    prev = getattr(_local, "ranges", None)
+    _local.ranges = ranges
+    try:
+        yield ranges
+    finally:
+        _local.ranges = prev
+
+
+def _ranged_bounds(size, ranges: dict):
+    """`bounds` of a linear expression from its symbols' ranges, else None."""
+    syms = sorted(size.free_symbols, key=str)
+    try:
+        p = sympy.Poly(sympy.expand(size), *syms)
+    except sympy.PolynomialError:
+        return None
+    if p.total_degree() > 1:
+        return None
+    lo = hi = p.coeff_monomial(1)
+    for s in syms:
+        c = p.coeff_monomial(s)
+        slo, shi = ranges.get(str(s), (2, None))
+        shi = sympy.oo if shi is None else shi
+        lo, hi = (lo + c * slo, hi + c * shi) if c > 0 else (lo + c * shi, hi + c * slo)
+    return lo, hi
+
+
 def bounds(size: Size) -> tuple:
     """(lowest, highest) value of a size over every value of its symbols (each at least 2, as the
-    guards keep them: sizes 0 and 1 recompile); -inf/inf where unbounded or not known."""
+    guards keep them: sizes 0 and 1 recompile, and within the ranges `ranges_of` gives); -inf/inf
+    where unbounded or not known."""
     if isinstance(size, int) or size.is_number:
         return int(size), int(size)
+    ranges = getattr(_local, "ranges", None)
+    if ranges and any(str(s) in ranges for s in size.free_symbols):
+        found = _ranged_bounds(size, ranges)
+        if found is not None:
+            return found
     t = {s: symbol(f"_t_{s}") + 2 for s in size.free_symbols}  # s = 2 + t, t >= 0
     e = sympy.expand(size.subs(t))
     if not e.is_polynomial():
@@ -184,6 +231,7 @@ def record_symbols(module: ir.Module, graph) -> None:
     import torch
 
     found: dict[str, int] = {}
+    limited: dict[str, tuple[int, int]] = {}
 
     def size(s):
         if not isinstance(s, torch.SymInt):
@@ -197,6 +245,9 @@ def record_symbols(module: ir.Module, graph) -> None:
         for sym in expr.free_symbols:
             if sym in values:
                 found[str(sym)] = int(values[sym])
+            vr = env.var_to_range.get(sym)
+            if vr is not None and getattr(vr.upper, "is_Integer", False):
+                limited[str(sym)] = (max(2, int(vr.lower)), int(vr.upper))
         return parse(str(expr))
 
     arg_dims = []
@@ -218,6 +269,9 @@ def record_symbols(module: ir.Module, graph) -> None:
     with module.context:
         main.attributes["uniorch.size_hints"] = ir.DictAttr.get(
             {k: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v) for k, v in sorted(found.items())})
+        if limited:
+            main.attributes[RANGES] = ir.DictAttr.get({k: ir.DenseI64ArrayAttr.get(list(v)) for k, v in limited.items()})
+            main.attributes["uniorch.size_range_names"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in limited])
 
 
 def arg_symbols(func_op) -> list[str]:

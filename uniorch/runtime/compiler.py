@@ -207,6 +207,13 @@ def compile_module(module: ir.Module, target: Target, run: bool = True, input_sp
     launch now; `all_nodes` are the FX nodes a failure without a location is blamed on."""
     from uniorch.passes.ir_utils import main_func
 
+    with dims.ranges_of(main_func(module)):
+        return _compile_module(module, target, run, input_specs, all_nodes, timings, kernel_prefix)
+
+
+def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel_prefix) -> CompiledGraph:
+    from uniorch.passes.ir_utils import main_func
+
     all_nodes = all_nodes or []
     timings = timings if timings is not None else {}
     t = time.perf_counter()
