@@ -267,3 +267,21 @@ def test_a_changed_python_attribute_recompiles():
     model.scale, model.act = 2.0, "relu"  # back to the first values: the first compile serves
     torch.testing.assert_close(cm(x), model(x), **TOL)
     assert cm.cache_size == 3 and len(cm.recompiles) == 2, cm.recompiles
+
+
+@torch.no_grad()
+def test_parameters_converted_after_compiling_recompile():
+    # model.to(torch.bfloat16) after a compile: the kernels, compiled for float32 weights, read
+    # bf16 ones and returned float32 NaNs (the embedding's int64 input spec was unchanged)
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), nn.LayerNorm(16)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    ids = torch.randint(0, 50, (2, 5))
+    torch.testing.assert_close(cm(ids), model(ids), **TOL)
+    model.to(torch.bfloat16)
+    out, ref = cm(ids), model(ids)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    assert cm.recompiles == ["parameters changed (now bfloat16 on cpu: model.to() or .half())"], cm.recompiles
+    model.float()  # as compiled first: that compile serves again
+    torch.testing.assert_close(cm(ids), model(ids), **TOL)
+    assert cm.cache_size == 2

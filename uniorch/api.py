@@ -211,7 +211,7 @@ class CompiledModule:
                 self._stale.setdefault(key, []).append(self._cache[key])
             self._cache[key] = entry
             if why:
-                sizes = not why.startswith(("attributes changed", "module modes changed"))
+                sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed"))
                 self.recompiles.append(why + ("; compiled for these sizes only" + self._rejected_note() if sizes else ""))
             return entry
 
@@ -222,12 +222,16 @@ class CompiledModule:
 
         if not self._cache and not self._symbolic:
             return "", None
-        from .capture.module_modes import split_modes
+        from .capture.module_modes import split_modes, split_params
 
         tree, mode = split_modes(key[0])
         for old_key in self._cache:
             old_tree, old_mode = split_modes(old_key[0])
             if old_tree == tree and old_mode != mode:
+                (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
+                if old_params != params:
+                    return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \
+                           f"model.to() or .half())", None
                 return f"module modes changed ({old_mode} -> {mode}: model.train() or .eval())", None
         for old_key, old in self._cache.items():
             diff = varying_dims(old_key, key)

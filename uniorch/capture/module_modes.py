@@ -1,4 +1,5 @@
-"""The train/eval flags of a model's modules, as part of a compile's guard.
+"""The train/eval flags of a model's modules, and its parameters' dtypes and devices, as part of
+a compile's guard.
 
 A capture records one mode's graph: dropout and BatchNorm's batch statistics in training mode,
 neither in eval mode, and any module may branch on `self.training` (transformers' attention
@@ -11,6 +12,7 @@ its modules), so the check costs a few microseconds a call on a GPT-2 (162 modul
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Optional
 
@@ -56,8 +58,25 @@ class ModuleModes:
         self._root = model
         self._watched = [m for m in model.modules() if not mode_free(m)]
         self._tags: dict[tuple, str] = {}
+        _count_conversions()
+        self._seen = _conversions[0]
+        self._first = self._params = _tensors_meta(model)
+        self._params_tag = ""
+        self._params_tags: dict[tuple, str] = {self._first: ""}
 
     def tag(self) -> str:
+        if _conversions[0] != self._seen:  # a module was converted (.to(), .half(), .cuda()) since
+            self._seen = _conversions[0]
+            meta = _tensors_meta(self._root)
+            if meta != self._params:
+                self._params = meta
+                tag = self._params_tags.get(meta)
+                if tag is None:
+                    tag = self._params_tags[meta] = f"{PARAMS}{len(self._params_tags)} ({_describe(meta)})"
+                self._params_tag = tag
+        return self._modes_tag() + self._params_tag
+
+    def _modes_tag(self) -> str:
         flags = tuple(map(_TRAINING, self._watched))
         tag = self._tags.get(flags)
         if tag is None:
@@ -81,14 +100,50 @@ def module_modes(model) -> Optional[ModuleModes]:
     own guards cover the modes)."""
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
         return None
-    modes = ModuleModes(model)
-    return modes if modes._watched else None
+    return ModuleModes(model)
 
 
 SEP = " |modes="
+PARAMS = " |params="
 
 
 def split_modes(tree: str) -> tuple[str, str]:
     """A guard key's structure and the modes tag folded into it ("" if none)."""
     base, sep, tag = tree.partition(SEP)
     return base, tag
+
+
+def split_params(tag: str) -> tuple[str, str]:
+    """A modes tag's train/eval part and its parameters' part ("" while they are as compiled first)."""
+    modes, sep, params = tag.partition(PARAMS)
+    return modes, params
+
+
+# Parameters and buffers converted after a compile (model.to(torch.bfloat16), .half(), .cuda()):
+# the kernels were compiled for the old dtypes and devices. Checking every parameter's metadata
+# each call costs 10-15 us on a GPT-2 (148 tensors), so each call compares one counter, which
+# nn.Module._apply (every conversion goes through it) moves, and only then the tensors.
+_conversions = [0]
+
+
+def _count_conversions() -> None:
+    apply = nn.Module._apply
+    if getattr(apply, "_uniorch_counts", False):
+        return
+
+    @functools.wraps(apply)
+    def _apply(self, *args, **kwargs):
+        _conversions[0] += 1
+        return apply(self, *args, **kwargs)
+
+    _apply._uniorch_counts = True
+    nn.Module._apply = _apply
+
+
+def _tensors_meta(model: nn.Module) -> tuple:
+    return tuple((t.dtype, t.device, tuple(t.shape)) for t in (*model.parameters(), *model.buffers()))
+
+
+def _describe(meta: tuple) -> str:
+    kinds = sorted({f"{str(d).removeprefix('torch.')} on {dev}" for d, dev, _ in meta})
+    return ", ".join(kinds[:3]) + (" and more" if len(kinds) > 3 else "")
