@@ -285,3 +285,19 @@ def test_parameters_converted_after_compiling_recompile():
     model.float()  # as compiled first: that compile serves again
     torch.testing.assert_close(cm(ids), model(ids), **TOL)
     assert cm.cache_size == 2
+
+
+@torch.no_grad()
+def test_a_forward_hook_added_or_removed_after_compiling_recompiles():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    handle = model[1].register_forward_hook(lambda mod, inputs, out: out * 10)  # was ignored
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["forward hooks registered or removed"], cm.recompiles
+    handle.remove()
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    nn.Linear(2, 2).register_forward_hook(lambda *a: None)  # another module's: no recompile
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 2 and len(cm.recompiles) == 1, cm.recompiles

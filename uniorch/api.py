@@ -175,7 +175,8 @@ class CompiledModule:
         """Why a compile for this spec no longer serves: the model's attributes it read changed."""
         for entry in [self._cache.get(key)] + [sym for guard, sym in self._symbolic if guard.check(key) is None]:
             if entry is not None and entry.attrs is not None and not entry.attrs.holds():
-                return f"attributes changed ({entry.attrs.changed()})"
+                what = entry.attrs.changed()
+                return what if what.startswith("forward hooks") else f"attributes changed ({what})"
         return ""
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
@@ -211,7 +212,8 @@ class CompiledModule:
                 self._stale.setdefault(key, []).append(self._cache[key])
             self._cache[key] = entry
             if why:
-                sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed"))
+                sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed",
+                                            "forward hooks"))
                 self.recompiles.append(why + ("; compiled for these sizes only" + self._rejected_note() if sizes else ""))
             return entry
 

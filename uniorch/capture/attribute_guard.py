@@ -23,6 +23,7 @@ import operator
 import threading
 from typing import Any, Optional
 
+import torch
 from torch import nn
 
 from .module_modes import mode_free
@@ -98,10 +99,48 @@ def recording(model):
                 cls.__getattribute__ = fn
 
 
-class AttributeGuard:
-    """The values one capture read; `holds()` while every one is unchanged."""
+def _hook_state(model: nn.Module) -> tuple:
+    """Which forward hooks and pre-hooks are registered: per module that has any, and globally."""
+    from torch.nn.modules import module as nn_module
 
-    def __init__(self, reads: dict, names: dict[int, str]):
+    mods = tuple((name, tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for name, m in model.named_modules()
+                 if m._forward_hooks or m._forward_pre_hooks)
+    return mods, tuple(nn_module._global_forward_hooks), tuple(nn_module._global_forward_pre_hooks)
+
+
+class _Hooks:
+    """The forward hooks a capture ran (taken after it: transformers installs its output-capturing
+    hooks in the first call). A hook registered or removed since changes the model's forward, so
+    the compile must not serve: a hook that scales an output, added after compiling, was ignored.
+    Every registration takes a number from one counter (RemovableHandle.next_id), so a call
+    compares that and the sizes of the hook tables the capture saw, and lists the hooks only
+    when either moved."""
+
+    def __init__(self, model: nn.Module):
+        from torch.nn.modules import module as nn_module
+        from torch.utils.hooks import RemovableHandle
+
+        self.model, self.handles = model, RemovableHandle
+        self.state = _hook_state(model)
+        self.next_id = RemovableHandle.next_id
+        tables = [nn_module._global_forward_hooks, nn_module._global_forward_pre_hooks]
+        tables += [t for m in model.modules() for t in (m._forward_hooks, m._forward_pre_hooks) if t]
+        self.sizes = [(t, len(t)) for t in tables]
+
+    def holds(self) -> bool:
+        if self.handles.next_id == self.next_id and all(len(t) == n for t, n in self.sizes):
+            return True
+        if _hook_state(self.model) != self.state:
+            return False
+        self.next_id = self.handles.next_id  # a hook elsewhere (another model, a tensor): nothing of ours
+        return True
+
+
+class AttributeGuard:
+    """The values one capture read; `holds()` while every one is unchanged (and the hooks too)."""
+
+    def __init__(self, reads: dict, names: dict[int, str], hooks: Optional[_Hooks] = None):
+        self.hooks = hooks
         by_obj: dict[int, tuple[Any, list]] = {}
         for obj, name, value in reads.values():
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
@@ -115,6 +154,8 @@ class AttributeGuard:
             self.checks.append((state, operator.itemgetter(*attrs), expected, attrs, names.get(key, type(obj).__name__), obj))
 
     def holds(self) -> bool:
+        if self.hooks is not None and not self.hooks.holds():
+            return False
         for state, get, expected, _, _, _ in self.checks:
             try:
                 if get(state) != expected:
@@ -126,6 +167,8 @@ class AttributeGuard:
     def changed(self) -> str:
         """The first values that differ now, as 'where.name: old -> new'."""
         out = []
+        if self.hooks is not None and _hook_state(self.hooks.model) != self.hooks.state:
+            out.append("forward hooks registered or removed")
         for _, _, expected, attrs, where, obj in self.checks:
             olds = expected if len(attrs) > 1 else (expected,)
             for name, old in zip(attrs, olds):
@@ -136,8 +179,8 @@ class AttributeGuard:
 
 
 def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
-    if not reads:
-        return None
+    if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
+        return AttributeGuard(reads, {}) if reads else None
     names: dict[int, str] = {}
     if isinstance(model, nn.Module):
         for name, m in model.named_modules():
@@ -145,4 +188,4 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
             config = m.__dict__.get("config")
             if config is not None:
                 names.setdefault(id(config), f"{name}.config" if name else "config")
-    return AttributeGuard(reads, names)
+    return AttributeGuard(reads, names, _Hooks(model))
