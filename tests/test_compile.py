@@ -301,3 +301,19 @@ def test_a_forward_hook_added_or_removed_after_compiling_recompiles():
     nn.Linear(2, 2).register_forward_hook(lambda *a: None)  # another module's: no recompile
     torch.testing.assert_close(cm(x), model(x), **TOL)
     assert cm.cache_size == 2 and len(cm.recompiles) == 1, cm.recompiles
+
+
+@torch.no_grad()
+def test_autocast_around_a_compiled_call_is_part_of_its_guard():
+    # a compile made outside autocast answered calls inside it in float32, where eager computes
+    # the linear layers in bf16 and returns bf16
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 8)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref = cm(x), model(x)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
+    assert cm.recompiles == ["autocast changed (off -> cpu:bfloat16)"], cm.recompiles
+    assert cm(x).dtype == torch.float32 and cm.cache_size == 2

@@ -38,6 +38,16 @@ def _shallow_key(args: tuple):
     return tuple(key)
 
 
+AUTOCAST = " |autocast="
+
+
+def _autocast_tag() -> str:
+    """The autocast regions a call runs in ("" for none): `torch.autocast` changes the ops' dtypes."""
+    on = [f"{d}:{str(torch.get_autocast_dtype(d)).removeprefix('torch.')}" for d in ("cpu", "cuda")
+          if torch.is_autocast_enabled(d)]
+    return AUTOCAST + ",".join(on) if on else ""
+
+
 def _spec(args: tuple, kwargs: dict):
     """The guard key of one call: structure, and per leaf its tensor metadata or constant value."""
     leaves, tree = pytree.tree_flatten((args, kwargs))
@@ -140,11 +150,12 @@ class CompiledModule:
         lists of them (the common calls: pytree's flatten is microseconds a call, a small GPU
         kernel tens), with the modules' train/eval flags folded into its structure."""
         key = self._inputs_spec(args, kwargs)
-        if self._modes is None:
+        amp = _autocast_tag()  # under torch.autocast the capture casts as eager does: another graph
+        if self._modes is None and not amp:
             return key
         from .capture.module_modes import SEP
 
-        return (key[0] + SEP + self._modes.tag(), key[1])
+        return (key[0] + SEP + (self._modes.tag() if self._modes is not None else "") + amp, key[1])
 
     def _inputs_spec(self, args: tuple, kwargs: dict):
         if kwargs:
@@ -213,7 +224,7 @@ class CompiledModule:
             self._cache[key] = entry
             if why:
                 sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed",
-                                            "forward hooks"))
+                                            "forward hooks", "autocast changed"))
                 self.recompiles.append(why + ("; compiled for these sizes only" + self._rejected_note() if sizes else ""))
             return entry
 
@@ -230,6 +241,9 @@ class CompiledModule:
         for old_key in self._cache:
             old_tree, old_mode = split_modes(old_key[0])
             if old_tree == tree and old_mode != mode:
+                (old_mode, old_amp), (mode, amp) = old_mode.partition(AUTOCAST)[::2], mode.partition(AUTOCAST)[::2]
+                if old_amp != amp:
+                    return f"autocast changed ({old_amp or 'off'} -> {amp or 'off'})", None
                 (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
                 if old_params != params:
                     return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \
