@@ -317,3 +317,29 @@ def test_autocast_around_a_compiled_call_is_part_of_its_guard():
     torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
     assert cm.recompiles == ["autocast changed (off -> cpu:bfloat16)"], cm.recompiles
     assert cm(x).dtype == torch.float32 and cm.cache_size == 2
+
+
+_W = torch.randn(8, 8)
+_SCALE = 2.0
+
+
+def _uses_globals(x):
+    return (x @ _W).relu() * _SCALE
+
+
+def test_a_rebound_global_of_a_compiled_function_recompiles():
+    # `_W = torch.randn(...)` or `_SCALE = 5.0` after the compile: it went on with the old ones
+    global _W, _SCALE
+    cf = uniorch.compile(_uses_globals, target="interpret")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(cf(x), _uses_globals(x), **TOL)
+    _W.mul_(2)  # in place: the capture reads the tensor each call
+    torch.testing.assert_close(cf(x), _uses_globals(x), **TOL)
+    assert cf.cache_size == 1
+    old = _W
+    try:
+        _W, _SCALE = torch.randn(8, 8), 5.0
+        torch.testing.assert_close(cf(x), _uses_globals(x), **TOL)
+        assert cf.recompiles == ["attributes changed (_W: another tensor, _SCALE: 2.0 -> 5.0)"], cf.recompiles
+    finally:
+        _W, _SCALE = old, 2.0

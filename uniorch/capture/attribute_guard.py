@@ -141,6 +141,7 @@ class AttributeGuard:
 
     def __init__(self, reads: dict, names: dict[int, str], hooks: Optional[_Hooks] = None):
         self.hooks = hooks
+        self.globals: Optional[_FunctionGlobals] = None
         by_obj: dict[int, tuple[Any, list]] = {}
         for obj, name, value in reads.values():
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
@@ -156,6 +157,8 @@ class AttributeGuard:
     def holds(self) -> bool:
         if self.hooks is not None and not self.hooks.holds():
             return False
+        if self.globals is not None and not self.globals.holds():
+            return False
         for state, get, expected, _, _, _ in self.checks:
             try:
                 if get(state) != expected:
@@ -169,6 +172,8 @@ class AttributeGuard:
         out = []
         if self.hooks is not None and _hook_state(self.hooks.model) != self.hooks.state:
             out.append("forward hooks registered or removed")
+        if self.globals is not None:
+            out += self.globals.changed()
         for _, _, expected, attrs, where, obj in self.checks:
             olds = expected if len(attrs) > 1 else (expected,)
             for name, old in zip(attrs, olds):
@@ -178,9 +183,62 @@ class AttributeGuard:
         return ", ".join(out[:3]) + (f" and {len(out) - 3} more" if len(out) > 3 else "")
 
 
+class _FunctionGlobals:
+    """The globals and closure variables a compiled function names in its own code, where they
+    hold a plain value or a tensor: rebinding `w = torch.randn(...)` or `scale = 5.0` after the
+    compile must not leave it computing with the old one (a tensor by identity: updating it in
+    place is seen, the capture reads it each call). Helpers it calls are not looked into."""
+
+    def __init__(self, fn):
+        code = fn.__code__
+        self.slots = []  # (namespace dict or cell, name or None, value)
+        for name in dict.fromkeys(code.co_names):
+            if name in fn.__globals__ and _guarded(fn.__globals__[name]):
+                self.slots.append((fn.__globals__, name, fn.__globals__[name]))
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not yet bound
+                continue
+            if _guarded(value):
+                self.slots.append((cell, name, value))
+
+    @staticmethod
+    def _now(where, name):
+        return where.get(name, _GONE) if isinstance(where, dict) else getattr(where, "cell_contents", _GONE)
+
+    def holds(self) -> bool:
+        for where, name, value in self.slots:
+            now = self._now(where, name)
+            if now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value):
+                return False
+        return True
+
+    def changed(self) -> list[str]:
+        out = []
+        for where, name, value in self.slots:
+            now = self._now(where, name)
+            if now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value):
+                out.append(f"{name}: {'another tensor' if isinstance(value, torch.Tensor) else f'{value!r} -> {now!r}'}")
+        return out
+
+
+_GONE = object()
+
+
+def _guarded(value) -> bool:
+    return isinstance(value, torch.Tensor) or _plain(value)
+
+
 def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
-        return AttributeGuard(reads, {}) if reads else None
+        fn = getattr(model, "__func__", model)  # a bound method: its function's names
+        names = _FunctionGlobals(fn) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None
+        if not reads and not (names and names.slots):
+            return None
+        guard = AttributeGuard(reads, {})
+        guard.globals = names
+        return guard
     names: dict[int, str] = {}
     if isinstance(model, nn.Module):
         for name, m in model.named_modules():
