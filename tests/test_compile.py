@@ -343,3 +343,17 @@ def test_a_rebound_global_of_a_compiled_function_recompiles():
         assert cf.recompiles == ["attributes changed (_W: another tensor, _SCALE: 2.0 -> 5.0)"], cf.recompiles
     finally:
         _W, _SCALE = old, 2.0
+
+
+@torch.no_grad()
+def test_deepcopy_of_a_compiled_model_is_an_independent_compiled_copy():
+    # copy.deepcopy(compiled) (an EMA model, a replica) failed: "cannot pickle 'Operation' object"
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 8)
+    cm(x)
+    twin = copy.deepcopy(cm)
+    twin.get_submodule("0").weight.mul_(2)  # the copy's own weights
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    torch.testing.assert_close(twin(x), twin._model(x), **TOL)
+    assert twin.target == cm.target and twin._model is not model

@@ -132,6 +132,16 @@ class CompiledModule:
         functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
                                  else type(model_or_fn).forward, updated=())
 
+    def __deepcopy__(self, memo):
+        """A copy of the model, compiled anew at its first call (an EMA copy, a second replica):
+        kernels and launch plans hold MLIR and device objects, which do not copy."""
+        import copy
+
+        twin = CompiledModule(copy.deepcopy(self._model, memo), self._target, self._fallback, self._limit,
+                              dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
+        twin.kernel_prefix = self.kernel_prefix
+        return twin
+
     def __getattr__(self, name: str):
         """The model's own public attributes (`parameters()`, `zero_grad()`, `train()`,
         `state_dict()`, a submodule), as torch.compile's module wrapper forwards them, so an
