@@ -357,3 +357,16 @@ def test_deepcopy_of_a_compiled_model_is_an_independent_compiled_copy():
     torch.testing.assert_close(cm(x), model(x), **TOL)
     torch.testing.assert_close(twin(x), twin._model(x), **TOL)
     assert twin.target == cm.target and twin._model is not model
+
+
+@torch.no_grad()
+def test_a_hook_storing_an_activation_is_warned_of():
+    # it runs at capture only, on tracing tensors: the user's dict got a FakeTensor, silently
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    saved = {}
+    model[0].register_forward_hook(lambda mod, inputs, out: saved.__setitem__("act", out))
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 8)
+    with pytest.warns(UserWarning, match="forward hooks on module '0' run when the model is captured"):
+        out = cm(x)
+    torch.testing.assert_close(out, model(x), **TOL)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -97,6 +98,26 @@ def recording(model):
                 del cls.__getattribute__
             else:
                 cls.__getattribute__ = fn
+
+
+def warn_of_user_hooks(model: nn.Module) -> None:
+    """Forward hooks run while the model is traced, on tracing tensors, not at each compiled call:
+    what one returns is in the graph, but one that stores an output (feature extraction) would
+    leave a FakeTensor in the user's dict. Said once per capture, naming the modules; transformers'
+    and PyTorch's own hooks only feed the model's outputs."""
+    where = []
+    for name, m in model.named_modules():
+        for hook in (*m._forward_hooks.values(), *m._forward_pre_hooks.values()):
+            owner = getattr(hook, "__module__", None) or ""
+            if not owner.startswith(("transformers.", "torch.")):
+                where.append(name or "(model)")
+                break
+    if where:
+        names = ", ".join(repr(w) for w in where[:4]) + (" ..." if len(where) > 4 else "")
+        warnings.warn(f"uniorch: forward hooks on module {names} run "
+                      "when the model is captured, not at each call: what they return is compiled, but "
+                      "anything they store outside the model (an activation in a dict) is a tracing "
+                      "tensor. Return it from the model instead, or call the model eagerly.", stacklevel=4)
 
 
 def _hook_state(model: nn.Module) -> tuple:

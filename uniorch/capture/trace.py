@@ -86,6 +86,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     symbolic."""
     module = as_module(model_or_fn)
     register_for(module)
+    attribute_guard.warn_of_user_hooks(module)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     flat, spec = pytree.tree_flatten((args, kwargs))
