@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
+from .capture.module_modes import SEP, module_modes, split_modes, split_params
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
 
@@ -39,6 +40,9 @@ def _shallow_key(args: tuple):
 
 
 AUTOCAST = " |autocast="
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def _autocast_tag() -> str:
@@ -124,7 +128,7 @@ class CompiledModule:
         self._warned = False
         self._training = None
         self._last_key = None
-        from .capture.module_modes import module_modes
+        self._tagged: dict = {}  # id(spec) -> (spec, tag, the spec with the tag folded in)
 
         self._modes = module_modes(model_or_fn)  # train/eval flags are part of the guard
         self._last_call: Optional[tuple] = None  # (entry, spec) of the call explain() with no arguments reports
@@ -160,12 +164,20 @@ class CompiledModule:
         lists of them (the common calls: pytree's flatten is microseconds a call, a small GPU
         kernel tens), with the modules' train/eval flags folded into its structure."""
         key = self._inputs_spec(args, kwargs)
-        amp = _autocast_tag()  # under torch.autocast the capture casts as eager does: another graph
-        if self._modes is None and not amp:
+        # under torch.autocast the capture casts as eager does: another graph
+        tag = (self._modes.tag() if self._modes is not None else "") + (_autocast_tag() if _any_autocast() else "")
+        if not tag:
             return key
-        from .capture.module_modes import SEP
-
-        return (key[0] + SEP + (self._modes.tag() if self._modes is not None else "") + amp, key[1])
+        # the tagged key made once per (spec, tag): a new string each call would be hashed anew
+        # each call (a transformers cache's structure runs to kilobytes)
+        memo = self._tagged.get(id(key))
+        if memo is not None and memo[0] is key and memo[1] == tag:
+            return memo[2]
+        full = (key[0] + SEP + tag, key[1])
+        if len(self._tagged) >= 256:
+            self._tagged.clear()
+        self._tagged[id(key)] = (key, tag, full)
+        return full
 
     def _inputs_spec(self, args: tuple, kwargs: dict):
         if kwargs:
@@ -245,8 +257,6 @@ class CompiledModule:
 
         if not self._cache and not self._symbolic:
             return "", None
-        from .capture.module_modes import split_modes, split_params
-
         tree, mode = split_modes(key[0])
         for old_key in self._cache:
             old_tree, old_mode = split_modes(old_key[0])
