@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from .module_modes import mode_free
+from .module_modes import mode_free, owning_module
 
 _PLAIN = (bool, int, float, str, type(None))
 _MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}
@@ -252,6 +252,7 @@ def _guarded(value) -> bool:
 
 
 def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
+    model = owning_module(model)
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
         fn = getattr(model, "__func__", model)  # a bound method: its function's names
         names = _FunctionGlobals(fn) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None

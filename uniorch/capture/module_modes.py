@@ -98,9 +98,16 @@ class ModuleModes:
 def module_modes(model) -> Optional[ModuleModes]:
     """The flags to guard for `model`; None for a function, or for a graph Dynamo captured (its
     own guards cover the modes)."""
+    model = owning_module(model)
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
         return None
     return ModuleModes(model)
+
+
+def owning_module(model):
+    """The module itself for a method bound to one (`uniorch.compile(model.forward)`), else `model`."""
+    owner = getattr(model, "__self__", None)
+    return owner if isinstance(owner, nn.Module) and not isinstance(model, nn.Module) else model
 
 
 SEP = " |modes="

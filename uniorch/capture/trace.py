@@ -44,6 +44,12 @@ class _FunctionModule(torch.nn.Module):
     def __init__(self, fn: Callable):
         super().__init__()
         self.fn = fn
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            # `uniorch.compile(model.forward)`: the model's parameters and buffers are the
+            # capture's, as when compiling the model (a BatchNorm's counter update failed the
+            # capture as a write outside the model)
+            self.owner = owner
 
     def forward(self, *args, **kwargs):
         return self.fn(*args, **kwargs)

@@ -32,6 +32,9 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
     leaves = args if not kwargs and all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves((args, kwargs))
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
         return True
+    from ..capture.module_modes import owning_module
+
+    model = owning_module(model)  # `uniorch.compile(model.forward)` trains as the model
     return (isinstance(model, torch.nn.Module) and model.training
             and any(p.requires_grad for p in model.parameters()))
 
