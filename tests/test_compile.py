@@ -281,7 +281,7 @@ def test_parameters_converted_after_compiling_recompile():
     out, ref = cm(ids), model(ids)
     assert out.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
-    assert cm.recompiles == ["parameters changed (now bfloat16 on cpu: model.to() or .half())"], cm.recompiles
+    assert cm.recompiles == ["parameters changed (now bfloat16 on cpu: model.to(), .half() or parameters set anew)"], cm.recompiles
     model.float()  # as compiled first: that compile serves again
     torch.testing.assert_close(cm(ids), model(ids), **TOL)
     assert cm.cache_size == 2
@@ -391,3 +391,16 @@ def test_compiling_a_models_forward_method_is_compiling_the_model():
         torch.testing.assert_close(cm(x), ref(x), **TOL)
     rep = cm.explain(x)
     assert rep.kernels and not rep.fallbacks, str(rep)
+
+
+@torch.no_grad()
+def test_parameters_assigned_anew_recompile():
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    ids = torch.randint(0, 50, (2, 5))
+    cm(ids)
+    model.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, assign=True)
+    out, ref = cm(ids), model(ids)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    assert len(cm.recompiles) == 1 and cm.recompiles[0].startswith("parameters changed"), cm.recompiles

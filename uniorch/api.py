@@ -267,7 +267,7 @@ class CompiledModule:
                 (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
                 if old_params != params:
                     return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \
-                           f"model.to() or .half())", None
+                           f"model.to(), .half() or parameters set anew)", None
                 return f"module modes changed ({old_mode} -> {mode}: model.train() or .eval())", None
         for old_key, old in self._cache.items():
             diff = varying_dims(old_key, key)

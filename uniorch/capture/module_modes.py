@@ -126,7 +126,8 @@ def split_params(tag: str) -> tuple[str, str]:
     return modes, params
 
 
-# Parameters and buffers converted after a compile (model.to(torch.bfloat16), .half(), .cuda()):
+# Parameters and buffers converted or replaced after a compile (model.to(torch.bfloat16), .half(),
+# .cuda(), load_state_dict(..., assign=True)):
 # the kernels were compiled for the old dtypes and devices. Checking every parameter's metadata
 # each call costs 10-15 us on a GPT-2 (148 tensors), so each call compares one counter, which
 # nn.Module._apply (every conversion goes through it) moves, and only then the tensors.
@@ -145,6 +146,16 @@ def _count_conversions() -> None:
 
     _apply._uniorch_counts = True
     nn.Module._apply = _apply
+    # a parameter or buffer set anew (`model.fc.weight = nn.Parameter(...)`, load_state_dict's
+    # assign=True): PyTorch's own registration hooks
+
+    def registered(*_):
+        _conversions[0] += 1
+
+    from torch.nn.modules import module as nn_module
+
+    nn_module.register_module_parameter_registration_hook(registered)
+    nn_module.register_module_buffer_registration_hook(registered)
 
 
 def _tensors_meta(model: nn.Module) -> tuple:
