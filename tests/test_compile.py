@@ -404,3 +404,36 @@ def test_parameters_assigned_anew_recompile():
     assert out.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
     assert len(cm.recompiles) == 1 and cm.recompiles[0].startswith("parameters changed"), cm.recompiles
+
+
+class _ScaledLinear(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.fc, self.scale = nn.Linear(8, 8), scale
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+@torch.no_grad()
+def test_threads_compiling_different_models_each_get_a_compile():
+    # two captures at once failed ("ProxyTorchDispatchMode slot already occupied"): those models
+    # ran eagerly for good; and the attribute recorders of one class must not outlive them
+    import threading
+
+    models = [_ScaledLinear(float(i + 1)).eval() for i in range(4)]
+    compiled = [uniorch.compile(m, target="interpret") for m in models]
+    x = torch.randn(2, 8)
+    outs = [None] * 4
+    threads = [threading.Thread(target=lambda i=i: outs.__setitem__(i, compiled[i](x))) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for m, c, out in zip(models, compiled, outs):
+        torch.testing.assert_close(out, m(x), **TOL)
+        rep = c.explain(x)
+        assert rep.kernels and not rep.fallbacks, str(rep)
+    assert "__getattribute__" not in _ScaledLinear.__dict__
+    models[2].scale = 9.0
+    torch.testing.assert_close(compiled[2](x), models[2](x), **TOL)

@@ -57,47 +57,65 @@ def _watched_classes(model: nn.Module) -> dict[type, list]:
     return classes
 
 
+_lock = threading.Lock()
+_patched: dict[type, list] = {}  # class -> [its own __getattribute__ or None, captures using it]
+_local = threading.local()  # .stack: the read dicts of this thread's captures, innermost last
+
+
+def _recorder(original):
+    def __getattribute__(self, name):
+        value = original(self, name)
+        stack = getattr(_local, "stack", None)
+        if stack and name not in _MODULE_OWN and not name.startswith("__") and _plain(value):
+            try:
+                mine = name in object.__getattribute__(self, "__dict__")
+            except AttributeError:
+                mine = False
+            if mine and (id(self), name) not in stack[-1]:
+                stack[-1][(id(self), name)] = (self, name, value)
+        return value
+
+    __getattribute__._uniorch_original = original
+    return __getattribute__
+
+
 @contextlib.contextmanager
 def recording(model):
     """Yields a dict filled while tracing `model` in this thread: (id(obj), name) -> (obj, name,
-    value) for each plain value read from an object's own attributes."""
+    value) for each plain value read from an object's own attributes. Classes are patched once
+    for however many captures use them at a time (threads compiling two models of one class),
+    and each recorder calls the class's own `__getattribute__`, never another recorder."""
     reads: dict = {}
     if not isinstance(model, nn.Module):
         yield reads
         return
-    classes = _watched_classes(model)
-    # resolved before any is patched: a subclass must not reach its base's recorder
-    original = {cls: cls.__getattribute__ for cls in classes}
-    own = {cls: cls.__dict__.get("__getattribute__") for cls in classes}
-    thread = threading.get_ident()
-
-    def recorder_for(cls):
-        get = original[cls]
-
-        def __getattribute__(self, name):
-            value = get(self, name)
-            if (threading.get_ident() == thread and name not in _MODULE_OWN and not name.startswith("__")
-                    and _plain(value)):
-                try:
-                    mine = name in object.__getattribute__(self, "__dict__")
-                except AttributeError:
-                    mine = False
-                if mine and (id(self), name) not in reads:
-                    reads[(id(self), name)] = (self, name, value)
-            return value
-
-        return __getattribute__
-
-    for cls in classes:
-        cls.__getattribute__ = recorder_for(cls)
+    classes = list(_watched_classes(model))
+    with _lock:
+        for cls in classes:
+            entry = _patched.get(cls)
+            if entry is not None:
+                entry[1] += 1
+                continue
+            original = cls.__getattribute__
+            original = getattr(original, "_uniorch_original", original)
+            _patched[cls] = [cls.__dict__.get("__getattribute__"), 1]
+            cls.__getattribute__ = _recorder(original)
+    stack = _local.__dict__.setdefault("stack", [])
+    stack.append(reads)
     try:
         yield reads
     finally:
-        for cls, fn in own.items():
-            if fn is None:
-                del cls.__getattribute__
-            else:
-                cls.__getattribute__ = fn
+        stack.pop()
+        with _lock:
+            for cls in classes:
+                entry = _patched[cls]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _patched[cls]
+                    if entry[0] is None:
+                        del cls.__getattribute__
+                    else:
+                        cls.__getattribute__ = entry[0]
 
 
 def warn_of_user_hooks(model: nn.Module) -> None:

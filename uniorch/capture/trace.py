@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import logging
 import operator
+import threading
 import warnings
 from typing import Any, Callable, Optional
 
@@ -64,6 +65,7 @@ def as_module(model_or_fn: Any) -> torch.nn.Module:
 
 
 _EXPORTABLE = (torch.Tensor, int, float, bool, str, type(None))
+_TRACING = threading.RLock()
 
 
 class _Baked(torch.nn.Module):
@@ -111,7 +113,10 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
-        with _quiet_tracing(), aliases.recording(module) as found, attribute_guard.recording(module) as reads:
+        # one trace at a time in the process: export's tracing modes are global (two threads
+        # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
+        with _TRACING, _quiet_tracing(), aliases.recording(module) as found, \
+                attribute_guard.recording(module) as reads:
             with NoOutsideWrites(), CellsAsMath():
                 ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
             layouts = eager_layouts.output_layouts(ep.graph_module)
