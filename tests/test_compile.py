@@ -437,3 +437,14 @@ def test_threads_compiling_different_models_each_get_a_compile():
     assert "__getattribute__" not in _ScaledLinear.__dict__
     models[2].scale = 9.0
     torch.testing.assert_close(compiled[2](x), models[2](x), **TOL)
+
+
+@torch.no_grad()
+def test_chained_module_methods_keep_the_compiled_model():
+    # `cm = uniorch.compile(model).eval().to(dtype)` returned the bare model: it ran uncompiled
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).train()
+    cm = uniorch.compile(model, target="interpret").eval().to(torch.float64)
+    assert isinstance(cm, uniorch.api.CompiledModule) and not model.training
+    x = torch.randn(2, 8, dtype=torch.float64)
+    torch.testing.assert_close(cm(x), model(x))
+    assert cm.explain(x).kernels

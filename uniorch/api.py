@@ -153,7 +153,16 @@ class CompiledModule:
         model = self.__dict__.get("_model")
         if model is None or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(model, name)
+        value = getattr(model, name)
+        if getattr(value, "__self__", None) is model and callable(value):
+            # `cm = uniorch.compile(model).to(device)`, `.eval()`, `.half()`: a method returning the
+            # model returns the compiled model, not the bare one (which would run uncompiled)
+            @functools.wraps(value)
+            def method(*args, **kwargs):
+                out = value(*args, **kwargs)
+                return self if out is model else out
+            return method
+        return value
 
     @property
     def target(self) -> Target:
