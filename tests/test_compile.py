@@ -185,6 +185,12 @@ def test_unknown_target_lists_known_ones():
         uniorch.compile(Block(), target="tpu")
 
 
+def test_an_arch_tritons_compiler_does_not_know_is_refused_up_front():
+    # cuda:sm_99 passed the name check, and building for it aborted the process inside LLVM
+    with pytest.raises(uniorch.UniorchError, match="unknown cuda architecture 'sm_99'"):
+        uniorch.compile_aot(Block(), (torch.randn(2, 32),), target="cuda:sm_99")
+
+
 def test_torch_compile_backend():
     model = Block().eval()
     compiled = torch.compile(model, backend="uniorch", options={"target": "interpret"})

@@ -91,7 +91,8 @@ def parse_target(text: str | Target) -> Target:
     cls = table[vendor]
     arch = arch or cls.default_arch()
     if arch not in cls.archs and not (cls.arch_pattern and re.fullmatch(cls.arch_pattern, arch)):
-        raise TargetError(f"unknown {vendor} architecture '{arch}'; known: {', '.join(cls.archs)}")
+        more = f" (any matching {cls.arch_pattern})" if cls.arch_pattern else ""
+        raise TargetError(f"unknown {vendor} architecture '{arch}'; known: {', '.join(cls.archs)}{more}")
     return Target(vendor, arch)
 
 

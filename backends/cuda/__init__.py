@@ -12,7 +12,9 @@ from ..triton_gpu import TritonGPUBackend
 class CudaBackend(TritonGPUBackend):
     name = "cuda"
     archs = ("sm_90", "sm_80", "sm_89")
-    arch_pattern = r"sm_\d{2,3}a?"
+    # the processors Triton's LLVM and ptxas take: another number (sm_99) aborted the process
+    # inside LLVM ("Cannot select: intrinsic %llvm.nvvm.bar.warp.sync") instead of an error
+    arch_pattern = r"sm_(75|80|86|87|89|90|100|101|103|110|120|121)a?"
     warp_size = 32
     binary_stage = "cubin"
     device_type = "cuda"
