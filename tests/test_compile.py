@@ -189,7 +189,11 @@ def test_an_arch_tritons_compiler_does_not_know_is_refused_up_front():
     # cuda:sm_99 passed the name check, and building for it aborted the process inside LLVM
     with pytest.raises(uniorch.UniorchError, match="unknown cuda architecture 'sm_99'"):
         uniorch.compile_aot(Block(), (torch.randn(2, 32),), target="cuda:sm_99")
+    with pytest.raises(uniorch.UniorchError, match="unknown rocm architecture 'gfx999'"):  # an IndexError before
+        uniorch.compile_aot(Block(), (torch.randn(2, 32),), target="rocm:gfx999")
+    from uniorch.targets import parse_target
 
+    assert parse_target("rocm:gfx1201").backend.wavefront() == 32  # RDNA: 32-wide
 
 def test_torch_compile_backend():
     model = Block().eval()

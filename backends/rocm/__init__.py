@@ -8,21 +8,22 @@ from typing import Optional
 
 from ..triton_gpu import TritonGPUBackend
 
-# RDNA (gfx11xx) runs 32-wide wavefronts by default; CDNA (gfx9xx) runs 64-wide.
-_WAVEFRONT = {"gfx90a": 64, "gfx942": 64, "gfx950": 64, "gfx1100": 32}
+# RDNA (gfx10xx, gfx11xx, gfx12xx) runs 32-wide wavefronts by default; CDNA (gfx9xx) 64-wide.
 
 
 class RocmBackend(TritonGPUBackend):
     name = "rocm"
     archs = ("gfx942", "gfx90a", "gfx1100")
-    arch_pattern = r"gfx[0-9a-f]{3,4}"
+    # the CDNA and RDNA processors Triton's AMD backend compiles for: another name (gfx999) failed
+    # inside Triton's passes with an IndexError
+    arch_pattern = r"gfx(908|90a|94[012]|950|10[3][0-6]|110[0-3]|115[0-3]|120[01])"
     warp_size = 64
     binary_stage = "hsaco"
     device_type = "cuda"  # ROCm builds of torch expose AMD GPUs as torch.device("cuda")
     triton_backend = "hip"
 
     def wavefront(self) -> int:
-        return _WAVEFRONT.get(self.arch, 64)
+        return 32 if self.arch.startswith("gfx1") else 64
 
     def triton_target(self):
         from triton.backends.compiler import GPUTarget
