@@ -45,7 +45,11 @@ from .view_rewrites import rewrite_views
 # resolve-ranked-shaped-type-result-dims: a `tensor.dim` of an op's result (symbolic sizes) becomes
 # the dim of the operand it comes from, so sizes never read a kernel's result and fusion sees only
 # real readers
-PIPELINE = ("builtin.module(func.func(linalg-fuse-elementwise-ops), linalg-generalize-named-ops,"
+# convert-elementwise-to-linalg: arith and math ops on whole tensors (MLIR written by hand for
+# uniorch-opt; torch-mlir's lowering never leaves them) become linalg.generic; left as they were,
+# no kernel computed them and --emit triton printed nothing
+PIPELINE = ("builtin.module(func.func(convert-elementwise-to-linalg), func.func(linalg-fuse-elementwise-ops),"
+            " linalg-generalize-named-ops,"
             " func.func(resolve-ranked-shaped-type-result-dims), canonicalize, cse)")
 
 
