@@ -291,7 +291,8 @@ def test_parameters_converted_after_compiling_recompile():
     out, ref = cm(ids), model(ids)
     assert out.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
-    assert cm.recompiles == ["parameters changed (now bfloat16 on cpu: model.to(), .half() or parameters set anew)"], cm.recompiles
+    want = "parameters changed (now bfloat16 on cpu: model.to(), .half() or parameters set anew)"
+    assert cm.recompiles == [want], cm.recompiles
     model.float()  # as compiled first: that compile serves again
     torch.testing.assert_close(cm(ids), model(ids), **TOL)
     assert cm.cache_size == 2

@@ -256,7 +256,8 @@ class CompiledModule:
             if why:
                 sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed",
                                             "forward hooks", "autocast changed"))
-                self.recompiles.append(why + ("; compiled for these sizes only" + self._rejected_note() if sizes else ""))
+                note = "; compiled for these sizes only" + self._rejected_note() if sizes else ""
+                self.recompiles.append(why + note)
             return entry
 
     def _why_new(self, key) -> tuple[str, Optional[_Entry]]:

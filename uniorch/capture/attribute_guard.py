@@ -191,7 +191,8 @@ class AttributeGuard:
             # the values straight from the instance's dict, where each was read: a transformers
             # config's own __getattribute__ takes a microsecond an attribute
             state = object.__getattribute__(obj, "__dict__")
-            self.checks.append((state, operator.itemgetter(*attrs), expected, attrs, names.get(key, type(obj).__name__), obj))
+            where = names.get(key, type(obj).__name__)
+            self.checks.append((state, operator.itemgetter(*attrs), expected, attrs, where, obj))
 
     def holds(self) -> bool:
         if self.hooks is not None and not self.hooks.holds():
@@ -258,7 +259,8 @@ class _FunctionGlobals:
         for where, name, value in self.slots:
             now = self._now(where, name)
             if now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value):
-                out.append(f"{name}: {'another tensor' if isinstance(value, torch.Tensor) else f'{value!r} -> {now!r}'}")
+                what = "another tensor" if isinstance(value, torch.Tensor) else f"{value!r} -> {now!r}"
+                out.append(f"{name}: {what}")
         return out
 
 

@@ -47,7 +47,8 @@ _MODE_FREE_MODULES = {"transformers.activations"}  # activation functions only
 def mode_free(m: nn.Module) -> bool:
     """Whether `m` is of a class whose forward never reads `self.training` (nor anything one would set)."""
     t = type(m)
-    return t in _MODE_FREE or t.__module__ in _MODE_FREE_MODULES or f"{t.__module__}.{t.__qualname__}" in _MODE_FREE_NAMES
+    return (t in _MODE_FREE or t.__module__ in _MODE_FREE_MODULES
+            or f"{t.__module__}.{t.__qualname__}" in _MODE_FREE_NAMES)
 
 
 class ModuleModes:

@@ -270,7 +270,8 @@ def record_symbols(module: ir.Module, graph) -> None:
         main.attributes["uniorch.size_hints"] = ir.DictAttr.get(
             {k: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v) for k, v in sorted(found.items())})
         if limited:
-            main.attributes[RANGES] = ir.DictAttr.get({k: ir.DenseI64ArrayAttr.get(list(v)) for k, v in limited.items()})
+            main.attributes[RANGES] = ir.DictAttr.get(
+                {k: ir.DenseI64ArrayAttr.get(list(v)) for k, v in limited.items()})
             main.attributes["uniorch.size_range_names"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in limited])
 
 
