@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
-from .capture.module_modes import SEP, module_modes, split_modes, split_params
+from .capture.module_modes import SEP, autocast_tag, module_modes, split_autocast, split_modes, split_params
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
 
@@ -37,19 +37,6 @@ def _shallow_key(args: tuple):
         else:
             return None
     return tuple(key)
-
-
-AUTOCAST = " |autocast="
-
-
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
-
-
-def _autocast_tag() -> str:
-    """The autocast regions a call runs in ("" for none): `torch.autocast` changes the ops' dtypes."""
-    on = [f"{d}:{str(torch.get_autocast_dtype(d)).removeprefix('torch.')}" for d in ("cpu", "cuda")
-          if torch.is_autocast_enabled(d)]
-    return AUTOCAST + ",".join(on) if on else ""
 
 
 def _spec(args: tuple, kwargs: dict):
@@ -173,8 +160,7 @@ class CompiledModule:
         lists of them (the common calls: pytree's flatten is microseconds a call, a small GPU
         kernel tens), with the modules' train/eval flags folded into its structure."""
         key = self._inputs_spec(args, kwargs)
-        # under torch.autocast the capture casts as eager does: another graph
-        tag = (self._modes.tag() if self._modes is not None else "") + (_autocast_tag() if _any_autocast() else "")
+        tag = (self._modes.tag() if self._modes is not None else "") + autocast_tag()
         if not tag:
             return key
         # the tagged key made once per (spec, tag): a new string each call would be hashed anew
@@ -239,12 +225,14 @@ class CompiledModule:
                 return None
             _check_devices(args, kwargs, self._target)
             why = self._attrs_changed(key)
+            state = why or self._state_changed(key)  # not the inputs: no note about sizes
             baseline = None
             if not why:
                 entry = self._admit_ones(key, args, kwargs)
                 if entry is not None:
                     return entry
                 why, baseline = self._why_new(key)
+                why = state or why
                 entry = self._compile_symbolic(args, kwargs, key, why, baseline)
                 if entry is not None:
                     return entry
@@ -254,9 +242,7 @@ class CompiledModule:
                 self._stale.setdefault(key, []).append(self._cache[key])
             self._cache[key] = entry
             if why:
-                sizes = not why.startswith(("attributes changed", "module modes changed", "parameters changed",
-                                            "forward hooks", "autocast changed"))
-                note = "; compiled for these sizes only" + self._rejected_note() if sizes else ""
+                note = "" if state else "; compiled for these sizes only" + self._rejected_note()
                 self.recompiles.append(why + note)
             return entry
 
@@ -267,18 +253,6 @@ class CompiledModule:
 
         if not self._cache and not self._symbolic:
             return "", None
-        tree, mode = split_modes(key[0])
-        for old_key in self._cache:
-            old_tree, old_mode = split_modes(old_key[0])
-            if old_tree == tree and old_mode != mode:
-                (old_mode, old_amp), (mode, amp) = old_mode.partition(AUTOCAST)[::2], mode.partition(AUTOCAST)[::2]
-                if old_amp != amp:
-                    return f"autocast changed ({old_amp or 'off'} -> {amp or 'off'})", None
-                (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
-                if old_params != params:
-                    return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \
-                           f"model.to(), .half() or parameters set anew)", None
-                return f"module modes changed ({old_mode} -> {mode}: model.train() or .eval())", None
         for old_key, old in self._cache.items():
             diff = varying_dims(old_key, key)
             if diff:
@@ -289,6 +263,23 @@ class CompiledModule:
         if self._symbolic:
             return f"not served by the symbolic compile: {self._symbolic[-1][0].check(key)}", None
         return "a new input spec (structure, dtype, device or constant argument)", None
+
+    def _state_changed(self, key) -> str:
+        """Why a compile for these inputs no longer serves: the key's tag (train/eval flags,
+        parameters, autocast) differs from an earlier compile's with the same inputs; else ""."""
+        tree, mode = split_modes(key[0])
+        for old_key in self._cache:
+            old_tree, old_mode = split_modes(old_key[0])
+            if old_tree == tree and old_mode != mode:
+                (old_mode, old_amp), (mode, amp) = split_autocast(old_mode), split_autocast(mode)
+                if old_amp != amp:
+                    return f"autocast changed ({old_amp or 'off'} -> {amp or 'off'})"
+                (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
+                if old_params != params:
+                    return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \
+                           f"model.to(), .half() or parameters set anew)"
+                return f"module modes changed ({old_mode} -> {mode}: model.train() or .eval())"
+        return ""
 
     def _compile_symbolic(self, args, kwargs, key, why: str, baseline: Optional[_Entry]) -> Optional[_Entry]:
         """A compile whose sizes stay symbolic in the dims the policy picks (runtime/guards.py), or

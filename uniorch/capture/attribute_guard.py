@@ -13,7 +13,7 @@ compares them at each call, one `operator.itemgetter` over each object's `__dict
 Left out, to keep the check at a few microseconds a call:
 - torch.nn's classes (a Linear's sizes, a LayerNorm's eps, Dropout's p) and transformers' Conv1D
   and activations: changing them after a compile is rare;
-- the `training` flag, which `runtime/module_modes.py` folds into the guard key;
+- the `training` flag, which `module_modes.py` folds into the guard key;
 - nn.Module's own bookkeeping attributes.
 """
 from __future__ import annotations
@@ -43,18 +43,18 @@ def _is_config(obj) -> bool:
     return any(c.__name__ in ("PretrainedConfig", "PreTrainedConfig") for c in type(obj).__mro__)
 
 
-def _watched_classes(model: nn.Module) -> dict[type, list]:
-    """Class -> its instances whose reads count: the model's modules outside torch.nn, and the
+def _watched_classes(model: nn.Module) -> list[type]:
+    """The classes whose reads count: of the model's modules outside torch.nn, and of the
     transformers configs they hold as `config`."""
-    classes: dict[type, list] = {}
+    classes: dict[type, None] = {}
     for m in model.modules():
         t = type(m)
         if not t.__module__.startswith("torch.nn.") and not mode_free(m):
-            classes.setdefault(t, []).append(m)
+            classes[t] = None
         config = m.__dict__.get("config")
         if config is not None and _is_config(config):
-            classes.setdefault(type(config), []).append(config)
-    return classes
+            classes[type(config)] = None
+    return list(classes)
 
 
 _lock = threading.Lock()
@@ -89,7 +89,7 @@ def recording(model):
     if not isinstance(model, nn.Module):
         yield reads
         return
-    classes = list(_watched_classes(model))
+    classes = _watched_classes(model)
     with _lock:
         for cls in classes:
             entry = _patched.get(cls)
@@ -178,9 +178,9 @@ class _Hooks:
 class AttributeGuard:
     """The values one capture read; `holds()` while every one is unchanged (and the hooks too)."""
 
-    def __init__(self, reads: dict, names: dict[int, str], hooks: Optional[_Hooks] = None):
-        self.hooks = hooks
-        self.globals: Optional[_FunctionGlobals] = None
+    def __init__(self, reads: dict, names: dict[int, str], hooks: Optional[_Hooks] = None,
+                 globals_: Optional[_FunctionGlobals] = None):
+        self.hooks, self.globals = hooks, globals_
         by_obj: dict[int, tuple[Any, list]] = {}
         for obj, name, value in reads.values():
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
@@ -247,18 +247,18 @@ class _FunctionGlobals:
     def _now(where, name):
         return where.get(name, _GONE) if isinstance(where, dict) else getattr(where, "cell_contents", _GONE)
 
+    @staticmethod
+    def _differs(now, value) -> bool:
+        return now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value)
+
     def holds(self) -> bool:
-        for where, name, value in self.slots:
-            now = self._now(where, name)
-            if now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value):
-                return False
-        return True
+        return not any(self._differs(self._now(where, name), value) for where, name, value in self.slots)
 
     def changed(self) -> list[str]:
         out = []
         for where, name, value in self.slots:
             now = self._now(where, name)
-            if now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value):
+            if self._differs(now, value):
                 what = "another tensor" if isinstance(value, torch.Tensor) else f"{value!r} -> {now!r}"
                 out.append(f"{name}: {what}")
         return out
@@ -275,17 +275,14 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
     model = owning_module(model)
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
         fn = getattr(model, "__func__", model)  # a bound method: its function's names
-        names = _FunctionGlobals(fn) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None
-        if not reads and not (names and names.slots):
+        named = _FunctionGlobals(fn) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None
+        if not reads and not (named and named.slots):
             return None
-        guard = AttributeGuard(reads, {})
-        guard.globals = names
-        return guard
+        return AttributeGuard(reads, {}, globals_=named)
     names: dict[int, str] = {}
-    if isinstance(model, nn.Module):
-        for name, m in model.named_modules():
-            names.setdefault(id(m), name)
-            config = m.__dict__.get("config")
-            if config is not None:
-                names.setdefault(id(config), f"{name}.config" if name else "config")
+    for name, m in model.named_modules():
+        names.setdefault(id(m), name)
+        config = m.__dict__.get("config")
+        if config is not None:
+            names.setdefault(id(config), f"{name}.config" if name else "config")
     return AttributeGuard(reads, names, _Hooks(model))

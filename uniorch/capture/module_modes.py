@@ -61,9 +61,9 @@ class ModuleModes:
         self._tags: dict[tuple, str] = {}
         _count_conversions()
         self._seen = _conversions[0]
-        self._first = self._params = _tensors_meta(model)
+        self._params = _tensors_meta(model)
         self._params_tag = ""
-        self._params_tags: dict[tuple, str] = {self._first: ""}
+        self._params_tags: dict[tuple, str] = {self._params: ""}  # as compiled first: no tag
 
     def tag(self) -> str:
         if _conversions[0] != self._seen:  # a module was converted (.to(), .half(), .cuda()) since
@@ -113,6 +113,18 @@ def owning_module(model):
 
 SEP = " |modes="
 PARAMS = " |params="
+AUTOCAST = " |autocast="
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
+def autocast_tag() -> str:
+    """The autocast regions a call runs in ("" for none): under `torch.autocast` the capture casts
+    as eager does, another graph."""
+    if not _any_autocast():
+        return ""
+    on = [f"{d}:{str(torch.get_autocast_dtype(d)).removeprefix('torch.')}" for d in ("cpu", "cuda")
+          if torch.is_autocast_enabled(d)]
+    return AUTOCAST + ",".join(on) if on else ""
 
 
 def split_modes(tree: str) -> tuple[str, str]:
@@ -125,6 +137,12 @@ def split_params(tag: str) -> tuple[str, str]:
     """A modes tag's train/eval part and its parameters' part ("" while they are as compiled first)."""
     modes, sep, params = tag.partition(PARAMS)
     return modes, params
+
+
+def split_autocast(tag: str) -> tuple[str, str]:
+    """A tag's modules part and its autocast part ("" outside autocast)."""
+    modes, sep, amp = tag.partition(AUTOCAST)
+    return modes, amp
 
 
 # Parameters and buffers converted or replaced after a compile (model.to(torch.bfloat16), .half(),
