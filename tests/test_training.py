@@ -47,7 +47,7 @@ def test_compiled_training_steps_match_eager():
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert _rel(p, q) <= 1e-4, name
         assert _rel(p.grad, q.grad) <= 1e-4, name
-    tc = cm.training
+    tc = cm.training_compile
     assert len(tc.forward) == 1 and len(tc.backward) == 1  # one compile each for three steps
     rep = cm.explain(torch.randn(8, 16))
     assert rep.kernels and not rep.fallbacks, str(rep)
@@ -138,7 +138,7 @@ def test_a_model_error_in_training_is_the_models_own_error():
         with pytest.raises(RuntimeError, match="is a view and is being modified inplace") as err:
             cm(torch.randn(2, 4))
     assert not isinstance(err.value, TorchDynamoException)
-    assert cm.training.failure
+    assert cm.training_compile.failure
     rep = cm.explain(torch.randn(2, 4))
     assert not rep.kernels and rep.fallbacks and "training path" in rep.fallbacks[0].why
 
@@ -161,7 +161,7 @@ def test_batchnorm_in_training_mode_updates_running_statistics_as_eager():
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         # the conv bias's gradient is ~0 (BatchNorm removes the bias): compared absolutely
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
-    assert cm.training.failure is None
+    assert cm.training_compile.failure is None
     rep = cm.explain(torch.randn(4, 3, 6, 6))
     assert not rep.fallbacks and rep.backward is not None and not rep.backward.fallbacks, str(rep)
 
@@ -209,7 +209,7 @@ def test_no_grad_region_inside_and_gradient_accumulation():
         ref(x).sum().backward()
     for p, q in zip(model.parameters(), ref.parameters()):
         assert _rel(p.grad, q.grad) <= 1e-4
-    assert cm.training.failure is None
+    assert cm.training_compile.failure is None
 
 
 class FrozenTeacher(nn.Module):
@@ -241,7 +241,7 @@ def test_inference_mode_region_inside_and_around_a_compiled_training_model():
     assert model.teacher.weight.grad is None and ref.teacher.weight.grad is None
     for p, q in zip(model.student.parameters(), ref.student.parameters()):
         assert _rel(p.grad, q.grad) <= 1e-4
-    assert cm.training.failure is None and len(cm.training.forward) == 1
+    assert cm.training_compile.failure is None and len(cm.training_compile.forward) == 1
     x = torch.randn(5, 8, generator=gen)
     with torch.inference_mode():  # the whole call in inference mode: no graph for autograd
         out = cm(x)
@@ -306,7 +306,7 @@ def test_explain_reports_every_graph_of_a_training_call_split_by_a_graph_break()
     ref(x).square().sum().backward()
     for p, q in zip(model.parameters(), ref.parameters()):
         assert _rel(p.grad, q.grad) <= 1e-4
-    tc = cm.training
+    tc = cm.training_compile
     assert len(tc.forward) == 2 and len(tc.backward) == 2
     rep = cm.explain(x)
     halves = [tc.report(h) for h in tc.forward]
@@ -363,8 +363,8 @@ def test_many_models_of_one_class_each_compile_their_training_graphs():
         x = torch.randn(4, 6)
         cm(x).sum().backward()
         ref(x).sum().backward()
-        assert cm.training.failure is None and len(cm.training.forward) == 1, seed
-        assert len(cm.training.backward) == 1, seed
+        assert cm.training_compile.failure is None and len(cm.training_compile.forward) == 1, seed
+        assert len(cm.training_compile.backward) == 1, seed
         for p, q in zip(model.parameters(), ref.parameters()):
             assert _rel(p.grad, q.grad) <= 1e-4
 
@@ -493,7 +493,7 @@ def test_training_halves_and_the_optimizer_skip_fx_per_call():
         opt.zero_grad()
         cm(torch.randn(2, 8, 32)).pow(2).mean().backward()
         opt.step()
-    halves = cm.training.forward + cm.training.backward + [opt._last[0]]
+    halves = cm.training_compile.forward + cm.training_compile.backward + [opt._last[0]]
     programs = [e.program for h in halves for e in h._cache.values()]
     assert len(programs) == 3 and all(_one_region_call(p.module) is not None for p in programs)
     assert all(len(h._spec_memo) == 1 for h in halves)  # found by the memoized key, not pytree's

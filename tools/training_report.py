@@ -165,7 +165,7 @@ def run_model(name: str, target: str, steps: int, optimizer: str, precision: str
             opt.step()
     row["max_rel_err"] = max(_rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
     row["first_call_s"] = round(first, 2)
-    tc = cm.training
+    tc = cm.training_compile
     if tc.failure or not tc.forward:
         row["eager"] = tc.failure or "no graph compiled"
         return row

@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
+from .compiled_nn import ModuleFacade
 from .capture.module_modes import SEP, autocast_tag, module_modes, split_autocast, split_modes, split_params
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
@@ -114,22 +115,29 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
-        self._last_key = None
         self._tagged: dict = {}  # id(spec) -> (spec, tag, the spec with the tag folded in)
 
         self._modes = module_modes(model_or_fn)  # train/eval flags are part of the guard
-        self._last_call: Optional[tuple] = None  # (entry, spec) of the call explain() with no arguments reports
+        # the last call's spec, and (entry, spec) of the last call with arguments (what explain()
+        # with none reports); items of a list, as an attribute write costs a Python call on the
+        # nn.Module side (compiled_nn.py)
+        self._last: list = [None, None]
         self.kernel_prefix = ""  # starts each kernel's name: what a profiler tells compiles apart by
-        functools.update_wrapper(self, model_or_fn if callable(model_or_fn) and not isinstance(model_or_fn, torch.nn.Module)
-                                 else type(model_or_fn).forward, updated=())
+        if not isinstance(model_or_fn, torch.nn.Module):
+            functools.update_wrapper(self, model_or_fn, updated=())
+
+    def __reduce__(self):
+        """Pickled as the model and the options (`torch.save(compiled)`); compiled anew when loaded."""
+        return (_rebuild, (type(self), self._model, self._target, self._fallback, self._limit, self._dynamic,
+                           self._cuda_graphs, self.kernel_prefix))
 
     def __deepcopy__(self, memo):
         """A copy of the model, compiled anew at its first call (an EMA copy, a second replica):
         kernels and launch plans hold MLIR and device objects, which do not copy."""
         import copy
 
-        twin = CompiledModule(copy.deepcopy(self._model, memo), self._target, self._fallback, self._limit,
-                              dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
+        twin = type(self)(copy.deepcopy(self._model, memo), self._target, self._fallback, self._limit,
+                          dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
         twin.kernel_prefix = self.kernel_prefix
         return twin
 
@@ -208,7 +216,7 @@ class CompiledModule:
         return ""
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
-        key = self._last_key = self._spec(args, kwargs)
+        key = self._last[0] = self._spec(args, kwargs)
         entry = self._cached(key)
         if entry is not None:
             return entry
@@ -366,11 +374,15 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         from .runtime.training import needs_autograd
 
+        if torch.compiler.is_compiling():
+            # inside a capture of a model holding this one (uniorch's or torch.compile's): traced
+            # as the model, part of the outer graph
+            return self._model(*args, **kwargs)
         if needs_autograd(self._model, args, kwargs):
-            return self.training(*args, **kwargs)
+            return self.training_compile(*args, **kwargs)
         entry = self.entry(args, kwargs)
         if args or kwargs:
-            self._last_call = (entry, self._last_key)
+            self._last[1] = (entry, self._last[0])
         if entry is None or entry.captured is None:
             return self._model(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
@@ -380,8 +392,10 @@ class CompiledModule:
         except CheckFailed:  # a rewrite's run-time condition failed: eager gives the right answer
             return self._model(*args, **kwargs)
 
+    _run = __call__
+
     @property
-    def training(self):
+    def training_compile(self):
         """The training path (runtime/training.py): forward and backward graphs from AOTAutograd,
         each compiled by uniorch; used for calls that autograd must record."""
         if self._training is None:
@@ -430,7 +444,7 @@ class CompiledModule:
         from .runtime.training import needs_autograd
 
         if needs_autograd(self._model, args, kwargs):
-            tc = self.training
+            tc = self.training_compile
             if not tc.forward and tc.failure is None:
                 tc(*args, **kwargs)
             if not tc.forward:
@@ -449,8 +463,8 @@ class CompiledModule:
                 if args or kwargs:  # eager's count runs the model on them
                     rep.eager_saved_bytes = eager_saved_activation_bytes(self._model, args, kwargs)
             return rep
-        if not args and not kwargs and self._last_call is not None and self._last_call[0] is not None:
-            entry, key = self._last_call
+        if not args and not kwargs and self._last[1] is not None and self._last[1][0] is not None:
+            entry, key = self._last[1]
             rep = _report(entry, self._target, None, None, spec=key)
             rep.recompiles = list(self.recompiles)
             return rep
@@ -461,6 +475,22 @@ class CompiledModule:
         rep = _report(entry, self._target, args, kwargs)
         rep.recompiles = list(self.recompiles)
         return rep
+
+
+class CompiledModel(ModuleFacade, CompiledModule):
+    """What `uniorch.compile` returns for an nn.Module: an nn.Module itself (uniorch/compiled_nn.py),
+    called like the model and compiled once per input spec."""
+
+    def __init__(self, model: torch.nn.Module, *args, **kwargs):
+        ModuleFacade.__init__(self, model)
+        CompiledModule.__init__(self, model, *args, **kwargs)
+        self._finish_facade(model)
+
+
+def _rebuild(cls, model, target, fallback, limit, dynamic, cuda_graphs, kernel_prefix):
+    compiled = cls(model, target, fallback, limit, dynamic=dynamic, cuda_graphs=cuda_graphs)
+    compiled.kernel_prefix = kernel_prefix
+    return compiled
 
 
 def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
@@ -517,7 +547,9 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
             cache_size_limit: int = DEFAULT_CACHE_LIMIT, dynamic: Optional[bool] = None,
             cuda_graphs: bool = False) -> CompiledModule:
-    """Returns a callable with the model's signature and outputs, running uniorch's kernels.
+    """Returns a callable with the model's signature and outputs, running uniorch's kernels; for
+    an nn.Module, an nn.Module (`CompiledModel`, as torch.compile's OptimizedModule: the model is
+    its `_orig_mod`; its state dict keeps the model's own keys).
 
     model_or_fn: an nn.Module, a function of tensors, or an ONNX model (a .onnx path or an
     onnx.ModelProto; it is then called with the graph's inputs, positionally or by name); or a
@@ -554,7 +586,10 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
         return compiled if optimizer is None else compiled.step
     if dynamic not in (None, True, False):
         raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
-    return CompiledModule(model_or_fn, tgt, fallback, cache_size_limit, dynamic, cuda_graphs)
+    if isinstance(model_or_fn, CompiledModule):  # compiled again (other options): the model anew
+        model_or_fn = model_or_fn._model
+    cls = CompiledModel if isinstance(model_or_fn, torch.nn.Module) else CompiledModule
+    return cls(model_or_fn, tgt, fallback, cache_size_limit, dynamic, cuda_graphs)
 
 
 # -- explain ---------------------------------------------------------------------------------------
