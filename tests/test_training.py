@@ -497,3 +497,78 @@ def test_training_halves_and_the_optimizer_skip_fx_per_call():
     programs = [e.program for h in halves for e in h._cache.values()]
     assert len(programs) == 3 and all(_one_region_call(p.module) is not None for p in programs)
     assert all(len(h._spec_memo) == 1 for h in halves)  # found by the memoized key, not pytree's
+
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.drop = nn.Linear(16, 48), nn.Dropout(0.0)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 4, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        # dropout_p=0, as transformers' attention passes in training mode when its dropout is 0
+        a = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
+        return self.drop(a.transpose(1, 2).reshape(2, 4, 16))
+
+
+class Checkpointed(nn.Module):
+    """Activation checkpointing, as `model.gradient_checkpointing_enable()` does in transformers."""
+
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        self.blocks = nn.ModuleList(Attention() for _ in range(2))
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        return x
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_trains_like_eager(reentrant):
+    # the recompute replays the forward's RNG state, and the backward graph held its size as a
+    # SymInt of constant value: compiling it failed ("SymIntArrayRef expected to contain only
+    # concrete integers")
+    torch.manual_seed(5)
+    model = Checkpointed(reentrant)
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for step in range(2):
+        # requiring grad, as an embedding's output does: reentrant checkpointing of inputs that do
+        # not leaves its parameters without gradients in eager
+        x = torch.randn(2, 4, 16, requires_grad=True)
+        for m, run in ((model, cm), (ref, ref)):
+            m.zero_grad()
+            run(x).square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert _rel(p.grad, q.grad) <= 1e-4, (step, name)
+    assert cm.training_compile.failure is None and cm.training_compile.backward
+
+
+def test_a_graph_uniorch_fails_to_compile_runs_in_pytorch_and_explain_says_so(monkeypatch):
+    import uniorch.runtime.training as training
+
+    real = training._compile_now
+
+    def fail_backward(cm, example_inputs, dense=frozenset()):
+        if cm.kernel_prefix.startswith("bw"):
+            raise RuntimeError("a bug of ours")
+        return real(cm, example_inputs, dense)
+
+    monkeypatch.setattr(training, "_compile_now", fail_backward)
+    torch.manual_seed(6)
+    model = MLP()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    with pytest.warns(RuntimeWarning, match="a backward graph runs in PyTorch"):
+        got = _train(model, cm, 2, seed=7)
+    assert got == pytest.approx(_train(ref, ref, 2, seed=7), rel=1e-4)
+    rep = cm.explain(torch.randn(8, 16))
+    assert rep.kernels and rep.eager_graphs == [
+        "a backward graph runs in PyTorch (compiling it failed: RuntimeError: a bug of ours)"]
+    assert "graphs run by PyTorch" in str(rep)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        strict = uniorch.compile(copy.deepcopy(ref), target="interpret", fallback="error")
+        strict(torch.randn(8, 16)).sum().backward()

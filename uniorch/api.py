@@ -457,6 +457,7 @@ class CompiledModule:
             backward = list(dict.fromkeys(tc.ran_backward)) or tc.backward[-1:]
             rep = merged_report([tc.report(h) for h in forward])
             rep.graph_breaks = list(tc.graph_breaks)
+            rep.eager_graphs = list(tc.eager_graphs)
             rep.backward = merged_report([tc.report(h) for h in backward]) if backward else None
             if backward:
                 rep.saved_bytes = sum(tc.saved.get(id(h), 0) for h in backward)

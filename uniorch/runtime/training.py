@@ -55,6 +55,7 @@ class TrainingCompile:
         self.ran_forward: list = []
         self.ran_backward: list = []
         self.graph_breaks: list[str] = []  # Dynamo's reasons, as it counted them while compiling
+        self.eager_graphs: list[str] = []  # halves uniorch failed to compile, run by PyTorch (why)
         self._compiled: Optional[Any] = None
         self.failure: Optional[str] = None  # why the training path runs eagerly, if it does
 
@@ -80,7 +81,12 @@ class TrainingCompile:
                     self.saved[id(cm)] = saved_activation_bytes(gm)
                     if self.saved_as_written:  # the forward hands them over as its kernels wrote them
                         dense = _saved_inputs(gm)
-                self.examples[id(cm)] = _compile_now(cm, example_inputs, dense)
+                try:
+                    self.examples[id(cm)] = _compile_now(cm, example_inputs, dense)
+                except Exception as err:  # noqa: BLE001 - a bug of ours: PyTorch runs this graph instead
+                    if self.fallback == "error":
+                        raise
+                    return self._eager_half(gm, store, cm, err)
                 if visible is not None:
                     _saved_outputs_as_written(cm, visible)
                     self.saved_as_written = True
@@ -88,6 +94,19 @@ class TrainingCompile:
             return compile_half
 
         return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
+
+    def _eager_half(self, gm: torch.fx.GraphModule, store: list, cm, err: Exception):
+        """The graph itself, run by PyTorch, for a half uniorch failed to compile; `explain` lists it."""
+        import warnings
+
+        from functorch.compile import make_boxed_func
+
+        store.remove(cm)
+        why = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        self.eager_graphs.append(f"a {'backward' if store is self.backward else 'forward'} graph runs in PyTorch "
+                                 f"(compiling it failed: {why})")
+        warnings.warn(f"uniorch: {self.eager_graphs[-1]}", RuntimeWarning, stacklevel=2)
+        return make_boxed_func(gm)
 
     def report(self, half) -> "Report":
         return half.explain(*self.examples[id(half)])
@@ -233,11 +252,17 @@ def _compile_now(cm, example_inputs: list, dense: set = frozenset()) -> tuple:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        real = [(torch.zeros(e.shape, dtype=e.dtype, device=e.device) if i in dense else
-                 torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device=e.device).zero_())
+        real = [(torch.zeros(_ints(e.shape), dtype=e.dtype, device=e.device) if i in dense else
+                 torch.empty_strided(_ints(e.shape), _ints(e.stride()), dtype=e.dtype, device=e.device).zero_())
                 if isinstance(e, torch.Tensor) else e for i, e in enumerate(example_inputs)]
         cm.entry(tuple(real), {})
     return tuple(real)
+
+
+def _ints(sizes) -> list[int]:
+    """Sizes as ints: a graph compiled with static shapes can still hold SymInts of constant value
+    (the saved tensors of gradient checkpointing's recompute), which factory functions refuse."""
+    return [int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else int(s) for s in sizes]
 
 
 def _visible_forward_outputs() -> Optional[int]:
