@@ -48,7 +48,7 @@ def _grads(model, x, autocast: bool):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = model(x)
     (out.float() * torch.linspace(-1, 1, out.shape[-1])).square().mean().backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters()}
+    return {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])

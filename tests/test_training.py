@@ -552,10 +552,10 @@ def test_a_graph_uniorch_fails_to_compile_runs_in_pytorch_and_explain_says_so(mo
 
     real = training._compile_now
 
-    def fail_backward(cm, example_inputs, dense=frozenset()):
+    def fail_backward(cm, *args):
         if cm.kernel_prefix.startswith("bw"):
             raise RuntimeError("a bug of ours")
-        return real(cm, example_inputs, dense)
+        return real(cm, *args)
 
     monkeypatch.setattr(training, "_compile_now", fail_backward)
     torch.manual_seed(6)
@@ -572,3 +572,28 @@ def test_a_graph_uniorch_fails_to_compile_runs_in_pytorch_and_explain_says_so(mo
     with pytest.raises(RuntimeError, match="a bug of ours"):
         strict = uniorch.compile(copy.deepcopy(ref), target="interpret", fallback="error")
         strict(torch.randn(8, 16)).sum().backward()
+
+
+def test_training_over_varying_batch_sizes_compiles_each_half_twice_and_matches_eager():
+    # Dynamo traced each new batch size as its own static graph, and after eight it ran the model
+    # eagerly for good; now the second size makes the sizes symbolic (as torch.compile's automatic
+    # dynamic), and the halves take them from their tensors (runtime/symbolic_halves.py)
+    torch.manual_seed(8)
+    model = MLP()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref)]
+    for batch in (8, 9, 13, 2, 21, 11, 30, 5, 17, 6):
+        x, y = torch.randn(batch, 16), torch.randn(batch, 4)
+        for (m, run), opt in zip(((model, cm), (ref, ref)), opts):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(run(x), y).backward()
+            opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert _rel(p, q) <= 1e-4, name
+    tc = cm.training_compile
+    assert tc.failure is None and len(tc.forward) == len(tc.backward) == 2
+    for half in (tc.forward[1], tc.backward[1]):  # the symbolic graphs: one uniorch compile each
+        assert half.cache_size == 1 and half._symbolic, half.recompiles
+    rep = cm.explain(torch.randn(7, 16))
+    assert rep.symbolic and not rep.fallbacks and rep.backward.symbolic and not rep.backward.fallbacks, str(rep)

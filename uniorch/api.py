@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
+from .capture.trace import capturing
 from .compiled_nn import ModuleFacade
 from .capture.module_modes import SEP, autocast_tag, module_modes, split_autocast, split_modes, split_params
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
@@ -374,8 +375,8 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         from .runtime.training import needs_autograd
 
-        if torch.compiler.is_compiling():
-            # inside a capture of a model holding this one (uniorch's or torch.compile's): traced
+        if torch.compiler.is_dynamo_compiling() or capturing():
+            # inside a capture of a model holding this one (torch.compile's or uniorch's): traced
             # as the model, part of the outer graph
             return self._model(*args, **kwargs)
         if needs_autograd(self._model, args, kwargs):
@@ -401,7 +402,7 @@ class CompiledModule:
         if self._training is None:
             from .runtime.training import TrainingCompile
 
-            self._training = TrainingCompile(self._model, self._target, self._fallback, self._limit)
+            self._training = TrainingCompile(self._model, self._target, self._fallback, self._limit, self._dynamic)
         return self._training
 
     @property

@@ -68,6 +68,13 @@ _EXPORTABLE = (torch.Tensor, int, float, bool, str, type(None))
 _TRACING = threading.RLock()
 
 
+def capturing() -> bool:
+    """Whether this thread is inside a capture: a compiled model called by the model being traced
+    runs as its model, part of the outer graph. Per thread, unlike `torch.compiler.is_compiling()`,
+    which export sets for the whole process."""
+    return _TRACING._is_owned()
+
+
 class _Baked(torch.nn.Module):
     """Calls the model with the arguments export cannot take as inputs (dtypes, devices, layouts,
     arbitrary objects) fixed to their capture-time values; the rest arrive flat, in order."""

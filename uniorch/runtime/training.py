@@ -42,8 +42,9 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
 class TrainingCompile:
     """The training path of one compiled model: Dynamo + AOTAutograd around uniorch's compiles."""
 
-    def __init__(self, model: Any, target, fallback: str, cache_size_limit: int):
+    def __init__(self, model: Any, target, fallback: str, cache_size_limit: int, dynamic: Optional[bool] = None):
         self.model, self.target, self.fallback, self.limit = model, target, fallback, cache_size_limit
+        self.dynamic = dynamic
         self.forward: list = []   # uniorch CompiledModules of the forward graphs, in compile order
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
@@ -67,9 +68,15 @@ class TrainingCompile:
             def compile_half(gm: torch.fx.GraphModule, example_inputs: list):
                 from uniorch.api import CompiledModule
 
+                from .symbolic_halves import sizes_from_tensors
+
                 _views_as_reshapes(gm)
                 _inline_composite_ops(gm)
-                cm = CompiledModule(gm, self.target, self.fallback, self.limit, dynamic=False)
+                sizes = sizes_from_tensors(gm, example_inputs)
+                if sizes is not None:
+                    example_inputs = sizes.arguments(example_inputs)
+                cm = CompiledModule(gm, self.target, self.fallback, self.limit,
+                                    dynamic=None if sizes is not None and sizes.marks else False)
                 # `bw_k3_attention`, and `g1_`/`bw1_` for the graphs after a graph break: apart
                 # from the forward's kernels in a profile of the step
                 n = len(store)
@@ -82,15 +89,17 @@ class TrainingCompile:
                     if self.saved_as_written:  # the forward hands them over as its kernels wrote them
                         dense = _saved_inputs(gm)
                 try:
-                    self.examples[id(cm)] = _compile_now(cm, example_inputs, dense)
+                    self.examples[id(cm)] = _compile_now(cm, example_inputs, dense, sizes)
                 except Exception as err:  # noqa: BLE001 - a bug of ours: PyTorch runs this graph instead
                     if self.fallback == "error":
                         raise
                     return self._eager_half(gm, store, cm, err)
                 if visible is not None:
+                    if sizes is not None:  # sizes the caller sees are not the graph's results now
+                        visible -= sum(1 for pos, _ in sizes.returned if pos < visible)
                     _saved_outputs_as_written(cm, visible)
                     self.saved_as_written = True
-                return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward)
+                return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward, sizes)
             return compile_half
 
         return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
@@ -119,7 +128,9 @@ class TrainingCompile:
         if self.failure is not None:
             return self.model(*args, **kwargs)
         if self._compiled is None:
-            self._compiled = torch.compile(_entry_point(self.model), backend=self.backend(), dynamic=False,
+            # dynamic as torch.compile's: a second batch size or sequence length traces the model
+            # again with symbolic sizes, and the halves compile once for all of them
+            self._compiled = torch.compile(_entry_point(self.model), backend=self.backend(), dynamic=self.dynamic,
                                            fullgraph=False)
         from torch._dynamo.utils import counters
 
@@ -142,6 +153,8 @@ class TrainingCompile:
             # Dynamo or AOTAutograd cannot trace this model (an in-place write to a view of a
             # multi-output op, ...): eager PyTorch runs it, with its autograd, from now on; an error
             # of the model itself raises again there, as the user's error
+            if self.fallback == "error":
+                raise
             self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
             warnings.warn(f"uniorch: the training path cannot compile {type(self.model).__name__} and runs it "
                           f"eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
@@ -172,7 +185,7 @@ def saved_activation_bytes(backward: torch.fx.GraphModule) -> int:
             continue
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            total += int(val.numel()) * val.element_size()
+            total += _hint(val.numel()) * val.element_size()  # int() of a symbolic size would specialize it
     return total
 
 
@@ -244,17 +257,22 @@ def _inline_composite_ops(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _compile_now(cm, example_inputs: list, dense: set = frozenset()) -> tuple:
+def _compile_now(cm, example_inputs: list, dense: set = frozenset(), sizes=None) -> tuple:
     """Compiles a half for its example inputs' spec now: at its first call it would run inside
     AOTAutograd's autograd.Function, where torch.export cannot trace. The inputs are real tensors of
     the examples' shapes (zeros: index inputs stay in range for the trial launch), contiguous at the
     positions in `dense` (the trial launch compiles kernels for the strides the calls will pass)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    with unset_fake_temporarily(), torch.no_grad():
+    from .symbolic_halves import mark_symbolic
+
+    # outside Dynamo's tracing context: export would take its fake mode, and the guards of a
+    # symbolic capture would become guards of Dynamo's frame
+    with unset_fake_temporarily(), torch.no_grad(), torch._guards.tracing(None):
         real = [(torch.zeros(_ints(e.shape), dtype=e.dtype, device=e.device) if i in dense else
                  torch.empty_strided(_ints(e.shape), _ints(e.stride()), dtype=e.dtype, device=e.device).zero_())
                 if isinstance(e, torch.Tensor) else e for i, e in enumerate(example_inputs)]
+        mark_symbolic(real, sizes)  # the dims Dynamo made symbolic stay so (symbolic_halves.py)
         cm.entry(tuple(real), {})
     return tuple(real)
 
@@ -262,7 +280,12 @@ def _compile_now(cm, example_inputs: list, dense: set = frozenset()) -> tuple:
 def _ints(sizes) -> list[int]:
     """Sizes as ints: a graph compiled with static shapes can still hold SymInts of constant value
     (the saved tensors of gradient checkpointing's recompute), which factory functions refuse."""
-    return [int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else int(s) for s in sizes]
+    return [_hint(s) for s in sizes]
+
+
+def _hint(s) -> int:
+    """A size's value in the example call, without a guard on it (`int()` of a SymInt adds one)."""
+    return int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else int(s)
 
 
 def _visible_forward_outputs() -> Optional[int]:
@@ -282,7 +305,7 @@ def _saved_outputs_as_written(cm, visible: int) -> None:
     projection) is a copy into a storage of the whole projection's extent per call."""
     import dataclasses
 
-    for entry in cm._cache.values():
+    for entry in [*cm._cache.values(), *(e for _, e in cm._symbolic)]:
         cg = entry.captured
         if cg is None:
             continue
@@ -310,16 +333,19 @@ def _break_line(reason: str) -> str:
     return (lines[0] if lines else reason) + (f" ({context[:200]})" if context else "")
 
 
-def _boxed(cm, ran: list):
+def _boxed(cm, ran: list, sizes=None):
     """AOTAutograd calls compiled halves with one list of arguments (boxed), which it may free."""
     from functorch.compile import make_boxed_func
 
     def run(*flat):
         ran.append(cm)
+        if sizes is not None:  # sizes the graph reads from its tensors (symbolic_halves.py)
+            flat = sizes.arguments(flat)
         # parameters arrive requiring grad (the autograd.Function records around this call): the
         # compile is of values, and detached inputs (same storage) match the spec compiled for
         out = cm(*[t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t for t in flat])
-        return out if isinstance(out, (tuple, list)) else (out,)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return out if sizes is None or not sizes.returned else sizes.results(flat, out)
 
     return make_boxed_func(run)
 
