@@ -22,8 +22,10 @@ from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
+from uniorch.errors import LoweringError
+from uniorch.ir.dims import UnknownSize
 
-from .ir_utils import iterator_types_attr
+from .ir_utils import iterator_types_attr, size_as_index
 
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
 
@@ -48,8 +50,17 @@ def _owner(v: ir.Value):
     return None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
 
 
-def _empty_like(t: ir.RankedTensorType) -> ir.Value:
-    return tensor.EmptyOp(list(t.shape), t.element_type).result
+def _empty_like(t: ir.RankedTensorType, like: ir.Value = None, at: ir.Operation = None) -> ir.Value:
+    """An empty tensor of type `t`; its symbolic sizes those of `like`, built from @main's arguments
+    (`at` is an op of @main). Raises dims.UnknownSize where a size has no such expression."""
+    if t.has_static_shape:
+        return tensor.EmptyOp(list(t.shape), t.element_type).result
+    from uniorch.ir import dims
+
+    sizes = dims.shape(like)  # symbolic sizes as expressions over @main's (uniorch/ir/dims.py)
+    func_op = at.parent
+    return tensor.EmptyOp([n if isinstance(n, int) else size_as_index(n, func_op) for n in sizes],
+                          t.element_type).result
 
 
 def _is_constant_fill(op) -> bool:
@@ -161,7 +172,10 @@ def _transpose_through_collapse(view: ir.Operation) -> None:
     out_t = ir.RankedTensorType(view.results[0].type)
     n = out_t.rank
     with ir.InsertionPoint(view), view.location:
-        empty = _empty_like(out_t)
+        try:  # a symbolic size (a sequence length) from @main's arguments
+            empty = _empty_like(out_t, view.results[0], view)
+        except (UnknownSize, LoweringError):
+            return
         nt = pat.op_of(t.clone())
     nt.operands[1] = empty
     nt.results[0].set_type(out_t)

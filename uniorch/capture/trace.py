@@ -113,10 +113,10 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
     baked = len(keep) < len(flat) or bool(dynamic)
     traced, t_args, t_kwargs = module, args, kwargs
-    shapes = None
+    shapes = named = None
     if dynamic:  # flat positional arguments (as when baking): one shape spec per argument
-        shapes = (tuple({d: torch.export.Dim.AUTO for d in sorted(dynamic.get(i, ()))}
-                        if isinstance(flat[i], torch.Tensor) and dynamic.get(i) else None for i in keep),)
+        shapes = _shape_specs(flat, keep, dynamic, named=False)
+        named = _shape_specs(flat, keep, dynamic, named=True)
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
     try:
@@ -125,7 +125,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, \
                 attribute_guard.recording(module) as reads:
             with NoOutsideWrites(), CellsAsMath():
-                ep = torch.export.export(traced, t_args, t_kwargs, strict=False, dynamic_shapes=shapes)
+                ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
             try:
                 ep = ep.run_decompositions(decomposition_table())
@@ -152,6 +152,39 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     to_pairs(cg)
     _record_layouts(cg)
     return cg
+
+
+DIM_NAMES = "_uniorch_dim_names"  # on an example tensor: {dim: (name, a, b)}: the dim is a * name + b
+
+
+def _shape_specs(flat: list, keep: list[int], dynamic: dict, named: bool):
+    """Export's dynamic_shapes: `Dim.AUTO` per symbolic dim, or with `named`, one `Dim` per name
+    that example tensors give their dims (`DIM_NAMES`: the training path's halves, whose sizes
+    Dynamo related), so export knows them equal (an embedding's gradient scatter: the indices'
+    and the updates' lengths, else a broadcast it cannot decide)."""
+    shared: dict = {}
+
+    def dim(i: int, d: int):
+        spec = (getattr(flat[i], DIM_NAMES, None) or {}).get(d) if named else None
+        if spec is None:
+            return torch.export.Dim.AUTO
+        name, a, b = spec
+        root = shared.setdefault(name, torch.export.Dim(name, min=2))
+        return root if (a, b) == (1, 0) else a * root + b
+
+    return (tuple({d: dim(i, d) for d in sorted(dynamic.get(i, ()))}
+                  if isinstance(flat[i], torch.Tensor) and dynamic.get(i) else None for i in keep),)
+
+
+def _export(traced, args, kwargs, shapes, named):
+    """torch.export with the named dims when there are any, else (or when export finds the names'
+    claims wrong: a size it specializes, two names it finds related) with `Dim.AUTO` only."""
+    if named is not None and named != shapes:
+        try:
+            return torch.export.export(traced, args, kwargs, strict=False, dynamic_shapes=named)
+        except Exception:  # noqa: BLE001 - the names were a hint; AUTO lets export decide
+            pass
+    return torch.export.export(traced, args, kwargs, strict=False, dynamic_shapes=shapes)
 
 
 def _record_layouts(cg: CapturedGraph) -> None:

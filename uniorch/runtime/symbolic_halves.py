@@ -29,7 +29,7 @@ class SizeArgs:
     dropped: list[int]  # argument positions that were sizes
     returned: list[tuple[int, Any]]  # (result position, its size expression) of the sizes returned
     sources: dict  # symbol -> (argument position after dropping, dim, a, b): that dim is a * symbol + b
-    marks: dict[int, set[int]]  # argument (after dropping) -> its symbolic dims
+    marks: dict[int, dict[int, Optional[tuple]]]  # argument (after dropping) -> its symbolic dims: (symbol name, a, b)
 
     def arguments(self, flat) -> list:
         drop = set(self.dropped)
@@ -64,14 +64,14 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
     dropped = [j for j, e in enumerate(example_inputs) if isinstance(e, torch.SymInt)]
     new_index = {j: j - sum(1 for k in dropped if k < j) for j in range(len(example_inputs)) if j not in dropped}
     sources: dict = {}  # symbol -> (placeholder, argument position after dropping, dim, a, b)
-    marks: dict[int, set[int]] = {}
+    marks: dict[int, dict[int, Optional[tuple]]] = {}
     for j, e in enumerate(example_inputs):
         if not isinstance(e, torch.Tensor):
             continue
         for d, size in enumerate(e.shape):
             if _static(size):
                 continue
-            marks.setdefault(new_index[j], set()).add(d)
+            marks.setdefault(new_index[j], {})[d] = _name(size.node.expr)
             linear = _linear(size.node.expr)
             if linear is not None:
                 sym, a, b = linear
@@ -118,11 +118,26 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
 
 
 def mark_symbolic(real: list, sizes: Optional[SizeArgs]) -> None:
-    """The example tensors' symbolic dims, as `torch._dynamo.mark_dynamic` marks them."""
+    """The example tensors' symbolic dims, as `torch._dynamo.mark_dynamic` marks them, with the
+    names of Dynamo's symbols (capture's `DIM_NAMES`): dims Dynamo knew equal stay one symbol."""
+    from uniorch.capture.trace import DIM_NAMES
+
     for i, dims in (sizes.marks.items() if sizes is not None else ()):
-        for d in dims:
+        names = {}
+        for d, name in dims.items():
             if real[i].shape[d] > 1:  # a size-1 example cannot stand for the others
                 torch._dynamo.mark_dynamic(real[i], d)
+                if name:
+                    names[d] = name
+        if names:
+            setattr(real[i], DIM_NAMES, names)
+
+
+def _name(expr) -> Optional[tuple[str, int, int]]:
+    """(name, a, b) for a dim of size a * symbol + b, the name that of Dynamo's symbol (a batch
+    flattened into the rows, `2*s0`, is `2 * Dim(s0)` to export); None for any other expression."""
+    linear = _linear(expr)
+    return None if linear is None else (f"u_{linear[0]}", linear[1], linear[2])
 
 
 def _is_size(node: torch.fx.Node) -> bool:

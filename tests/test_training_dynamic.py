@@ -1,0 +1,66 @@
+"""Training over varying sequence lengths: Dynamo's symbolic graphs, their halves compiled once with
+symbolic sizes (runtime/symbolic_halves.py). Gradients against eager on fresh inputs."""
+import copy
+
+import torch
+from torch import nn
+
+import uniorch
+from uniorch.capture.trace import DIM_NAMES
+
+
+class TinyLM(nn.Module):
+    """A language model's shape of loss: (batch, length) flattened into rows for cross entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.head = nn.Linear(16, 16), nn.Linear(16, 10)
+
+    def forward(self, x, y):
+        logits = self.head(torch.relu(self.fc(x)))
+        return nn.functional.cross_entropy(logits.view(-1, 10), y.view(-1))
+
+
+def test_varying_lengths_train_like_eager_with_one_compile_per_half():
+    torch.manual_seed(0)
+    model = TinyLM()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for length in (5, 7, 9, 6, 13):
+        x, y = torch.randn(2, length, 16), torch.randint(0, 10, (2, length))
+        for m, run in ((model, cm), (ref, ref)):
+            m.zero_grad()
+            run(x, y).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+    tc = cm.training_compile
+    assert len(tc.forward) == len(tc.backward) == 2  # the first length's graphs, then symbolic ones
+    for half in (tc.forward[1], tc.backward[1]):
+        assert half.cache_size == 1 and half._symbolic, half.recompiles
+    rep = cm.explain(x, y)
+    assert rep.symbolic and rep.backward.symbolic and not rep.fallbacks
+
+
+def _index_put(idx, upd):
+    return torch.ops.aten.index_put(torch.zeros(64, 32), [idx.clamp(-64, 63)], upd, True)
+
+
+def test_dims_named_alike_are_one_symbol_of_the_capture():
+    """An embedding's gradient: the indices' and the updates' lengths are one size in Dynamo's
+    graph; captured apart they were two symbols, and the broadcast between them undecidable (the
+    updates were read with a select per element: no kernel could be generated for it)."""
+    idx, upd = torch.randint(0, 64, (1, 5)), torch.randn(1, 5, 32)
+    for t in (idx, upd):
+        torch._dynamo.mark_dynamic(t, 1)
+        setattr(t, DIM_NAMES, {1: ("u_s0", 1, 0)})
+    cm = uniorch.compile(_index_put, target="interpret")
+    torch.testing.assert_close(cm(idx, upd), _index_put(idx, upd))
+    rep = cm.explain(idx, upd)
+    assert len(rep.symbolic) == 1, rep.symbolic
+    assert not any("cannot generate" in f.why for f in rep.fallbacks), rep.fallbacks
+    guard = cm._symbolic[0][0]
+    key = cm._spec((torch.zeros(1, 7, dtype=torch.long), torch.zeros(1, 8, 32)), {})
+    assert "input 1 dim 1 is 8" in guard.check(key)  # one symbol: unequal lengths do not pass
+    x, u = torch.randint(0, 64, (1, 9)), torch.randn(1, 9, 32)
+    torch.testing.assert_close(cm(x, u), _index_put(x, u))
+    assert cm.cache_size == 1
