@@ -5,8 +5,9 @@
 // RUN: uniorch-opt %s -p uniorch-preprocess | FileCheck %s
 
 // CHECK-LABEL: func.func @main
+// CHECK: tensor.empty(%{{.*}}) : tensor<1x?xi64>
 // CHECK: %[[N:.*]] = tensor.dim %arg0, %{{.*}} : tensor<?x1xi64>
-// CHECK: %[[E:.*]] = tensor.empty(%[[N]]) : tensor<?xi64>
+// CHECK-NEXT: %[[E:.*]] = tensor.empty(%[[N]]) : tensor<?xi64>
 // CHECK: linalg.generic {{.*}} ins(%arg0 : tensor<?x1xi64>) outs(%[[E]] : tensor<?xi64>)
 // CHECK-NOT: tensor.collapse_shape
 #map = affine_map<(d0, d1) -> (d0, d1)>
