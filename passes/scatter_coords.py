@@ -14,8 +14,9 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg, tensor
 
 from uniorch.codegen import patterns as pat
+from uniorch.ir import dims
 
-from .ir_utils import iterator_types_attr
+from .ir_utils import iterator_types_attr, size_as_index
 from .ir_utils import producer as _producer
 from .split_prologue import _clone_into
 
@@ -41,9 +42,9 @@ def _columns(v: ir.Value):
         offs = list(ir.DenseI64ArrayAttr(p.attributes["static_offsets"]))
         sizes = list(ir.DenseI64ArrayAttr(p.attributes["static_sizes"]))
         strides = list(ir.DenseI64ArrayAttr(p.attributes["static_strides"]))
-        if len(p.operands) != 2 or len(offs) != 2 or offs[0] != 0 or sizes[1] != 1 or strides != [1, 1]:
+        if len(offs) != 2 or offs[0] != 0 or sizes[1] != 1 or strides != [1, 1] or offs[1] in cols:
             return None
-        if sizes[0] != ir.RankedTensorType(v.type).shape[0] or offs[1] in cols:
+        if not _all_rows(p, sizes[0], v):
             return None
         src = p.operands[0]
         g = _producer(src)
@@ -70,10 +71,38 @@ def _columns(v: ir.Value):
     return fv, cols
 
 
+def _all_rows(insert: ir.Operation, rows: int, dest: ir.Value) -> bool:
+    """Whether a column's insert_slice covers every row of `dest`: statically, or (symbolic rows: a
+    sequence length) by one size operand equal to the destination's rows."""
+    extra = list(insert.operands)[2:]
+    if not extra:
+        return rows == ir.RankedTensorType(dest.type).shape[0]
+    if len(extra) != 1 or rows != ir.ShapedType.get_dynamic_size():
+        return False
+    try:
+        return dims.index_value(extra[0]) == _rows(dest)
+    except dims.UnknownSize:
+        return False
+
+
+def _rows(v: ir.Value):
+    """The rows of a coordinate assembly: of the tensor its insert_slice chain starts from (uniorch/ir/dims.py
+    derives no size for an insert_slice's result)."""
+    p = _producer(v)
+    while p is not None and p.name == "tensor.insert_slice":
+        v = p.operands[1]
+        p = _producer(v)
+    return dims.shape(v)[0]
+
+
 def _rewrite(scatter: ir.Operation) -> bool:
     idx = scatter.operands[1]
     t = ir.RankedTensorType(idx.type)
-    if not t.has_static_shape or t.rank != 2:
+    if t.rank != 2 or ir.ShapedType.is_dynamic_size(t.shape[1]):
+        return False
+    try:
+        rows = _rows(idx)
+    except dims.UnknownSize:
         return False
     got = _columns(idx)
     if got is None:
@@ -93,7 +122,10 @@ def _rewrite(scatter: ir.Operation) -> bool:
     maps.append(ir.AffineMap.get_identity(2))
     et = t.element_type
     with ir.InsertionPoint(scatter), scatter.location:
-        empty = tensor.EmptyOp(list(t.shape), et).result
+        if isinstance(rows, int):
+            empty = tensor.EmptyOp(list(t.shape), et).result
+        else:  # symbolic rows, from @main's arguments
+            empty = tensor.EmptyOp([size_as_index(rows, scatter.parent), t.shape[1]], et).result
         new = ir.Operation.create(
             "linalg.generic", results=[t], operands=ins + [empty],
             attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),

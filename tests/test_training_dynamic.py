@@ -39,6 +39,39 @@ def test_varying_lengths_train_like_eager_with_one_compile_per_half():
         assert half.cache_size == 1 and half._symbolic, half.recompiles
     rep = cm.explain(x, y)
     assert rep.symbolic and rep.backward.symbolic and not rep.fallbacks
+    # cross entropy's gradient scatters into a one-hot of symbolic rows: a scatter kernel
+    assert not rep.backward.fallbacks and any(k.kind == "scatter" for k in rep.backward.kernels), str(rep.backward)
+
+
+class EmbeddingLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos, self.head = nn.Embedding(50, 16), nn.Embedding(32, 16), nn.Linear(16, 50)
+
+    def forward(self, ids):
+        h = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        logits = self.head(torch.tanh(h))
+        return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1))
+
+
+def test_embedding_gradients_over_varying_lengths_are_scatter_kernels():
+    """The token and position embeddings' gradients are scatters of the lengths' rows: kernels
+    with the length a kernel parameter (they ran in PyTorch: scatter kernels were static only)."""
+    torch.manual_seed(1)
+    model = EmbeddingLM()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for length in (6, 9, 7, 12):
+        ids = torch.randint(0, 50, (3, length))
+        for m, run in ((model, cm), (ref, ref)):
+            m.zero_grad()
+            run(ids).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+    rep = cm.explain(ids)
+    assert rep.backward.symbolic, str(rep.backward)
+    scatters = [k for k in rep.backward.kernels if k.kind == "scatter"]
+    assert len(scatters) >= 2 and not any("index_put" in f.op for f in rep.backward.fallbacks), str(rep.backward)
 
 
 def _index_put(idx, upd):

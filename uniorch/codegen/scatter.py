@@ -26,16 +26,16 @@ valid program changes); indices still out of bounds skip their update (eager rai
 """
 from __future__ import annotations
 
-import math
-
 from torch_mlir import ir
+
+from uniorch.ir import dims
 
 from . import body as B
 from . import patterns as pat
 from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape  # shared by the tm_tensor kinds
 from .domain import VIEW_OPS
 from .scatter_updates import UpdateEmitter, computed_operand, in_kernel, loops_at
-from .source import CodegenError, KernelSource
+from .source import CodegenError, KernelSource, symbol_dims
 
 # region op -> (kind, Triton combine of current `a` and operand `b`)
 _OPS = {
@@ -75,6 +75,8 @@ class _Scatter:
                 raise CodegenError(o, "only the scatter and the pointwise ops computing its updates and indices "
                                       "run in a scatter kernel")
         self.args = list(blk.arguments)
+        if dims.has_symbols(self.func):  # `index` arguments only size tensor.empty ops (as a scan's)
+            self.args = [a for a in self.args if isinstance(a.type, ir.ShapedType)]
         pos = []
         for k, v in enumerate(op.operands):
             if (k == 0 and self.producer is not None) or (k == 1 and self.idx_gen is not None):
@@ -92,18 +94,23 @@ class _Scatter:
         ret = pat.op_of(ops[-1])
         if len(ret.operands) != 1 or ret.operands[0] != op.results[0]:
             raise CodegenError(ret, "a scatter kernel returns only the scatter's result")
-        self.shape = _shape(op.results[0])
-        self.ushape = _shape(op.operands[0])
-        self.ishape = _shape(op.operands[1])
+        # sizes as ints or expressions over the size symbols (a sequence length: an embedding's
+        # gradient in training over varying lengths), passed to the kernel after its tensors
+        self.shape = dims.shape(op.results[0])
+        self.ushape = dims.shape(op.operands[0])
+        self.ishape = dims.shape(op.operands[1])
         self.ty = B.elem_name(op.results[0].type)
         self.ity = B.elem_name(op.operands[1].type)
-        if len(self.ishape) != 2 or self.ity not in ("i32", "i64"):
-            raise CodegenError(op, "indices must be a rank-2 i32/i64 tensor")
+        if len(self.ishape) != 2 or self.ity not in ("i32", "i64") or not isinstance(self.ishape[1], int):
+            raise CodegenError(op, "indices must be a rank-2 i32/i64 tensor of static depth")
         self.depth = self.ishape[1]
         self.dim_map = list(ir.DenseI64ArrayAttr(op.attributes["dimension_map"]))
         if len(self.dim_map) != self.depth:
             raise CodegenError(op, "dimension_map does not match the index depth")
-        self.total = math.prod(self.ushape)
+        self.total = dims.prod(self.ushape)
+        shapes = [dims.shape(a) for a in self.args] + [self.shape]
+        self.symbols = dims.kernel_symbols(self.func, shapes)
+        self.symbol_dims = symbol_dims(self.func, self.symbols, shapes)
         self.mode, self.operand = self._combiner()
 
     def _combiner(self) -> tuple[str, str]:
@@ -157,11 +164,16 @@ def choose_schedule(kernel_func, target: str) -> dict:
     s = _Scatter(kernel_func)
     s.strategy()
     interp = (target or "interpret").split(":", 1)[0] == "interpret"
-    block = max(1, min(_next_pow2(s.total), 4096 if interp else 512))
+    total = dims.hinted(s.total, dims.hints(s.func))  # a symbolic size: blocks for the capture's size
+    block = max(1, min(_next_pow2(total), 4096 if interp else 512))
     warps = 4 if block >= 512 else 2 if block >= 128 else 1
     _mark_inplace(s)
     return {"block_p": block, "block_r": 1, "block_k": 0, "num_warps": warps, "num_stages": 1,
-            "looped": False, "grid": [max(1, _cdiv(s.total, block)), 1, 1]}
+            "looped": False, "grid": [_grid(s.total, block), 1, 1]}
+
+
+def _grid(total, block: int):
+    return max(1, _cdiv(total, block)) if isinstance(total, int) else dims.grid_entry(dims.cdiv(total, block))
 
 
 def _mark_inplace(s: _Scatter) -> None:
@@ -183,7 +195,7 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
     params = []
     for i, r in enumerate(in_ranks):
         params += [f"in{i}_ptr"] + [f"in{i}_s{d}" for d in range(r)]
-    params += ["out0_ptr"] + [f"out0_s{d}" for d in range(rank)] + ["BLOCK_P: tl.constexpr"]
+    params += ["out0_ptr"] + [f"out0_s{d}" for d in range(rank)] + s.symbols + ["BLOCK_P: tl.constexpr"]
 
     u, x = s.upd, s.idx
     loc = str(s.op.location)
@@ -199,15 +211,15 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
         f"    # {s.mode} scatter of updates {s.ushape} at indices {s.ishape} (dims {s.dim_map}) into "
         f"{s.shape} ({s.ty}) by {strategy}; at {loc}",
         "    lin = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)",
-        f"    mask = lin < {s.total}",
+        f"    mask = lin < {dims.code(s.total)}",
     ]
     # coordinates of the update element, row-major over the update shape
     ucoord = []
     for d in range(len(s.ushape)):
-        inner = math.prod(s.ushape[d + 1:])
-        e = "lin" if inner == 1 else f"(lin // {inner})"
+        inner = dims.prod(s.ushape[d + 1:])
+        e = "lin" if inner == 1 else f"(lin // {dims.code(inner)})"
         if d > 0:
-            e = f"{e} % {s.ushape[d]}"
+            e = f"{e} % {dims.code(s.ushape[d])}"
         lines.append(f"    u{d} = {e}")
         ucoord.append(f"u{d}")
     upd_off = " + ".join(f"u{d}.to(tl.int64) * in{u}_s{d}" for d in range(len(s.ushape)))
@@ -226,13 +238,13 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
             lines.append(f"    j{i} = ({code}).to(tl.int64)")
         else:
             lines.append(f"    j{i} = tl.load(in{x}_ptr + u0.to(tl.int64) * in{x}_s0 + {i} * in{x}_s1, mask=mask, other=0).to(tl.int64)")
-        lines.append(f"    j{i} = tl.where(j{i} < 0, j{i} + {s.shape[d]}, j{i})")
+        lines.append(f"    j{i} = tl.where(j{i} < 0, j{i} + {dims.code(s.shape[d])}, j{i})")
         starts[d] = f"j{i}" if starts[d] is None else f"({starts[d]} + j{i})"
     if any(st is None for st in starts):
         raise CodegenError(s.op, "index depth and update slice do not cover the destination")
     for d, st in enumerate(starts):
         lines.append(f"    c{d} = {st}")
-        lines.append(f"    mask = mask & (c{d} >= 0) & (c{d} < {s.shape[d]})")
+        lines.append(f"    mask = mask & (c{d} >= 0) & (c{d} < {dims.code(s.shape[d])})")
     dst_off = " + ".join(f"c{d} * out0_s{d}" for d in range(rank)) if rank else "lin * 0"  # 0-d: a block of one address
     lines.append(f"    dst = {dst_off}")
     if s.operand == "u" and s.producer is not None:
@@ -244,7 +256,7 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
         lines.append(f"    val = tl.load(in{u}_ptr + {upd_off}, mask=mask, other=0)")
     else:
         lines.append(f"    val = {s.operand}")
-    if s.total == 0 or math.prod(s.shape) == 0:
+    if dims.prod(s.shape) == 0 or s.total == 0:
         lines = lines[:lines.index(f"def {fn}({', '.join(params)}):") + 1] + ["    pass  # nothing to scatter"]
     elif strategy == "store":
         lines.append("    tl.store(out0_ptr + dst, val, mask=mask)")
@@ -273,6 +285,6 @@ def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> 
         at = lines.index("@jit")
         lines[at:at] = [x for h in helpers for x in (B.HELPERS[h], "")]
     source = "\n".join(lines) + "\n"
-    grid = (max(1, _cdiv(s.total, block)),)
+    grid = (sched["grid"][0] if "grid" in sched else _grid(s.total, block),)
     return KernelSource(s.name, fn, source, in_ranks, [rank], grid, {"BLOCK_P": block},
-                        int(sched.get("num_warps", 4)), 1)
+                        int(sched.get("num_warps", 4)), 1, symbols=s.symbols, symbol_dims=s.symbol_dims)

@@ -69,6 +69,20 @@ def _shape(v: ir.Value) -> list[int]:
     return list(ir.RankedTensorType(v.type).shape)
 
 
+def _sizes(v: ir.Value) -> list[str]:
+    """A tensor's sizes as kernel code: ints, or expressions over the kernel's size parameters
+    (the raw type's `?` is a negative marker, and a bound by it masked every lane off)."""
+    from uniorch.ir import dims
+
+    if ir.RankedTensorType(v.type).has_static_shape:
+        return [str(n) for n in _shape(v)]
+    try:
+        return [dims.code(n) for n in dims.shape(v)]
+    except dims.UnknownSize as err:
+        raise CodegenError(pat.op_of(v.owner) if not isinstance(v.owner, ir.Block) else None,
+                           f"a gather from a tensor of unknown size: {err}") from err
+
+
 class UpdateEmitter:
     """Triton lines computing generic `g`'s element at the update coordinates `ucoord`."""
 
@@ -103,6 +117,13 @@ class UpdateEmitter:
         if got is not None:
             return got
         if isinstance(v.owner, ir.Block):
+            if isinstance(v.type, ir.IndexType):  # a symbolic size (`i % n`): the kernel's size parameters
+                from uniorch.ir import dims
+
+                try:
+                    return dims.code(dims.index_value(v)), "index"
+                except dims.UnknownSize:
+                    pass
             raise CodegenError(self.g, "a block argument the updates' body cannot read")
         op = pat.op_of(v.owner)
         self.env[v] = self.op(op)
@@ -169,7 +190,7 @@ class UpdateEmitter:
         src = op.operands[0]
         a = self.arg_index.get(src)
         conds, terms, codes = [], [], []
-        for j, (x, n) in enumerate(zip(list(op.operands)[1:], _shape(src))):
+        for j, (x, n) in enumerate(zip(list(op.operands)[1:], _sizes(src))):
             code, _ = self.get(x)
             codes.append(code)
             conds.append(f"({code} >= 0) & ({code} < {n})")
