@@ -97,3 +97,24 @@ def test_dims_named_alike_are_one_symbol_of_the_capture():
     x, u = torch.randint(0, 64, (1, 9)), torch.randn(1, 9, 32)
     torch.testing.assert_close(cm(x, u), _index_put(x, u))
     assert cm.cache_size == 1
+
+
+def test_a_symbol_only_a_flattened_dim_gives_is_guarded_and_solved():
+    """A loss's backward graph after a graph break sees only the flattened rows, `2*s`: the symbol
+    is read off that dim (the guard kept nothing symbolic, and the half compiled per length)."""
+    def halves(g, y):
+        onehot = torch.zeros(g.shape[0], 10).scatter(1, y.view(-1, 1), -1.0) * g
+        return onehot.view(2, -1, 10).sum(1)
+
+    g, y = torch.randn(14, 1), torch.randint(0, 10, (14,))
+    for t in (g, y):
+        torch._dynamo.mark_dynamic(t, 0)
+        setattr(t, DIM_NAMES, {0: ("u_s0", 2, 0)})
+    cm = uniorch.compile(halves, target="interpret")
+    torch.testing.assert_close(cm(g, y), halves(g, y))
+    assert any("(2*" in s for s in cm.explain(g, y).symbolic), cm.explain(g, y).symbolic
+    g2, y2 = torch.randn(22, 1), torch.randint(0, 10, (22,))
+    torch.testing.assert_close(cm(g2, y2), halves(g2, y2))
+    assert cm.cache_size == 1
+    guard = cm._symbolic[0][0]
+    assert "is 9, not 2*" in guard.check(cm._spec((torch.randn(9, 1), torch.zeros(9, dtype=torch.long)), {}))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -56,6 +57,17 @@ def varying_dims(old_key, new_key) -> Optional[dict[int, list[tuple[int, int, in
     return out or None
 
 
+def _linear(e):
+    """(symbol, a, b) for an expression a * symbol + b with integers a >= 1 and b; else None."""
+    if len(e.free_symbols) != 1:
+        return None
+    (sym,) = e.free_symbols
+    a, b = e.diff(sym), e.subs(sym, 0)
+    if not (a.is_Integer and b.is_Integer and a >= 1) or sympy.expand(e - (a * sym + b)) != 0:
+        return None
+    return sym, int(a), int(b)
+
+
 def _sym_expr(size):
     """A placeholder's dim: an int, or its sympy expression."""
     if isinstance(size, torch.SymInt):
@@ -78,17 +90,21 @@ class SymbolicGuard:
         tree, leaves = key
         vals = {n.name: n.meta.get("val") for n in captured.graph_module.graph.nodes if n.op == "placeholder"}
         by_index = {i.target: vals.get(i.name) for i in captured.inputs if i.kind == "user"}
-        out, names = [], {}
+        out, names, derived = [], {}, {}
         for i, leaf in enumerate(leaves):
             val = by_index.get(i)
             if leaf[0] == "T" and isinstance(val, torch.Tensor) and val.dim() == len(leaf[1]):
                 dims = tuple(_sym_expr(s) for s in val.shape)
                 for d, e in enumerate(dims):
-                    if not isinstance(e, int) and len(e.free_symbols) == 1 and e.is_Symbol:
+                    if not isinstance(e, int) and e.is_Symbol:
                         names.setdefault(str(e), f"input {i} dim {d}")
+                    elif not isinstance(e, int) and _linear(e) is not None:  # 2*s: a batch flattened into rows
+                        derived.setdefault(str(_linear(e)[0]), f"input {i} dim {d} ({e})")
                 out.append(("T", dims, *leaf[2:]))
             else:
                 out.append(leaf)
+        for sym, where in derived.items():  # symbols no dim is by itself: read off a dim a * s + b
+            names.setdefault(sym, where)
         ranges = {}
         for sym, vr in getattr(captured, "symbol_ranges", {}).items():
             if sym in names:
@@ -124,6 +140,13 @@ class SymbolicGuard:
                     bound[s] = n
                 else:
                     later.append((i, d, e, n))
+        for i, d, e, n in later:  # a symbol only a dim a * s + b gives (a batch flattened into rows)
+            linear = _linear(e)
+            if linear is not None and str(linear[0]) not in bound:
+                sym, a, b = linear
+                if (n - b) % a:
+                    return f"input {i} dim {d} is {n}, not {e}"
+                bound[str(sym)] = (n - b) // a
         for s, n in bound.items():
             lo, hi = self.ranges.get(s, (2, None))
             if n < lo or (hi is not None and n > hi):
