@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 
 from .capture import CapturedGraph, capture
 from .capture.trace import capturing
-from .compiled_nn import ModuleFacade
+from .compiled_nn import ModuleFacade, model_attribute
 from .capture.module_modes import SEP, autocast_tag, module_modes, split_autocast, split_modes, split_params
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
@@ -149,16 +149,7 @@ class CompiledModule:
         model = self.__dict__.get("_model")
         if model is None or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = getattr(model, name)
-        if getattr(value, "__self__", None) is model and callable(value):
-            # `cm = uniorch.compile(model).to(device)`, `.eval()`, `.half()`: a method returning the
-            # model returns the compiled model, not the bare one (which would run uncompiled)
-            @functools.wraps(value)
-            def method(*args, **kwargs):
-                out = value(*args, **kwargs)
-                return self if out is model else out
-            return method
-        return value
+        return model_attribute(self, model, name)
 
     @property
     def target(self) -> Target:

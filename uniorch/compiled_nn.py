@@ -75,16 +75,7 @@ class ModuleFacade(nn.Module):
         model = d.get("_model")
         if model is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = getattr(model, name)
-        if callable(value) and getattr(value, "__self__", None) is model:
-            # a method of the model returning the model (`.half()` of a custom override, a
-            # builder's `with_x()`) returns the compiled model: the bare one would run uncompiled
-            @functools.wraps(value)
-            def method(*args, **kwargs):
-                out = value(*args, **kwargs)
-                return self if out is model else out
-            return method
-        return value
+        return model_attribute(self, model, name)
 
     def __setattr__(self, name: str, value) -> None:
         if self._own(name):
@@ -114,6 +105,21 @@ class ModuleFacade(nn.Module):
                 rest = key[len(prefix):] if prefix else key
                 meta.setdefault(prefix + _PREFIX + rest if rest else prefix + _PREFIX[:-1], meta[key])
         return out
+
+
+def model_attribute(compiled, model, name: str):
+    """`model.<name>` as the compiled model's attribute: a method of the model returning the model
+    (`.to(device)`, `.eval()`, a builder's `with_x()`) returns the compiled model, not the bare one
+    (which would run uncompiled)."""
+    value = getattr(model, name)
+    if not (callable(value) and getattr(value, "__self__", None) is model):
+        return value
+
+    @functools.wraps(value)
+    def method(*args, **kwargs):
+        out = value(*args, **kwargs)
+        return compiled if out is model else out
+    return method
 
 
 def _prefixed_keys(module, state_dict, prefix, *_):
