@@ -175,6 +175,36 @@ def test_generate_matches_eager_token_for_token(name):
         assert not e.program.fallbacks, e.program.fallbacks
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_past_the_sliding_window_compiles_once(cache):
+    """Decoding past a sliding window (Mistral's 4096 tokens, Gemma 3's 512 at full size; 4 here):
+    each sliding layer counts its tokens in a Python int, which grew every step, so every step
+    compiled anew until the compile limit and ran eagerly after it. The counters travel as sizes
+    (capture/library_pytrees.py): the prefill, the first step, then one symbolic compile for
+    every later step, with the window's check as its guard. Eager's tokens and counters."""
+    torch.manual_seed(3)
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(num_key_value_heads=2, sliding_window=4,
+                                                                       **_SMALL)).eval()
+    ids = torch.randint(1, 96, (2, 6))
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False, pad_token_id=0,
+              return_dict_in_generate=True)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    want = model.generate(ids, **kw)
+    cm = uniorch.compile(model, target="interpret")
+    got = cm.generate(ids, **kw)
+    assert torch.equal(got.sequences, want.sequences), (got.sequences, want.sequences)
+    counter = "cumulative_length" if cache == "dynamic" else "cumulative_length_int"
+    for g, w in zip(got.past_key_values.layers, want.past_key_values.layers):
+        assert type(getattr(g, counter)) is int and getattr(g, counter) == getattr(w, counter) == 15
+    assert cm.cache_size == 3 and len(cm._symbolic) == 1, cm.recompiles
+    guard, entry = cm._symbolic[0]
+    assert any(lo is not None and lo >= 4 for lo, _ in guard.ranges.values()), guard.ranges  # past the window
+    for e in list(cm._cache.values()) + [entry]:
+        assert e.captured is not None, e.capture_error
+        assert not e.program.fallbacks, e.program.fallbacks
+
+
 def test_generate_with_torch_compile_backend():
     """transformers' recipe, `model.forward = torch.compile(model.forward, backend=...)`, with
     uniorch's backend: Dynamo's graphs go through uniorch and greedy tokens equal eager's."""

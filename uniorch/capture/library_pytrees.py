@@ -64,19 +64,29 @@ def _model_outputs() -> None:
 
 
 _KEYS_LEN = "uniorch: the length of keys"  # a sliding layer's counter, in a cache's pytree context
+_LEAF = "uniorch: the rows of an extra leaf"  # ... past the window: (_LEAF, the leaf's index among the extras)
+# sliding layers and the attribute holding their token counter as a Python int
+_COUNTERS = (("DynamicSlidingWindowLayer", "cumulative_length"), ("StaticSlidingWindowLayer", "cumulative_length_int"))
 
 
 def _counters_as_lengths() -> None:
     """A sliding-window cache layer (Mistral's, Gemma's) counts the tokens it has seen in a Python
     int, `cumulative_length`, which transformers' pytree context holds as structure: every decode
-    step was a new input structure, and `generate()` compiled every step anew. Until the window
-    fills, the counter equals the length of the layer's keys, so the context says just that, and
-    unflattening reads it back from the keys (a symbolic size in a symbolic compile, whose checks
-    against the window become the compile's guards). Past the window it stays a number."""
+    step was a new input structure, and `generate()` compiled every step anew, up to the compile
+    limit and eagerly after it. Until the window fills, the counter equals the length of the
+    layer's keys, so the context says just that, and unflattening reads it back from the keys (a
+    symbolic size in a symbolic compile, whose checks against the window become the compile's
+    guards). Past the window the keys keep the window's length and the counter goes on: it travels
+    as the row count of an empty extra leaf (`torch.empty(count, 0)`, no memory), so the decode
+    steps past the window share one symbolic compile as well, the counter a size symbol whose
+    relation to the window export checks. A static cache's sliding layer keeps its counter beside
+    keys of fixed length (`cumulative_length_int`): it always travels as such a leaf."""
     import torch.utils._pytree as pytree
 
-    layer = getattr(sys.modules.get("transformers.cache_utils"), "DynamicSlidingWindowLayer", None)
-    if layer is None:
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    layer = {getattr(cache_utils, name, None): attr for name, attr in _COUNTERS}
+    layer.pop(None, None)
+    if not layer:
         return
     for cls, node in list(pytree.SUPPORTED_NODES.items()):
         flatten = node.flatten_fn
@@ -88,9 +98,11 @@ def _counters_as_lengths() -> None:
                                     flatten_with_keys_fn=_wrap_flatten_with_keys(flatten, layer))
 
 
-def _sliding_layers(obj, layer_cls, depth: int = 0):
-    if isinstance(obj, layer_cls):
-        yield obj
+def _sliding_layers(obj, layer_cls: dict, depth: int = 0):
+    """(layer, the attribute of its counter) for each sliding layer of a cache `obj`."""
+    attr = next((a for cls, a in layer_cls.items() if isinstance(obj, cls)), None)
+    if attr is not None:
+        yield obj, attr
     elif depth < 3 and hasattr(obj, "__dict__"):
         for v in vars(obj).values():
             for item in (v if type(v) in (list, tuple) else (v,)):
@@ -107,29 +119,37 @@ def _same_size(a, b) -> bool:
     return type(a) is int and a == b
 
 
-def _marked(obj, layer_cls) -> list:
-    """The sliding layers of `obj` whose counter is the keys' length, marked as such (undo: the list)."""
+def _marked(obj, layer_cls) -> tuple[list, list]:
+    """The sliding layers of `obj` whose counter is now structure-free, marked (undo: the first
+    list), and the extra leaves carrying the counters past the window (the second)."""
     import torch
 
-    done = []
-    for lay in _sliding_layers(obj, layer_cls):
+    done, extra = [], []
+    for lay, attr in _sliding_layers(obj, layer_cls):
         state = vars(lay)
-        keys, count = state.get("keys"), state.get("cumulative_length")
-        if (isinstance(keys, torch.Tensor) and keys.dim() >= 2 and not state.get("record_past")
-                and _same_size(count, keys.shape[-2])):
-            state["cumulative_length"] = _KEYS_LEN
-            done.append((state, count))
-    return done
+        keys, count = state.get("keys"), state.get(attr)
+        if not isinstance(keys, torch.Tensor) or keys.dim() < 2 or state.get("record_past"):
+            continue
+        if attr == "cumulative_length" and _same_size(count, keys.shape[-2]):
+            state[attr] = _KEYS_LEN
+        elif isinstance(count, (int, torch.SymInt)) and type(count) is not bool:
+            state[attr] = (_LEAF, len(extra))
+            extra.append(torch.empty((count, 0), dtype=torch.uint8, device=keys.device))
+        else:
+            continue
+        done.append((state, attr, count))
+    return done, extra
 
 
 def _wrap_flatten(flatten, layer_cls):
     def _pytree_flatten(obj):
-        undo = _marked(obj, layer_cls)
+        undo, extra = _marked(obj, layer_cls)
         try:
-            return flatten(obj)
+            leaves, context = flatten(obj)
         finally:
-            for state, count in undo:
-                state["cumulative_length"] = count
+            for state, attr, count in undo:
+                state[attr] = count
+        return list(leaves) + extra, [context, len(extra)]  # JSON-native: a bundle stores it
     return _pytree_flatten
 
 
@@ -144,9 +164,15 @@ def _wrap_flatten_with_keys(flatten, layer_cls):
 
 def _wrap_unflatten(unflatten, layer_cls):
     def _pytree_unflatten(values, context):
-        obj = unflatten(values, context)
-        for lay in _sliding_layers(obj, layer_cls):
-            if vars(lay).get("cumulative_length") == _KEYS_LEN:
-                vars(lay)["cumulative_length"] = lay.keys.shape[-2]
+        context, n_extra = context
+        values = list(values)
+        extra = values[len(values) - n_extra:]
+        obj = unflatten(values[:len(values) - n_extra], context)
+        for lay, attr in _sliding_layers(obj, layer_cls):
+            count = vars(lay).get(attr)
+            if count == _KEYS_LEN:
+                vars(lay)[attr] = lay.keys.shape[-2]
+            elif type(count) is tuple and len(count) == 2 and count[0] == _LEAF:
+                vars(lay)[attr] = extra[count[1]].shape[0]
         return obj
     return _pytree_unflatten

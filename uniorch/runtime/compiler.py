@@ -193,9 +193,12 @@ def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
 
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+    # a size read off an empty tensor (a sliding cache's counter, capture/library_pytrees.py)
+    # reads no element: torch-mlir takes it as a tensor.dim
+    metadata = (torch.ops.aten.sym_size.int, operator.getitem)
     return [n.name for n in gm.graph.nodes
             if n.op == "call_function" and (empty_output(n) or any(empty(a) for a in n.all_input_nodes
-                                                                   if n.target is not operator.getitem))]
+                                                                   if n.target not in metadata))]
 
 
 def compile_module(module: ir.Module, target: Target, run: bool = True, input_specs=None,

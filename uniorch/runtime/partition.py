@@ -222,6 +222,8 @@ def allocation(node: fx.Node):
     vals = val if isinstance(val, (list, tuple)) else [val]
     if not vals:
         return None
+    if _symbolic_empty_factory(node, val):
+        return AS_CAPTURED
     specs = []
     for v in vals:
         if not isinstance(v, torch.Tensor) or v.is_sparse or v.layout != torch.strided:
@@ -230,6 +232,25 @@ def allocation(node: fx.Node):
             return None
         specs.append((tuple(v.shape), tuple(v.stride()), v.dtype, v.device))
     return specs if isinstance(val, (list, tuple)) else specs[0]
+
+
+AS_CAPTURED = "as captured"  # allocation(): the node itself makes the empty tensor, at its symbolic size
+
+
+def _symbolic_empty_factory(node: fx.Node, val) -> bool:
+    """An allocation (`empty`, `new_empty`, ...; no values to compute) of a tensor with zero
+    elements at symbolic sizes: a sliding cache's token counter carried as the rows of an
+    (n, 0) tensor (capture/library_pytrees.py). Its shape is known only per call, so the node
+    stays as captured, made by PyTorch without a byte of memory, and no op of the graph is left
+    to PyTorch on its account."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    name = getattr(node.target, "__name__", "").split(".")[0]
+    if name not in ("empty", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"):
+        return False
+    if not isinstance(val, torch.Tensor) or all(isinstance(d, int) for d in val.shape):
+        return False
+    return statically_known_true(val.numel() == 0)
 
 
 def _empty(node: fx.Node) -> bool:
@@ -309,7 +330,8 @@ def _assemble(gm, runs, cache, fallback):
                 if n.target is operator.getitem:
                     env[n] = g.node_copy(n, lambda x: env[x])
                     continue
-                env[n] = _allocate(g, allocation(n))
+                spec = allocation(n)
+                env[n] = g.node_copy(n, lambda x: env[x]) if spec == AS_CAPTURED else _allocate(g, spec)
             continue
         if kind == EAGER:
             for n in nodes:
