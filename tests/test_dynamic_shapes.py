@@ -3,6 +3,8 @@
 Every model is checked against eager at several sizes served by one compile; the compile counts
 are torch.compile's rule (a symbolic compile after a size changes; sizes 0 and 1 stay special).
 """
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -340,6 +342,30 @@ def test_scan_over_a_symbolic_length_is_one_compile():
     assert not rep.fallbacks, str(rep)
     assert [k.kind for k in rep.kernels].count("scan") == 2, str(rep)
     assert rep.symbolic
+
+
+def _pads_and_slices(x, y):
+    a = nn.functional.pad(torch.tanh(x), (2, 1), value=-1.5)  # the length grows by 3
+    b = torch.slice_scatter(torch.zeros_like(x), y[:, 2:], dim=1, start=2) + 1  # a slice's gradient
+    return a, b, torch.sigmoid(y[:, -3:])  # -3: the length is at least 3 (export's range)
+
+
+def test_pads_and_slice_scatters_over_a_symbolic_length_are_copy_kernels():
+    """`tensor.pad` and `tensor.insert_slice` at a symbolic length (a label shift's pad, the
+    gradient of `logits[:, :-1]`) are copy kernels taking the length as an argument: they ran in
+    PyTorch between two kernels. A slice from the end (`y[:, -3:]`) starts at `max(s - 3, 0)`,
+    decided from the range export gives the length."""
+    cm = uniorch.compile(_pads_and_slices, target="interpret", dynamic=True)
+    for b, t in [(2, 5), (3, 9), (2, 17), (4, 3)]:
+        x, y = torch.randn(b, t), torch.randn(b, t)
+        for g, w in zip(cm(x, y), _pads_and_slices(x, y)):
+            torch.testing.assert_close(g, w)
+    assert cm.cache_size == 1
+    rep = cm.explain(torch.randn(3, 6), torch.randn(3, 6))
+    assert rep.symbolic and not rep.fallbacks, str(rep)
+    copies = [k for k in rep.kernels if k.kind == "copy"]
+    params = [re.search(r"def \w+\((.*?)\)", k.source, re.S).group(1) for k in copies]
+    assert len(copies) == 2 and all(re.search(r"\bs\d+\b", p) for p in params), params  # the length
 
 
 def test_min_and_max_of_sizes_decide_where_the_order_is_known():

@@ -74,6 +74,42 @@ def test_embedding_gradients_over_varying_lengths_are_scatter_kernels():
     assert len(scatters) >= 2 and not any("index_put" in f.op for f in rep.backward.fallbacks), str(rep.backward)
 
 
+class ShiftedLM(nn.Module):
+    """transformers' causal-LM loss: logits up to the last position, labels padded with -100 and
+    shifted left."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+
+    def forward(self, ids, labels):
+        logits = self.head(torch.tanh(self.tok(ids)))[:, :-1]
+        labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:-1]
+        return nn.functional.cross_entropy(logits.reshape(-1, 50), labels.reshape(-1))
+
+
+def test_label_shift_and_logit_slice_over_varying_lengths_are_kernels():
+    """The label shift's pad (forward) and the slice's gradient, a slice_scatter into zeros
+    (backward), at symbolic lengths: copy kernels, where they ran in PyTorch and split each half
+    in two regions. Gradients against eager at every length."""
+    torch.manual_seed(2)
+    model = ShiftedLM()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for length in (6, 9, 7, 12):
+        ids = torch.randint(0, 50, (3, length))
+        for m, run in ((model, cm), (ref, ref)):
+            m.zero_grad()
+            run(ids, ids).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+    rep = cm.explain(ids, ids)
+    assert rep.symbolic and rep.backward.symbolic, str(rep)
+    assert not rep.fallbacks and not rep.backward.fallbacks, str(rep) + str(rep.backward)
+    for half, op in ((rep, "constant_pad_nd"), (rep.backward, "slice_scatter")):
+        assert any(k.kind == "copy" and any(op in o for o, _ in k.ops) for k in half.kernels), str(half)
+
+
 def _index_put(idx, upd):
     return torch.ops.aten.index_put(torch.zeros(64, 32), [idx.clamp(-64, 63)], upd, True)
 

@@ -24,20 +24,25 @@ def _known_type(t) -> bool:
 # =================================================================================================
 # copy kernels
 # =================================================================================================
-def _static(op, name: str) -> list[int]:
-    vals = list(ir.DenseI64ArrayAttr(op.attributes[name]))
-    if any(v == -(2 ** 63) for v in vals):  # ShapedType::kDynamic
-        raise CodegenError(op, f"dynamic {name}")
-    return vals
+def _slice(op) -> tuple[list, list, list]:
+    """An insert_slice's offsets, sizes and strides, symbolic entries as expressions over the size
+    symbols (uniorch/ir/dims.py: the gradient of `logits[:, :-1]` at a symbolic length)."""
+    try:
+        parts = dims.slice_operands(op)
+    except dims.UnknownSize as err:
+        raise CodegenError(op, f"insert_slice bounds: {err}") from None
+    return parts["offsets"], parts["all_sizes"], parts["strides"]
+
+
+def _same(a, b) -> bool:
+    return a == b or (not isinstance(a, int) or not isinstance(b, int)) and dims.prod([a]) - dims.prod([b]) == 0
 
 
 def _copy_space(k: Kernel) -> tuple[str, list[int]]:
     """(mode, iteration shape) of a copy kernel."""
     op = k.copy_ops[0]
-    if op.name == "tensor.insert_slice" and _inplace_input(k) is not None:
-        return "slice", _static(op, "static_sizes")
-    if op.name == "tensor.insert_slice" and _dest_is_empty(op):
-        return "slice", _static(op, "static_sizes")
+    if op.name == "tensor.insert_slice" and (_inplace_input(k) is not None or _dest_is_empty(op)):
+        return "slice", _slice(op)[1]
     return "full", _shape(op.results[0])
 
 
@@ -123,10 +128,11 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
 
     if op.name == "tensor.pad":
         src = op.operands[0]
-        if len(op.operands) != 1:
-            raise CodegenError(op, "dynamic padding")
-        low = _static(op, "static_low")
-        sshape = _shape(src.type)
+        try:
+            low = dims.pad_amounts(op)["low"]
+        except dims.UnknownSize as err:
+            raise CodegenError(op, f"padding amounts: {err}") from None
+        sshape = _shape(src)
         yv = [o.operation for o in op.regions[0].blocks[0].operations][-1].operands[0]
         owner = yv.owner
         if isinstance(owner, ir.Block) or pat.op_of(owner).name != "arith.constant":
@@ -138,9 +144,9 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         a = arg_of(src)
         sidx, conds = [], []
         for j, (nm, lo, s) in enumerate(zip(names, low, sshape)):
-            e = f"{nm} - {lo}" if lo else nm
+            e = f"{nm} - ({size_code(lo)})" if lo != 0 else nm
             sidx.append(e)
-            if lo or s != out_shape[j]:
+            if lo != 0 or not _same(s, out_shape[j]):
                 conds.append(f"({e} >= 0) & ({e} < {size_code(s)})")
         inside = " & ".join(conds) or "mask"
         emit(f"{ind}inside = {inside}")
@@ -164,16 +170,17 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
             start = end
         emit(f"{ind}tl.store({addr('out0', names, out_shape)}, v, mask=mask)")
     else:  # insert_slice
-        if len(op.operands) != 2:
-            raise CodegenError(op, "dynamic offsets/sizes/strides")
         src, dest = op.operands[0], op.operands[1]
-        offsets, sizes, steps = _static(op, "static_offsets"), _static(op, "static_sizes"), _static(op, "static_strides")
-        sshape = _shape(src.type)
+        offsets, sizes, steps = _slice(op)
+        if not all(isinstance(st, int) for st in steps):
+            raise CodegenError(op, "insert_slice with symbolic strides")
+        sshape = _shape(src)
         # source dim of each destination dim (a rank-reducing insert drops unit dims of `sizes`)
-        src_dim: list[int | None] = []
-        q = 0
-        for sz in sizes:
-            if q < len(sshape) and sshape[q] == sz and (len(sshape) == len(sizes) or sz != 1):
+        # (same rank: the sizes are the source's dims, whatever symbols each is written in)
+        src_dim: list[int | None] = list(range(len(sizes))) if len(sshape) == len(sizes) else []
+        q = len(sshape) if src_dim else 0
+        for sz in sizes if not src_dim else ():
+            if q < len(sshape) and _same(sshape[q], sz) and sz != 1:
                 src_dim.append(q)
                 q += 1
             elif sz == 1:
@@ -189,7 +196,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
             return f"in{a}_ptr" + "".join(" + " + t for t in terms) + (" + offs * 0" if not terms else "")
 
         if mode == "slice":  # iterate the slice, write into the destination buffer
-            didx = [(f"{nm} * {st}" if st != 1 else nm) + (f" + {off}" if off else "")
+            didx = [(f"{nm} * {st}" if st != 1 else nm) + (f" + ({size_code(off)})" if off != 0 else "")
                     for nm, off, st in zip(names, offsets, steps)]
             emit(f"{ind}v = tl.load({src_addr(names)}, mask=mask, other=0)")
             emit(f"{ind}tl.store({addr('out0', didx, out_shape)}, v, mask=mask)  # into the destination's slice")
@@ -197,8 +204,8 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
             d = arg_of(dest)
             conds, rel = [], []
             for nm, off, sz, st in zip(names, offsets, sizes, steps):
-                r = f"({nm} - {off})" if off else nm
-                c = f"({r} >= 0) & ({r} < {(sz - 1) * st + 1})"
+                r = f"({nm} - ({size_code(off)}))" if off != 0 else nm
+                c = f"({r} >= 0) & ({r} < {size_code(dims.prod([(sz - 1) * st + 1]))})"
                 if st != 1:
                     c += f" & ({r} % {st} == 0)"
                     r = f"({r} // {st})"
@@ -206,6 +213,6 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
                 rel.append(r)
             emit(f"{ind}inside = {' & '.join(conds) or 'mask'}")
             emit(f"{ind}v = tl.load({src_addr(rel)}, mask=mask & inside, other=0)")
-            emit(f"{ind}old = tl.load({addr(f'in{d}', names, _shape(dest.type))}, mask=mask & (~inside), other=0)")
+            emit(f"{ind}old = tl.load({addr(f'in{d}', names, _shape(dest))}, mask=mask & (~inside), other=0)")
             emit(f"{ind}tl.store({addr('out0', names, out_shape)}, tl.where(inside, v, old), mask=mask)")
     return "\n".join(L), ["BLOCK"]

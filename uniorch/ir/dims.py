@@ -136,7 +136,7 @@ def ranges_of(func_op):
         d = ir.DictAttr(func_op.attributes[RANGES])
         for name in [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes["uniorch.size_range_names"])]:
             lo, hi = list(ir.DenseI64ArrayAttr(d[name]))
-            ranges[name] = (lo, hi)
+            ranges[name] = (lo, hi if hi >= 0 else None)
     prev = getattr(_local, "ranges", None)
     _local.ranges = ranges
     try:
@@ -198,10 +198,15 @@ def may_lt(a: Size, b: Size) -> bool:
 
 
 def set_arg_dims(func_op, dims: list[list[Size]]) -> None:
-    """Writes `uniorch.arg_dims` on a function: per argument, per dim, "" static or the expression."""
+    """Writes `uniorch.arg_dims` on a function: per tensor argument, per dim, "" static (its type
+    says) or the expression; per scalar argument that is a size, its value or expression (a slice
+    offset that is 0 at every length is still an argument)."""
+    inputs = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value).inputs
+    tensor_arg = [isinstance(t, ir.ShapedType) for t in inputs] + [True] * max(0, len(dims) - len(inputs))
     with func_op.context:
         func_op.attributes[ARG_DIMS] = ir.ArrayAttr.get([
-            ir.ArrayAttr.get([ir.StringAttr.get("" if is_static(s) else text(s)) for s in d]) for d in dims])
+            ir.ArrayAttr.get([ir.StringAttr.get("" if is_static(s) and is_tensor else text(s)) for s in d])
+            for d, is_tensor in zip(dims, tensor_arg)])
 
 
 def hints(func_op) -> dict[str, int]:
@@ -246,8 +251,10 @@ def record_symbols(module: ir.Module, graph) -> None:
             if sym in values:
                 found[str(sym)] = int(values[sym])
             vr = env.var_to_range.get(sym)
-            if vr is not None and getattr(vr.upper, "is_Integer", False):
-                limited[str(sym)] = (max(2, int(vr.lower)), int(vr.upper))
+            bounded = vr is not None and getattr(vr.upper, "is_Integer", False)
+            if bounded or vr is not None and getattr(vr.lower, "is_Integer", False) and int(vr.lower) > 2:
+                # -1: no upper bound (`x[:, -3:]` leaves a length of at least 3)
+                limited[str(sym)] = (max(2, int(vr.lower)), int(vr.upper) if bounded else -1)
         return parse(str(expr))
 
     arg_dims = []
@@ -366,6 +373,13 @@ def _op_result_dims(op, r: int) -> list[Size]:
         dyn = slice_operands(op)["sizes"]
         it = iter(dyn)
         return [s if s >= 0 else next(it) for s in static]
+    if name == "tensor.pad":
+        src, amounts = shape(op.operands[0]), pad_amounts(op)
+        out = [_simplify(sympy.Integer(0) + s + lo + hi) for s, lo, hi in zip(src, amounts["low"], amounts["high"])]
+        return [s if s >= 0 else out[d] for d, s in enumerate(static)]
+    if name == "tensor.insert_slice":
+        dest = shape(op.operands[1])
+        return [s if s >= 0 else dest[d] for d, s in enumerate(static)]
     if name == "tensor.cast":
         src = shape(op.operands[0])
         return [s if s >= 0 else src[d] for d, s in enumerate(static)]
@@ -414,6 +428,17 @@ def slice_operands(op) -> dict[str, list[Size]]:
         out[key] = [f for f, v in zip(full, vals) if v == _DYNAMIC] if key == "sizes" else full
         if key == "sizes":
             out["all_sizes"] = full
+    return out
+
+
+def pad_amounts(op) -> dict[str, list[Size]]:
+    """A tensor.pad's low and high amounts per dim, static entries and the operands that fill its
+    dynamic ones, as sizes."""
+    dyn = iter(list(op.operands)[1:])
+    out = {}
+    for key, attr in (("low", "static_low"), ("high", "static_high")):
+        vals = list(ir.DenseI64ArrayAttr(op.attributes[attr]))
+        out[key] = [index_value(next(dyn)) if v == _DYNAMIC else v for v in vals]
     return out
 
 
