@@ -280,6 +280,28 @@ def test_a_changed_python_attribute_recompiles():
 
 
 @torch.no_grad()
+def test_a_changed_setting_of_a_torch_nn_module_recompiles():
+    # `model[1].eps = ...` after a compile: torch.nn modules' settings were left out of the guard
+    # (too many to compare at every call), and the compile answered with the old eps, silently.
+    # Their reads are compared after a write to one of their classes (attribute_guard._count_writes)
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.LeakyReLU(0.1), nn.Softmax(dim=-1)).eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    nn.LayerNorm(4).eps = 0.5  # another module's: compared, nothing of ours changed
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 1, cm.recompiles
+    model[1].eps, model[2].negative_slope = 3.0, 0.5
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["attributes changed (1.eps: 1e-05 -> 3.0, 2.negative_slope: 0.1 -> 0.5)"], cm.recompiles
+    model[3].dim = 0
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    model[1].eps, model[2].negative_slope, model[3].dim = 1e-5, 0.1, -1  # the first compile serves again
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 3, cm.recompiles
+
+
+@torch.no_grad()
 def test_parameters_converted_after_compiling_recompile():
     # model.to(torch.bfloat16) after a compile: the kernels, compiled for float32 weights, read
     # bf16 ones and returned float32 NaNs (the embedding's int64 input spec was unchanged)

@@ -10,11 +10,16 @@ While the model is traced, `recording` wraps `__getattribute__` of the model's m
 number, string, None, or a tuple of those) from an object's own attributes. `AttributeGuard`
 compares them at each call, one `operator.itemgetter` over each object's `__dict__`.
 
-Left out, to keep the check at a few microseconds a call:
-- torch.nn's classes (a Linear's sizes, a LayerNorm's eps, Dropout's p) and transformers' Conv1D
-  and activations: changing them after a compile is rare;
-- the `training` flag, which `module_modes.py` folds into the guard key;
-- nn.Module's own bookkeeping attributes.
+torch.nn's classes (a LayerNorm's eps, LeakyReLU's slope, Dropout's p) and transformers' Conv1D
+and activations are many (74 of a GPT-2's modules) and almost never change after a compile, so
+comparing theirs at every call would cost more than everything else the guard does. Their reads
+are compared only after an attribute of one of those classes was set since the last comparison:
+their `__setattr__` counts writes (`_count_writes`, patched once per class), and one integer
+compare a call stands for all of them. Setting `model.ln.eps = 1e-3` recompiles, as with
+torch.compile; a write into the instance's `__dict__` directly is not seen.
+
+Left out: the `training` flag, which `module_modes.py` folds into the guard key, and nn.Module's
+own bookkeeping attributes.
 """
 from __future__ import annotations
 
@@ -43,18 +48,40 @@ def _is_config(obj) -> bool:
     return any(c.__name__ in ("PretrainedConfig", "PreTrainedConfig") for c in type(obj).__mro__)
 
 
+def _on_write(obj) -> bool:
+    """Whether `obj`'s reads are compared only after a counted write (torch.nn's classes,
+    transformers' Conv1D and activations), not at every call."""
+    return isinstance(obj, nn.Module) and (type(obj).__module__.startswith("torch.nn.") or mode_free(obj))
+
+
 def _watched_classes(model: nn.Module) -> list[type]:
-    """The classes whose reads count: of the model's modules outside torch.nn, and of the
-    transformers configs they hold as `config`."""
+    """The classes whose reads count: of the model's modules, and of the transformers configs
+    they hold as `config`."""
     classes: dict[type, None] = {}
     for m in model.modules():
-        t = type(m)
-        if not t.__module__.startswith("torch.nn.") and not mode_free(m):
-            classes[t] = None
+        classes[type(m)] = None
+        if _on_write(m):
+            _count_writes(type(m))
         config = m.__dict__.get("config")
         if config is not None and _is_config(config):
             classes[type(config)] = None
     return list(classes)
+
+
+_writes = [0]  # attributes set on instances of the classes `_count_writes` patched, ever
+
+
+def _count_writes(cls: type) -> None:
+    setattr_ = cls.__setattr__
+    if getattr(setattr_, "_uniorch_counts", False):  # this class or a base it inherits it from
+        return
+
+    def __setattr__(self, name, value):
+        setattr_(self, name, value)
+        _writes[0] += 1
+
+    __setattr__._uniorch_counts = True
+    cls.__setattr__ = __setattr__
 
 
 _lock = threading.Lock()
@@ -184,7 +211,8 @@ class AttributeGuard:
         by_obj: dict[int, tuple[Any, list]] = {}
         for obj, name, value in reads.values():
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
-        self.checks = []
+        self.checks, self.written = [], []  # compared at every call; after a counted write
+        self.seen = _writes[0]
         for key, (obj, pairs) in by_obj.items():
             attrs = tuple(n for n, _ in pairs)
             expected = tuple(v for _, v in pairs) if len(pairs) > 1 else pairs[0][1]
@@ -192,19 +220,21 @@ class AttributeGuard:
             # config's own __getattribute__ takes a microsecond an attribute
             state = object.__getattribute__(obj, "__dict__")
             where = names.get(key, type(obj).__name__)
-            self.checks.append((state, operator.itemgetter(*attrs), expected, attrs, where, obj))
+            check = (state, operator.itemgetter(*attrs), expected, attrs, where, obj)
+            (self.written if _on_write(obj) else self.checks).append(check)
 
     def holds(self) -> bool:
         if self.hooks is not None and not self.hooks.holds():
             return False
         if self.globals is not None and not self.globals.holds():
             return False
-        for state, get, expected, _, _, _ in self.checks:
-            try:
-                if get(state) != expected:
-                    return False
-            except KeyError:  # deleted since
+        if not _same(self.checks):
+            return False
+        if self.written and _writes[0] != self.seen:
+            seen = _writes[0]
+            if not _same(self.written):
                 return False
+            self.seen = seen
         return True
 
     def changed(self) -> str:
@@ -214,13 +244,23 @@ class AttributeGuard:
             out.append("forward hooks registered or removed")
         if self.globals is not None:
             out += self.globals.changed()
-        for _, _, expected, attrs, where, obj in self.checks:
+        for _, _, expected, attrs, where, obj in self.checks + self.written:
             olds = expected if len(attrs) > 1 else (expected,)
             for name, old in zip(attrs, olds):
                 new = getattr(obj, name, "<deleted>")
                 if new != old:
                     out.append(f"{where + '.' if where else ''}{name}: {old!r} -> {new!r}")
         return ", ".join(out[:3]) + (f" and {len(out) - 3} more" if len(out) > 3 else "")
+
+
+def _same(checks: list) -> bool:
+    for state, get, expected, _, _, _ in checks:
+        try:
+            if get(state) != expected:
+                return False
+        except KeyError:  # deleted since
+            return False
+    return True
 
 
 class _FunctionGlobals:
