@@ -175,6 +175,25 @@ def test_generate_matches_eager_token_for_token(name):
         assert not e.program.fallbacks, e.program.fallbacks
 
 
+def test_generate_left_padded_batch_matches_eager():
+    """A batch of prompts of different lengths, padded on the left: generate computes GPT-2's
+    absolute positions from the attention mask and passes them as `position_ids`, but only to a
+    forward whose signature names them. The compiled forward hid the signature behind `(*a, **k)`:
+    positions started at 0 in the padding, and the padded rows decoded other tokens than eager."""
+    torch.manual_seed(1)
+    model = MODELS["gpt2"](transformers).eval()
+    ids = torch.randint(1, 96, (3, 7))
+    mask = torch.ones_like(ids)
+    ids[0, :3], mask[0, :3], ids[1, :1], mask[1, :1] = 0, 0, 0, 0
+    kw = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, output_logits=True,
+              return_dict_in_generate=True)
+    want = model.generate(ids, **kw)
+    got = uniorch.compile(model, target="interpret").generate(ids, **kw)
+    assert torch.equal(got.sequences, want.sequences), (got.sequences, want.sequences)
+    for g, w in zip(got.logits, want.logits):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_generate_past_the_sliding_window_compiles_once(cache):
     """Decoding past a sliding window (Mistral's 4096 tokens, Gemma 3's 512 at full size; 4 here):

@@ -410,6 +410,10 @@ class CompiledModule:
             raise AttributeError(f"{type(model).__name__} has no generate()")
         original, compiled, inside = model.forward, self, threading.local()
 
+        # with the model's signature: generate passes only the inputs forward names (a GPT-2's
+        # position_ids, which left padding shifts); behind `(*a, **k)` it left them out, and a
+        # left-padded batch decoded other tokens than eager
+        @functools.wraps(original)
         def forward(*a, **k):
             # capture traces the model and an eager fallback runs it: both reach this forward again,
             # and must get the model's own
