@@ -174,3 +174,21 @@ def test_compiling_a_compiled_model_compiles_the_model():
     first = uniorch.compile(model, target=T)
     again = uniorch.compile(first, target=T, dynamic=False)
     assert again._orig_mod is model
+
+
+def test_a_forward_replaced_by_a_library_runs():
+    """accelerate's mixed precision (Trainer's `bf16=True`) replaces the model's `forward` with
+    one running it under autocast. The compiled model's call went to its compile directly, as if
+    nothing had replaced it: fp32 results where eager computes in bf16."""
+    accelerate = pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    ref = accelerate.Accelerator(cpu=True, mixed_precision="bf16").prepare(copy.deepcopy(model))
+    cm = accelerate.Accelerator(cpu=True, mixed_precision="bf16").prepare(uniorch.compile(model, target="interpret"))
+    assert isinstance(cm, nn.Module) and cm.forward is not cm._facade_forward
+    x = torch.randn(4, 16)
+    out, want = cm(x), ref(x)
+    assert out.dtype == want.dtype == torch.float32  # accelerate converts the outputs back
+    torch.testing.assert_close(out, want, rtol=1e-3, atol=1e-4)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -45,6 +45,7 @@ class ModuleFacade(nn.Module):
             return run(*args, **kwargs)
 
         object.__setattr__(self, "forward", forward)
+        object.__setattr__(self, "_facade_forward", forward)
         object.__setattr__(self, "_facade_ready", True)
 
     def __call__(self, *args, **kwargs):
@@ -53,6 +54,11 @@ class ModuleFacade(nn.Module):
         if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
                 or _has_global_hook()):
             return nn.Module.__call__(self, *args, **kwargs)
+        forward = self.__dict__["forward"]
+        if forward is not self.__dict__["_facade_forward"]:
+            # replaced by a library around the compiled model (accelerate's mixed precision wraps
+            # it in autocast): its wrapper runs, as nn.Module's call would; it calls ours
+            return forward(*args, **kwargs)
         return self._run(*args, **kwargs)
 
     @property
