@@ -64,7 +64,24 @@ def _static(op: ir.Operation) -> bool:
             pat.indexing_maps(op)
         except (ValueError, KeyError):
             return False
+    if op.name == "tm_tensor.scatter" and not _scatter_rows_agree(op):
+        return False
     return True
+
+
+def _scatter_rows_agree(op: ir.Operation) -> bool:
+    """A scatter's updates and indices have as many rows, which its verifier checks only for
+    static sizes. At symbolic sizes torch-mlir lowers `index_put` with a 2-D index (T5's relative
+    position bias, its gradient at a symbolic length) to s updates for s**2 indices: a kernel took
+    the first s and the gradient was wrong. Such a scatter stays in PyTorch."""
+    updates, indices = op.operands[0], op.operands[1]
+    if all(ir.ShapedType(v.type).has_static_shape for v in (updates, indices)):
+        return True
+    try:
+        rows = dims.shape(updates)[0], dims.shape(indices)[0]
+    except (dims.UnknownSize, IndexError):
+        return False
+    return dims.prod([rows[0]]) - dims.prod([rows[1]]) == 0
 
 
 def _widens(op) -> bool:

@@ -110,6 +110,39 @@ def test_label_shift_and_logit_slice_over_varying_lengths_are_kernels():
         assert any(k.kind == "copy" and any(op in o for o, _ in k.ops) for k in half.kernels), str(half)
 
 
+class RelativeBias(nn.Module):
+    """T5's relative position bias: an embedding looked up by a [length, length] index."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 4)
+
+    def forward(self, x):
+        n = x.shape[1]
+        rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+        bias = self.emb(rel.clamp(-15, 15) + 16).permute(2, 0, 1)
+        return (bias[None] * x[:, None, :, None]).sum()
+
+
+def test_embedding_gradient_of_a_square_index_over_varying_lengths_matches_eager():
+    """Its gradient scatters length**2 updates. torch-mlir lowers that index_put at a symbolic
+    length to `length` updates for `length**2` indices; the scatter kernel took the first
+    `length` and T5's bias gradient was wrong (up to 10 where it is 16). Such a scatter stays in
+    PyTorch (fuse_common._scatter_rows_agree)."""
+    torch.manual_seed(3)
+    model = RelativeBias()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for length in (6, 9, 7, 12):
+        x = torch.randn(2, length)
+        for m, run in ((model, cm), (ref, ref)):
+            m.zero_grad()
+            run(x).backward()
+        torch.testing.assert_close(model.emb.weight.grad, ref.emb.weight.grad, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{length}: {m}")
+    assert cm.explain(x).backward.symbolic
+
+
 def _index_put(idx, upd):
     return torch.ops.aten.index_put(torch.zeros(64, 32), [idx.clamp(-64, 63)], upd, True)
 
