@@ -125,10 +125,10 @@ class RelativeBias(nn.Module):
 
 
 def test_embedding_gradient_of_a_square_index_over_varying_lengths_matches_eager():
-    """Its gradient scatters length**2 updates. torch-mlir lowers that index_put at a symbolic
-    length to `length` updates for `length**2` indices; the scatter kernel took the first
-    `length` and T5's bias gradient was wrong (up to 10 where it is 16). Such a scatter stays in
-    PyTorch (fuse_common._scatter_rows_agree)."""
+    """Its gradient scatters length**2 updates. At a symbolic length that index_put reached
+    fusion as `length` updates for `length**2` indices; the scatter kernel took the first
+    `length` and T5's bias gradient was wrong. Such a scatter stays in PyTorch
+    (fuse_common._scatter_rows_agree)."""
     torch.manual_seed(3)
     model = RelativeBias()
     ref = copy.deepcopy(model)
