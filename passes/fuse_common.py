@@ -71,10 +71,10 @@ def _static(op: ir.Operation) -> bool:
 
 def _scatter_rows_agree(op: ir.Operation) -> bool:
     """A scatter's updates and indices have as many rows, which its verifier checks only for
-    static sizes. At a symbolic length, `index_put` with a 2-D index (the gradient of T5's
-    relative position bias) reaches fusion as s updates for s**2 indices (its updates built from
-    the values' first dim only; where in the lowering is not yet traced): a kernel took the first
-    s and the gradient was wrong. Such a scatter stays in PyTorch."""
+    static sizes. At a symbolic length, torch-mlir lowers `index_put` with a 2-D index (the
+    gradient of T5's relative position bias) to s updates for s**2 indices: its broadcast of the
+    values reads them at [i, 0, :], their first dim only. A kernel took the first s updates and
+    the gradient was wrong. Such a scatter stays in PyTorch."""
     updates, indices = op.operands[0], op.operands[1]
     if all(ir.ShapedType(v.type).has_static_shape for v in (updates, indices)):
         return True

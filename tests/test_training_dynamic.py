@@ -125,8 +125,8 @@ class RelativeBias(nn.Module):
 
 
 def test_embedding_gradient_of_a_square_index_over_varying_lengths_matches_eager():
-    """Its gradient scatters length**2 updates. At a symbolic length that index_put reached
-    fusion as `length` updates for `length**2` indices; the scatter kernel took the first
+    """Its gradient scatters length**2 updates. At a symbolic length torch-mlir lowers that
+    index_put to `length` updates for `length**2` indices; the scatter kernel took the first
     `length` and T5's bias gradient was wrong. Such a scatter stays in PyTorch
     (fuse_common._scatter_rows_agree)."""
     torch.manual_seed(3)
