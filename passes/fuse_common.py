@@ -79,10 +79,9 @@ def _scatter_rows_agree(op: ir.Operation) -> bool:
     if all(ir.ShapedType(v.type).has_static_shape for v in (updates, indices)):
         return True
     try:
-        rows = dims.shape(updates)[0], dims.shape(indices)[0]
+        return dims.same(dims.shape(updates)[0], dims.shape(indices)[0])
     except (dims.UnknownSize, IndexError):
         return False
-    return dims.prod([rows[0]]) - dims.prod([rows[1]]) == 0
 
 
 def _widens(op) -> bool:

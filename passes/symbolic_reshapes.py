@@ -99,10 +99,6 @@ def _as_split(op, want: list) -> bool:
     return True
 
 
-def _equal(a, b) -> bool:
-    return dims.prod([a]) == dims.prod([b])
-
-
 def _merges(have: list, want: list):
     """Contiguous groups of `have`'s dims whose products are `want`'s dims, or None."""
     groups, i = [], 0
@@ -112,9 +108,9 @@ def _merges(have: list, want: list):
             g.append(i)
             p = dims.prod([p, have[i]])
             i += 1
-            if _equal(p, w):
+            if dims.same(p, w):
                 break
-        if not g or not _equal(p, w):
+        if not g or not dims.same(p, w):
             return None
         groups.append(g)
     while groups and i < len(have) and have[i] == 1:

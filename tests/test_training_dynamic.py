@@ -21,18 +21,25 @@ class TinyLM(nn.Module):
         return nn.functional.cross_entropy(logits.view(-1, 10), y.view(-1))
 
 
-def test_varying_lengths_train_like_eager_with_one_compile_per_half():
-    torch.manual_seed(0)
-    model = TinyLM()
+def _trains_like_eager(model, calls, atol: float = 1e-5):
+    """Backward through `uniorch.compile(model)` and an eager copy for each argument tuple of
+    `calls` (fresh inputs per length), gradients compared; the compiled model and the last call."""
     ref = copy.deepcopy(model)
     cm = uniorch.compile(model, target="interpret")
-    for length in (5, 7, 9, 6, 13):
-        x, y = torch.randn(2, length, 16), torch.randint(0, 10, (2, length))
+    for args in calls:
         for m, run in ((model, cm), (ref, ref)):
             m.zero_grad()
-            run(x, y).backward()
+            run(*args).backward()
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=atol,
+                                       msg=lambda m: f"{tuple(args[0].shape)} {name}: {m}")
+    return cm, args
+
+
+def test_varying_lengths_train_like_eager_with_one_compile_per_half():
+    torch.manual_seed(0)
+    cm, (x, y) = _trains_like_eager(TinyLM(), ((torch.randn(2, n, 16), torch.randint(0, 10, (2, n)))
+                                               for n in (5, 7, 9, 6, 13)))
     tc = cm.training_compile
     assert len(tc.forward) == len(tc.backward) == 2  # the first length's graphs, then symbolic ones
     for half in (tc.forward[1], tc.backward[1]):
@@ -58,16 +65,7 @@ def test_embedding_gradients_over_varying_lengths_are_scatter_kernels():
     """The token and position embeddings' gradients are scatters of the lengths' rows: kernels
     with the length a kernel parameter (they ran in PyTorch: scatter kernels were static only)."""
     torch.manual_seed(1)
-    model = EmbeddingLM()
-    ref = copy.deepcopy(model)
-    cm = uniorch.compile(model, target="interpret")
-    for length in (6, 9, 7, 12):
-        ids = torch.randint(0, 50, (3, length))
-        for m, run in ((model, cm), (ref, ref)):
-            m.zero_grad()
-            run(ids).backward()
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+    cm, (ids,) = _trains_like_eager(EmbeddingLM(), ((torch.randint(0, 50, (3, n)),) for n in (6, 9, 7, 12)))
     rep = cm.explain(ids)
     assert rep.backward.symbolic, str(rep.backward)
     scatters = [k for k in rep.backward.kernels if k.kind == "scatter"]
@@ -93,16 +91,8 @@ def test_label_shift_and_logit_slice_over_varying_lengths_are_kernels():
     (backward), at symbolic lengths: copy kernels, where they ran in PyTorch and split each half
     in two regions. Gradients against eager at every length."""
     torch.manual_seed(2)
-    model = ShiftedLM()
-    ref = copy.deepcopy(model)
-    cm = uniorch.compile(model, target="interpret")
-    for length in (6, 9, 7, 12):
-        ids = torch.randint(0, 50, (3, length))
-        for m, run in ((model, cm), (ref, ref)):
-            m.zero_grad()
-            run(ids, ids).backward()
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{length} {name}: {m}")
+    cm, (ids, _) = _trains_like_eager(ShiftedLM(), ((ids, ids) for ids in (torch.randint(0, 50, (3, n))
+                                                                           for n in (6, 9, 7, 12))))
     rep = cm.explain(ids, ids)
     assert rep.symbolic and rep.backward.symbolic, str(rep)
     assert not rep.fallbacks and not rep.backward.fallbacks, str(rep) + str(rep.backward)
@@ -130,16 +120,7 @@ def test_embedding_gradient_of_a_square_index_over_varying_lengths_matches_eager
     `length` and T5's bias gradient was wrong. Such a scatter stays in PyTorch
     (fuse_common._scatter_rows_agree)."""
     torch.manual_seed(3)
-    model = RelativeBias()
-    ref = copy.deepcopy(model)
-    cm = uniorch.compile(model, target="interpret")
-    for length in (6, 9, 7, 12):
-        x = torch.randn(2, length)
-        for m, run in ((model, cm), (ref, ref)):
-            m.zero_grad()
-            run(x).backward()
-        torch.testing.assert_close(model.emb.weight.grad, ref.emb.weight.grad, rtol=1e-4, atol=1e-4,
-                                   msg=lambda m: f"{length}: {m}")
+    cm, (x,) = _trains_like_eager(RelativeBias(), ((torch.randn(2, n),) for n in (6, 9, 7, 12)), atol=1e-4)
     assert cm.explain(x).backward.symbolic
 
 

@@ -34,10 +34,6 @@ def _slice(op) -> tuple[list, list, list]:
     return parts["offsets"], parts["all_sizes"], parts["strides"]
 
 
-def _same(a, b) -> bool:
-    return a == b or (not isinstance(a, int) or not isinstance(b, int)) and dims.prod([a]) - dims.prod([b]) == 0
-
-
 def _copy_space(k: Kernel) -> tuple[str, list[int]]:
     """(mode, iteration shape) of a copy kernel."""
     op = k.copy_ops[0]
@@ -146,7 +142,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         for j, (nm, lo, s) in enumerate(zip(names, low, sshape)):
             e = f"{nm} - ({size_code(lo)})" if lo != 0 else nm
             sidx.append(e)
-            if lo != 0 or not _same(s, out_shape[j]):
+            if lo != 0 or not dims.same(s, out_shape[j]):
                 conds.append(f"({e} >= 0) & ({e} < {size_code(s)})")
         inside = " & ".join(conds) or "mask"
         emit(f"{ind}inside = {inside}")
@@ -180,7 +176,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
         src_dim: list[int | None] = list(range(len(sizes))) if len(sshape) == len(sizes) else []
         q = len(sshape) if src_dim else 0
         for sz in sizes if not src_dim else ():
-            if q < len(sshape) and _same(sshape[q], sz) and sz != 1:
+            if q < len(sshape) and dims.same(sshape[q], sz) and sz != 1:
                 src_dim.append(q)
                 q += 1
             elif sz == 1:

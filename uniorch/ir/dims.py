@@ -119,6 +119,11 @@ def prod(sizes) -> Size:
     return _simplify(n)
 
 
+def same(a: Size, b: Size) -> bool:
+    """Two sizes equal for every value of the symbols (`s*s` and `s**2` alike)."""
+    return prod([a]) == prod([b])
+
+
 def cdiv(n: Size, block: int) -> Size:
     """ceil(n / block), as an expression when `n` is one."""
     if isinstance(n, int):
