@@ -57,7 +57,7 @@ PY
   rm -rf "$tmp"
 }
 install_adapter
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$V" -c "import uniorch, torch_mlir, triton, lit, filecheck, transformers, accelerate, xdist" 2>/dev/null; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$V" -c "import uniorch, torch_mlir, triton, lit, filecheck, transformers, accelerate, peft, xdist" 2>/dev/null; then
   if "$V" -c "import os, sys, uniorch.tools; sys.exit(0 if os.path.realpath(uniorch.tools.__file__).startswith('$here/') else 1)" 2>/dev/null; then
     exit 0
   fi

@@ -116,6 +116,7 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
+        self._inner: dict = {}  # id(module) -> its compile, for generate through a wrapper (generation.py)
         self._tagged: dict = {}  # id(spec) -> (spec, tag, the spec with the tag folded in)
 
         self._modes = module_modes(model_or_fn)  # train/eval flags are part of the guard
@@ -400,36 +401,32 @@ class CompiledModule:
     def cache_size(self) -> int:
         """Compiles held: one per static input spec, one per symbolic compile, one per earlier
         value of the model's attributes."""
-        return len(self._cache) + len(self._symbolic) + sum(map(len, self._stale.values()))
+        return (len(self._cache) + len(self._symbolic) + sum(map(len, self._stale.values()))
+                + sum(inner.cache_size for inner in self._inner.values()))
 
     def generate(self, *args, **kwargs):
         """`model.generate(...)` (transformers) with every forward call, the prefill and each decode
-        step, running through this compiled module; the same arguments and result as the model's."""
+        step, running through a compiled module; the same arguments and result as the model's.
+        A wrapper that hands generate to a model inside it (peft's PeftModel) compiles that model
+        (uniorch/generation.py); `explain()` then reports its last call."""
+        from .generation import decoding_module, generate_through
+
         model = self._model
         if not hasattr(model, "generate"):
             raise AttributeError(f"{type(model).__name__} has no generate()")
-        original, compiled, inside = model.forward, self, threading.local()
-
-        # with the model's signature: generate passes only the inputs forward names (a GPT-2's
-        # position_ids, which left padding shifts); behind `(*a, **k)` it left them out, and a
-        # left-padded batch decoded other tokens than eager
-        @functools.wraps(original)
-        def forward(*a, **k):
-            # capture traces the model and an eager fallback runs it: both reach this forward again,
-            # and must get the model's own
-            if getattr(inside, "on", False):
-                return original(*a, **k)
-            inside.on = True
-            try:
-                return compiled(*a, **k)
-            finally:
-                inside.on = False
-
-        model.forward = forward
+        runner = decoding_module(model)
+        if runner is model:
+            return generate_through(model, model, self, args, kwargs)
+        inner = self._inner.get(id(runner))
+        if inner is None or inner._model is not runner:
+            inner = self._inner[id(runner)] = CompiledModule(runner, self._target, self._fallback, self._limit,
+                                                             dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
+            inner.kernel_prefix = self.kernel_prefix
         try:
-            return model.generate(*args, **kwargs)
+            return generate_through(model, runner, inner, args, kwargs)
         finally:
-            del model.forward
+            if inner._last[1] is not None:
+                self._last[1] = inner._last[1]
 
     def explain(self, *args, **kwargs) -> "Report":
         """The report for this input spec (compiling it first if needed); with no arguments, that of
@@ -439,6 +436,12 @@ class CompiledModule:
         graphs' as `.backward` (compiled at the first backward: run one before asking for it)."""
         from .runtime.training import needs_autograd
 
+        if not args and not kwargs and self._last[1] is None and _takes_inputs(self._model) and not (
+                self._training is not None and self._training.forward):
+            # compiling for no inputs would report a capture failure of the model's own making
+            raise TypeError(f"explain() with no inputs reports the last call made with some, and "
+                            f"{type(self._model).__name__} has not been called yet: pass its inputs, "
+                            f"explain(*args, **kwargs), or call it first")
         if needs_autograd(self._model, args, kwargs):
             tc = self.training_compile
             if not tc.forward and tc.failure is None:
@@ -482,6 +485,16 @@ class CompiledModel(ModuleFacade, CompiledModule):
         ModuleFacade.__init__(self, model)
         CompiledModule.__init__(self, model, *args, **kwargs)
         self._finish_facade(model)
+
+
+def _takes_inputs(model) -> bool:
+    """Whether the model's forward (or the function) has parameters at all."""
+    import inspect
+
+    try:
+        return bool(inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return True
 
 
 def _rebuild(cls, model, target, fallback, limit, dynamic, cuda_graphs, kernel_prefix):

@@ -649,8 +649,14 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
                     continue
                 terms.append(f"{self.lin_text(lin, 'e')} * out{r}_s{j}")
             addr = f"out{r}_ptr" + "".join(f" + {t}" for t in terms)
-            if set().union(*[self.lin_cls(lin) for lin in lay]) != {"m", "n"}:
-                # M or N is a single element: every row/column of the tile maps to one address (masked)
+            missing = {"m", "n"} - set().union(*[self.lin_cls(lin) for lin in lay])
+            if missing and all((p.M if ax == "m" else p.N) == 1 for ax in missing):
+                # M or N is a single element (a decode step's one token): rows or columns past it are
+                # masked. Their addresses step by 1, not 0: Ascend's adapter (cann, cpu) rejects a
+                # zero stride, and a decode step's kernels ran on the interpreter
+                addr += "".join(" + offs_m[:, None]" if ax == "m" else " + offs_n[None, :]" for ax in sorted(missing))
+            elif missing:
+                # every row/column of the tile maps to one address (masked)
                 addr = f"tl.broadcast_to({addr}, (BLOCK_M, BLOCK_N))"
             m = self.mask({"m", "n"}, "e")
             prod = _producer(res)

@@ -1,0 +1,58 @@
+"""`compiled.generate(...)`: transformers' decoding loop with every forward call compiled.
+
+generate calls the model's forward once for the prompt and once per new token. It is run with that
+forward swapped, for the duration of the call, for one going through a compiled module. Two things
+decide which forward that is:
+
+- A wrapper may hand generate to a model inside it: peft's `PeftModel.generate` calls
+  `base_model.generate`, whose loop calls the transformers model's forward, never the wrapper's.
+  Swapping the wrapper's forward compiled nothing, and generate ran eagerly without a word. The
+  forward swapped is the one of the module whose loop runs: the outermost transformers
+  `GenerationMixin` (with peft's adapter layers inside it), compiled on its own.
+- The swapped forward keeps the model's signature: generate passes only the inputs forward names
+  (GPT-2's `position_ids`, which left padding shifts).
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+
+def decoding_module(model: Any) -> Any:
+    """The module whose forward generate's loop calls: the model when it is a transformers
+    generation model (or when transformers is absent), else the outermost one inside it."""
+    try:
+        from transformers import GenerationMixin
+    except ImportError:
+        return model
+    if isinstance(model, GenerationMixin) or not hasattr(model, "modules"):
+        return model
+    return next((m for m in model.modules() if isinstance(m, GenerationMixin)), model)
+
+
+def generate_through(model: Any, runner: Any, compiled: Callable, args: tuple, kwargs: dict):
+    """`model.generate(*args, **kwargs)` with `runner.forward` calling `compiled` instead."""
+    own = runner.__dict__.get("forward")  # an instance forward (a library's wrapper) comes back after
+    original, inside = runner.forward, threading.local()
+
+    @functools.wraps(original)
+    def forward(*a, **k):
+        # capture traces the model and an eager fallback runs it: both reach this forward again,
+        # and must get the model's own
+        if getattr(inside, "on", False):
+            return original(*a, **k)
+        inside.on = True
+        try:
+            return compiled(*a, **k)
+        finally:
+            inside.on = False
+
+    runner.forward = forward
+    try:
+        return model.generate(*args, **kwargs)
+    finally:
+        if own is None:
+            del runner.forward
+        else:
+            runner.forward = own
