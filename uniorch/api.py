@@ -15,7 +15,8 @@ import torch.utils._pytree as pytree
 from .capture import CapturedGraph, capture
 from .capture.trace import capturing
 from .compiled_nn import ModuleFacade, model_attribute
-from .capture.module_modes import SEP, autocast_tag, module_modes, split_autocast, split_modes, split_params
+from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autocast, split_grad, split_modes,
+                                   split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
 
@@ -271,10 +272,14 @@ class CompiledModule:
         tree, mode = split_modes(key[0])
         for old_key in self._cache:
             old_tree, old_mode = split_modes(old_key[0])
-            if old_tree == tree and old_mode != mode:
+            if old_tree == tree and old_key[1:] == key[1:] and old_mode != mode:
                 (old_mode, old_amp), (mode, amp) = split_autocast(old_mode), split_autocast(mode)
                 if old_amp != amp:
                     return f"autocast changed ({old_amp or 'off'} -> {amp or 'off'})"
+                (old_mode, old_grad), (mode, grad) = split_grad(old_mode), split_grad(mode)
+                if old_grad != grad:
+                    return (f"grad mode changed ({old_grad} -> {grad}): nn.TransformerEncoder runs its nested "
+                            f"fast path only without autograd")
                 (old_mode, old_params), (mode, params) = split_params(old_mode), split_params(mode)
                 if old_params != params:
                     return f"parameters changed (now {params.partition(' ')[2].strip('()') or 'as compiled first'}: " \

@@ -19,6 +19,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .nested_encoder import may_nest
+
 _TRAINING = operator.attrgetter("training")
 
 # forward never reads self.training (a subclass may: only exact types are left out)
@@ -64,6 +66,9 @@ class ModuleModes:
         self._params = _tensors_meta(model)
         self._params_tag = ""
         self._params_tags: dict[tuple, str] = {self._params: ""}  # as compiled first: no tag
+        # an encoder eager runs on nested tensors without autograd (nested_encoder.py): its padded
+        # rows depend on the grad mode
+        self._grad_tagged = may_nest(model)
 
     def tag(self) -> str:
         if _conversions[0] != self._seen:  # a module was converted (.to(), .half(), .cuda()) since
@@ -75,7 +80,10 @@ class ModuleModes:
                 if tag is None:
                     tag = self._params_tags[meta] = f"{PARAMS}{len(self._params_tags)} ({_describe(meta)})"
                 self._params_tag = tag
-        return self._modes_tag() + self._params_tag
+        tag = self._modes_tag() + self._params_tag
+        if self._grad_tagged:
+            tag += GRAD + ("on" if torch.is_grad_enabled() else "off")
+        return tag
 
     def _modes_tag(self) -> str:
         flags = tuple(map(_TRAINING, self._watched))
@@ -114,6 +122,7 @@ def owning_module(model):
 SEP = " |modes="
 PARAMS = " |params="
 AUTOCAST = " |autocast="
+GRAD = " |grad="
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
@@ -131,6 +140,12 @@ def split_modes(tree: str) -> tuple[str, str]:
     """A guard key's structure and the modes tag folded into it ("" if none)."""
     base, sep, tag = tree.partition(SEP)
     return base, tag
+
+
+def split_grad(tag: str) -> tuple[str, str]:
+    """A modes tag without its grad mode part, and that part ("" where the model's has none)."""
+    rest, _, grad = tag.partition(GRAD)
+    return rest, grad
 
 
 def split_params(tag: str) -> tuple[str, str]:

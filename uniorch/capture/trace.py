@@ -33,6 +33,7 @@ from .decompositions import decomposition_table
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
+from .nested_encoder import NestedEncoderAsEager
 from .rnn_cells import CellsAsMath
 from .scatter_rows import scatter_add_rows
 from .strided_views import as_strided_as_views
@@ -99,6 +100,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     tensor traced as symbolic sizes; export keeps a dim static where the program needs it to be
     (sizes 0 and 1, a dim equated with a constant), and `CapturedGraph.symbols` says what stayed
     symbolic."""
+    grad_enabled = torch.is_grad_enabled()  # the call's: export may trace under another mode
     module = as_module(model_or_fn)
     register_for(module)
     attribute_guard.warn_of_user_hooks(module)
@@ -124,7 +126,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, \
                 attribute_guard.recording(module) as reads:
-            with NoOutsideWrites(), CellsAsMath():
+            with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled):
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
             try:
