@@ -175,6 +175,33 @@ def test_generate_matches_eager_token_for_token(name):
         assert not e.program.fallbacks, e.program.fallbacks
 
 
+@pytest.mark.parametrize("name", ["t5", "bart", "whisper"])
+def test_encoder_decoder_generate_compiles_the_encoder_and_every_step(name):
+    """generate runs an encoder-decoder's encoder once, through `get_encoder()`, then the loop:
+    both compiled (the encoder ran eagerly before), tokens as eager's."""
+    if name != "t5" and not config.flag("UNIORCH_SLOW_TESTS"):
+        pytest.skip("UNIORCH_SLOW_TESTS=1 runs every family")
+    torch.manual_seed(2)
+    model = OTHERS[name](transformers)
+    if name == "whisper":
+        model = transformers.WhisperForConditionalGeneration(model.config)
+        inputs = {"input_features": torch.randn(2, 8, 32)}
+    else:
+        inputs = {"input_ids": torch.randint(2, 96, (2, 7)), "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    model.eval()
+    kw = dict(max_new_tokens=3, do_sample=False, decoder_start_token_id=0, pad_token_id=0)
+    want = model.generate(**inputs, **kw)
+    cm = uniorch.compile(model, target="interpret")
+    got = cm.generate(**inputs, **kw)
+    assert torch.equal(got, want), (got, want)
+    (encoder,) = cm._inner.values()
+    assert encoder._model is model.get_encoder() and encoder.cache_size == 1
+    for e in [*encoder._cache.values(), *cm._cache.values()]:
+        assert e.captured is not None and not e.program.fallbacks, e.capture_error
+    assert cm.cache_size == 4, cm.recompiles  # the encoder, the first step, the second, then symbolic
+    assert "forward" not in vars(model) and "forward" not in vars(model.get_encoder())
+
+
 def test_generate_left_padded_batch_matches_eager():
     """A batch of prompts of different lengths, padded on the left: generate computes GPT-2's
     absolute positions from the attention mask and passes them as `position_ids`, but only to a

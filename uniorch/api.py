@@ -412,26 +412,34 @@ class CompiledModule:
     def generate(self, *args, **kwargs):
         """`model.generate(...)` (transformers) with every forward call, the prefill and each decode
         step, running through a compiled module; the same arguments and result as the model's.
-        A wrapper that hands generate to a model inside it (peft's PeftModel) compiles that model
-        (uniorch/generation.py); `explain()` then reports its last call."""
-        from .generation import decoding_module, generate_through
+        A wrapper that hands generate to a model inside it (peft's PeftModel) compiles that model,
+        and an encoder-decoder's encoder is compiled on its own (uniorch/generation.py);
+        `explain()` reports the loop's last call."""
+        from .generation import decoding_module, encoder_of, generate_through
 
         model = self._model
         if not hasattr(model, "generate"):
             raise AttributeError(f"{type(model).__name__} has no generate()")
         runner = decoding_module(model)
-        if runner is model:
-            return generate_through(model, model, self, args, kwargs)
-        inner = self._inner.get(id(runner))
-        if inner is None or inner._model is not runner:
-            inner = self._inner[id(runner)] = CompiledModule(runner, self._target, self._fallback, self._limit,
+        loop = self if runner is model else self._compile_of(runner)
+        swaps = [(runner, loop)]
+        encoder = encoder_of(runner)
+        if encoder is not None:
+            swaps.insert(0, (encoder, self._compile_of(encoder)))
+        try:
+            return generate_through(model, swaps, args, kwargs)
+        finally:
+            if loop is not self and loop._last[1] is not None:
+                self._last[1] = loop._last[1]
+
+    def _compile_of(self, module) -> "CompiledModule":
+        """A compile of a module inside the model, with this one's options (generation.py)."""
+        inner = self._inner.get(id(module))
+        if inner is None or inner._model is not module:
+            inner = self._inner[id(module)] = CompiledModule(module, self._target, self._fallback, self._limit,
                                                              dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
             inner.kernel_prefix = self.kernel_prefix
-        try:
-            return generate_through(model, runner, inner, args, kwargs)
-        finally:
-            if inner._last[1] is not None:
-                self._last[1] = inner._last[1]
+        return inner
 
     def explain(self, *args, **kwargs) -> "Report":
         """The report for this input spec (compiling it first if needed); with no arguments, that of

@@ -11,12 +11,17 @@ decide which forward that is:
   `GenerationMixin` (with peft's adapter layers inside it), compiled on its own.
 - The swapped forward keeps the model's signature: generate passes only the inputs forward names
   (GPT-2's `position_ids`, which left padding shifts).
+- An encoder-decoder (T5, BART, Whisper) runs its encoder once, through `get_encoder()`, before the
+  loop: its forward is swapped too, for a compile of the encoder.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from typing import Any, Callable
+
+from torch import nn
 
 
 def decoding_module(model: Any) -> Any:
@@ -31,8 +36,27 @@ def decoding_module(model: Any) -> Any:
     return next((m for m in model.modules() if isinstance(m, GenerationMixin)), model)
 
 
-def generate_through(model: Any, runner: Any, compiled: Callable, args: tuple, kwargs: dict):
-    """`model.generate(*args, **kwargs)` with `runner.forward` calling `compiled` instead."""
+def encoder_of(runner: Any) -> Any:
+    """An encoder-decoder's encoder, which generate runs once before the loop
+    (`get_encoder()`), or None."""
+    config = getattr(runner, "config", None)
+    if not getattr(config, "is_encoder_decoder", False) or not hasattr(runner, "get_encoder"):
+        return None
+    encoder = runner.get_encoder()
+    return encoder if isinstance(encoder, nn.Module) and encoder is not runner else None
+
+
+def generate_through(model: Any, swaps: list[tuple[Any, Callable]], args: tuple, kwargs: dict):
+    """`model.generate(*args, **kwargs)` with each `module.forward` of `swaps` calling its compiled
+    callable instead."""
+    with contextlib.ExitStack() as stack:
+        for module, compiled in swaps:
+            stack.enter_context(_forward_through(module, compiled))
+        return model.generate(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _forward_through(runner: Any, compiled: Callable):
     own = runner.__dict__.get("forward")  # an instance forward (a library's wrapper) comes back after
     original, inside = runner.forward, threading.local()
 
@@ -50,7 +74,7 @@ def generate_through(model: Any, runner: Any, compiled: Callable, args: tuple, k
 
     runner.forward = forward
     try:
-        return model.generate(*args, **kwargs)
+        yield
     finally:
         if own is None:
             del runner.forward
