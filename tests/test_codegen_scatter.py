@@ -35,6 +35,12 @@ def _nan_src(shape):
     return s
 
 
+def _unsort(perm, rows):
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.size(0))
+    return rows[inverse]
+
+
 CASES = {
     "index_put_acc_dups_neg": (lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
                                lambda: (torch.randn(8, 4), _dups(6, 8, neg=True), torch.randn(6, 4))),
@@ -93,6 +99,9 @@ CASES = {
                                   lambda: (torch.randn(6, 2), _dups(3, 6))),
     "noncontiguous_destination": (lambda x, i, s: torch.index_add(x, 0, i, s),
                                   lambda: (torch.randn(5, 7).t(), _dups(4, 7), torch.randn(4, 5))),
+    # into a fresh tensor (the destination is the kernel's own output): transformers' MoE unsorts
+    # its experts' rows so; "scatter operands must be kernel arguments" sent the ops to PyTorch
+    "inverse_permutation": (_unsort, lambda: (torch.randperm(9), torch.randn(9, 3))),
 }
 
 

@@ -78,8 +78,11 @@ class _Scatter:
         if dims.has_symbols(self.func):  # `index` arguments only size tensor.empty ops (as a scan's)
             self.args = [a for a in self.args if isinstance(a.type, ir.ShapedType)]
         pos = []
+        # into a fresh `tensor.empty` (an inverse permutation: `inv = empty_like(p); inv[p] = arange`,
+        # as transformers' MoE unsorts its experts' rows): the kernel's own output, nothing to copy
+        self.fresh = not isinstance(op.operands[2].owner, ir.Block) and pat.op_of(op.operands[2].owner).name == "tensor.empty"
         for k, v in enumerate(op.operands):
-            if (k == 0 and self.producer is not None) or (k == 1 and self.idx_gen is not None):
+            if (k == 0 and self.producer is not None) or (k == 1 and self.idx_gen is not None) or (k == 2 and self.fresh):
                 pos.append(None)
                 continue
             i = next((j for j, a in enumerate(self.args) if a == v), None)
@@ -87,9 +90,10 @@ class _Scatter:
                 raise CodegenError(op, "scatter operands must be kernel arguments")
             pos.append(i)
         self.upd, self.idx, self.orig = pos
-        if self.orig is None or (self.orig in (self.upd, self.idx)):
+        if not self.fresh and (self.orig is None or self.orig in (self.upd, self.idx)):
             raise CodegenError(op, "the destination is also read as updates or indices")
-        if any(v == self.args[self.orig] for g in computed for v in list(pat.inputs(g)) + pat.captured_values(g)):
+        if not self.fresh and any(v == self.args[self.orig] for g in computed
+                                  for v in list(pat.inputs(g)) + pat.captured_values(g)):
             raise CodegenError(op, "the updates or indices read the destination, which the kernel writes in place")
         ret = pat.op_of(ops[-1])
         if len(ret.operands) != 1 or ret.operands[0] != op.results[0]:
@@ -177,9 +181,9 @@ def _grid(total, block: int):
 
 
 def _mark_inplace(s: _Scatter) -> None:
-    with s.func.context:
+    with s.func.context:  # -1: a fresh output (plan.inplace_of)
         s.func.attributes["uniorch.inplace"] = ir.ArrayAttr.get(
-            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s.orig)])
+            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), -1 if s.fresh else s.orig)])
 
 
 def generate_scatter(kernel_func, target: str, schedule: dict | None = None) -> KernelSource:
