@@ -171,6 +171,32 @@ def test_explain_reports_fallback_for_unsupported_op():
     assert rep.kernels  # relu and the add still compile around it
 
 
+@torch.library.custom_op("uniorch_tests::softsign_twice", mutates_args=())
+def _softsign_twice(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x / (1 + x.abs())
+
+
+@_softsign_twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_librarys_custom_op_runs_in_pytorch_and_explain_says_so():
+    # a library's own op (transformers' grouped_mm_fallback): torch-mlir knows ATen only; the
+    # report said "lowering to torch backend contract failed", naming neither the op nor why
+    def fn(x):
+        return _softsign_twice(torch.relu(x) * 3) + 1
+
+    x = torch.randn(5, 6)
+    cm = uniorch.compile(fn, target="interpret")
+    torch.testing.assert_close(cm(x), fn(x))
+    rep = cm.explain()
+    (fb,) = rep.fallbacks
+    assert fb.op == "uniorch_tests.softsign_twice.default", str(rep)
+    assert fb.why.startswith("custom op uniorch_tests::softsign_twice has no lowering to MLIR"), fb.why
+    assert len(rep.kernels) == 2  # the relu-mul and the add around it
+
+
 def test_fallback_error_raises():
     def fn(x):
         return torch.linalg.ldl_factor_ex(x @ x.mT + torch.eye(3))[0]

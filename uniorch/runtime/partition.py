@@ -190,7 +190,8 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
                 if cuts and len(heads) == 1:
                     cuts.clear()  # found: the eager node splits the graph, the rest fuses as before
                 named = named or sorted(key)
-                fb = Fallback(named, [str(by_name[n].target) for n in named], err.stage, err.reason)
+                fb = Fallback(named, [str(by_name[n].target) for n in named], err.stage,
+                              _custom_op_note(by_name, named) + err.reason)
                 for n in named:
                     eager[n] = fb
                 failed = True
@@ -207,6 +208,16 @@ def compile_program(gm: fx.GraphModule, target: Target, fallback: str = "eager",
 
 
 COMPILED, EAGER, ALLOCATED = "compiled", "eager", "allocated"
+
+
+def _custom_op_note(by_name: dict, named: list[str]) -> str:
+    """What a failure blamed on a library's own op means (transformers' grouped_mm_fallback):
+    torch-mlir knows ATen, not the op; PyTorch runs it, as torch.compile runs an opaque custom op."""
+    target = by_name[named[0]].target if len(named) == 1 and named[0] in by_name else None
+    ns = getattr(target, "namespace", None)
+    if not isinstance(target, torch._ops.OpOverload) or ns in ("aten", "prims", "uniorch"):
+        return ""
+    return f"custom op {ns}::{target._opname} has no lowering to MLIR (an opaque op: PyTorch runs it): "
 
 
 def allocation(node: fx.Node):
