@@ -450,7 +450,7 @@ class CompiledModule:
         from .runtime.training import needs_autograd
 
         if not args and not kwargs and self._last[1] is None and _takes_inputs(self._model) and not (
-                self._training is not None and self._training.forward):
+                self._training is not None and (self._training.forward or self._training.failure)):
             # compiling for no inputs would report a capture failure of the model's own making
             raise TypeError(f"explain() with no inputs reports the last call made with some, and "
                             f"{type(self._model).__name__} has not been called yet: pass its inputs, "

@@ -68,10 +68,12 @@ class TrainingCompile:
             def compile_half(gm: torch.fx.GraphModule, example_inputs: list):
                 from uniorch.api import CompiledModule
 
+                from .rng_hops import unwrap_seedless
                 from .symbolic_halves import sizes_from_tensors
 
                 _views_as_reshapes(gm)
                 _inline_composite_ops(gm)
+                unwrap_seedless(gm)  # checkpointing's RNG wrappers around SDPA without dropout
                 sizes = sizes_from_tensors(gm, example_inputs)
                 if sizes is not None:
                     example_inputs = sizes.arguments(example_inputs)

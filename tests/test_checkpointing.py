@@ -1,0 +1,77 @@
+"""Training with activation checkpointing (`torch.utils.checkpoint`, transformers'
+`gradient_checkpointing_enable()`): AOTAutograd recomputes the checkpointed ops in the backward
+and wraps seeded ops (SDPA, for its dropout) in RNG-state higher-order ops, which neither export
+nor torch-mlir take; at dropout 0 they are unwrapped (runtime/rng_hops.py). Gradients against
+eager on fresh inputs, and nothing left to PyTorch."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import uniorch
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+class _Attention(nn.Module):
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.qkv, self.out, self.heads = nn.Linear(d, 3 * d), nn.Linear(d, d), heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(_Attention() for _ in range(2))
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return self.norm(x)
+
+
+def _assert_trains_like_eager(eager, compiled, make_inputs, loss_of, steps=2):
+    for _ in range(steps):
+        inputs = make_inputs()
+        loss_of(eager, inputs).backward()
+        loss_of(compiled, inputs).backward()
+        for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        eager.zero_grad()
+        compiled.zero_grad()
+    tc = compiled.training_compile
+    assert tc.forward and tc.backward and tc.failure is None and not tc.eager_graphs
+    rep = compiled.explain()
+    assert rep.kernels and not rep.fallbacks, str(rep)
+    assert rep.backward.kernels and not rep.backward.fallbacks, str(rep.backward)
+
+
+def test_checkpointed_attention_blocks_train_like_eager():
+    torch.manual_seed(0)
+    eager = _Checkpointed()
+    compiled = uniorch.compile(copy.deepcopy(eager), target="interpret")
+    _assert_trains_like_eager(eager, compiled, lambda: torch.randn(2, 9, 32),
+                              lambda m, x: m(x).square().mean())
+
+
+def test_transformers_gradient_checkpointing_trains_like_eager():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      use_cache=False)
+    eager = transformers.LlamaForCausalLM(config).train()
+    eager.gradient_checkpointing_enable()
+    compiled = uniorch.compile(copy.deepcopy(eager), target="interpret")
+    _assert_trains_like_eager(eager, compiled, lambda: torch.randint(0, 96, (2, 9)),
+                              lambda m, ids: m(input_ids=ids, labels=ids).loss)

@@ -1,0 +1,78 @@
+"""Activation checkpointing's RNG wrappers around ops that draw nothing, unwrapped.
+
+Why: with activation checkpointing (transformers' `gradient_checkpointing_enable()`,
+`torch.utils.checkpoint`), AOTAutograd recomputes the checkpointed ops in the backward, and wraps
+every op tagged as seeded in `run_and_save_rng_state` (forward) and `run_with_rng_state`
+(backward), so the recomputation draws the numbers the forward drew. SDPA is tagged so for its
+dropout, also at `dropout_p=0`. Neither higher-order op can be traced or imported into MLIR: the
+forward graph of a checkpointed Llama ran entirely in PyTorch, and each recomputed attention too.
+
+An op whose dropout probability is 0 draws nothing: the wrappers go, the op stays. Ops that do
+draw (dropout above 0)
+keep their wrappers, and their graphs run in PyTorch, as `explain` reports. The saved generator
+state becomes an empty byte tensor: the backward no longer reads it.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+
+def _hops():
+    hop = getattr(torch.ops, "higher_order", None)
+    return (getattr(hop, "run_and_save_rng_state", None), getattr(hop, "run_with_rng_state", None))
+
+
+def _draws_nothing(op, args: tuple, kwargs: dict) -> bool:
+    """Whether `op` has a dropout probability argument, and it is 0 in this call."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return False
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == "dropout_p":
+            value = kwargs.get("dropout_p", args[i] if i < len(args) else arg.default_value)
+            return isinstance(value, (int, float)) and value == 0
+    return False
+
+
+def unwrap_seedless(gm: fx.GraphModule) -> int:
+    """Replaces the RNG wrappers of ops that draw nothing by the ops; how many it replaced."""
+    save, replay = _hops()
+    if save is None or replay is None:
+        return 0
+    graph, done = gm.graph, 0
+    for n in list(graph.nodes):
+        if n.op != "call_function" or n.target not in (save, replay):
+            continue
+        op, args = (n.args[0], n.args[1:]) if n.target is save else (n.args[1], n.args[2:])
+        if not _draws_nothing(op, args, dict(n.kwargs)):
+            continue
+        with graph.inserting_before(n):
+            call = graph.call_function(op, tuple(args), dict(n.kwargs))
+        call.meta = dict(n.meta)
+        if n.target is replay:
+            n.replace_all_uses_with(call)
+        else:  # (state, result): the state as an empty byte tensor, which the backward never reads now
+            vals = {u.args[1]: u.meta.get("val") for u in n.users if u.target is operator.getitem}
+            if vals.get(1) is not None:
+                call.meta["val"] = vals[1]
+            else:
+                call.meta.pop("val", None)
+            device = next((a.meta["val"].device for a in args if isinstance(a, fx.Node)
+                           and isinstance(a.meta.get("val"), torch.Tensor)), torch.device("cpu"))
+            with graph.inserting_before(n):
+                state = graph.call_function(torch.ops.aten.empty.memory_format, ([0],),
+                                            {"dtype": torch.uint8, "device": device})
+            for user in list(n.users):
+                if user.target is not operator.getitem:
+                    raise AssertionError(f"{n.target} used by {user.target}, not by indexing")
+                user.replace_all_uses_with(state if user.args[1] == 0 else call)
+                graph.erase_node(user)
+        graph.erase_node(n)
+        done += 1
+    if done:
+        graph.lint()
+        gm.recompile()
+    return done
