@@ -7,10 +7,11 @@ every op tagged as seeded in `run_and_save_rng_state` (forward) and `run_with_rn
 dropout, also at `dropout_p=0`. Neither higher-order op can be traced or imported into MLIR: the
 forward graph of a checkpointed Llama ran entirely in PyTorch, and each recomputed attention too.
 
-An op whose dropout probability is 0 draws nothing: the wrappers go, the op stays. Ops that do
-draw (dropout above 0)
-keep their wrappers, and their graphs run in PyTorch, as `explain` reports. The saved generator
-state becomes an empty byte tensor: the backward no longer reads it.
+An op whose dropout probability is 0 draws nothing: the wrappers go, the op stays, and the saved
+generator state becomes an empty byte tensor (the backward no longer reads it). Ops that do draw
+(dropout above 0) are saved for the backward instead of recomputed (`save_drawn_random_ops`,
+before the partitioner): no wrapper is made for them, and the backward reads the forward's mask.
+A wrapper still left keeps its graph in PyTorch, as `explain` reports.
 """
 from __future__ import annotations
 
@@ -35,6 +36,33 @@ def _draws_nothing(op, args: tuple, kwargs: dict) -> bool:
             value = kwargs.get("dropout_p", args[i] if i < len(args) else arg.default_value)
             return isinstance(value, (int, float)) and value == 0
     return False
+
+
+def save_drawn_random_ops(joint: fx.GraphModule) -> int:
+    """Marks the checkpointed ops that do draw random numbers (dropout above 0) to be saved for
+    the backward rather than recomputed: their recomputation would need the forward's draws
+    replayed, which the RNG wrappers do and no compile takes. Costs their outputs' memory (a
+    dropout's result and mask), as without checkpointing; how many it marked."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    marked = 0
+    for n in joint.graph.nodes:
+        tags = getattr(n.target, "tags", ())
+        if n.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
+            continue
+        if n.meta.get("recompute") not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE):
+            continue
+        if _draws_nothing(n.target, n.args, dict(n.kwargs)):
+            continue
+        if isinstance(n.meta.get("val"), (tuple, list)):  # a tuple is saved as its tensors (dropout's
+            n.meta["recompute"] = CheckpointPolicy.PREFER_SAVE  # result and mask): "must" would conflict
+            for user in n.users:
+                if user.target is operator.getitem:
+                    user.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        else:
+            n.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        marked += 1
+    return marked
 
 
 def unwrap_seedless(gm: fx.GraphModule) -> int:

@@ -172,8 +172,10 @@ def partition(joint: torch.fx.GraphModule, joint_inputs, **kwargs):
     from functorch.compile import min_cut_rematerialization_partition
 
     from .attention_recompute import recompute_attention
+    from .rng_hops import save_drawn_random_ops
 
     recompute_attention(joint)
+    save_drawn_random_ops(joint)  # activation checkpointing: dropout's draws saved, not replayed
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
