@@ -152,3 +152,16 @@ def test_missing_adapter_is_named(monkeypatch):
     assert "triton-adapter-opt not found" in get_backend("cann").unavailable_reason()
     with pytest.raises(BackendError, match="kernel k9: triton-adapter-opt not found.*scripts/setup.sh"):
         triton_adapter.run("module {}", "k9", get_backend("cann").parse_options({}))
+
+
+def test_a_decode_steps_projection_builds_for_ascend():
+    # one row (a decode step's token): its stores stepped by 0 along the rows, which the adapter
+    # rejects ("strides must not be zero"); every such projection of a bundle was left to PyTorch
+    import torch.nn.functional as F
+
+    import uniorch
+
+    x, w, res = torch.randn(1, 1, 32), torch.randn(32, 32), torch.randn(1, 1, 32)
+    art = uniorch.compile_aot(lambda x, w, res: F.linear(x, w) + res, (x, w, res), target="cann")
+    assert [k.name for k in art.kernels] == ["k0_contraction"] and not art.fallbacks, str(art)
+    assert "ttadapter" in art.kernels[0].asm
