@@ -507,3 +507,25 @@ def test_chained_module_methods_keep_the_compiled_model():
     x = torch.randn(2, 8, dtype=torch.float64)
     torch.testing.assert_close(cm(x), model(x))
     assert cm.explain(x).kernels
+
+
+def test_flex_attention_runs_in_pytorch_and_the_rest_compiles():
+    # a higher-order op whose score_mod is a subgraph (get_attr): copying it into the eager part of
+    # the program raised a bare KeyError from uniorch.compile
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def shifted(score, b, h, q, kv):
+        return score + (q - kv) * 0.01
+
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=16, KV_LEN=16, device="cpu")
+
+    def fn(q, k, v):
+        return flex_attention(q.relu(), k, v, score_mod=shifted, block_mask=mask) * 2
+
+    cm = uniorch.compile(fn, target="interpret")
+    for seed in (0, 1):
+        g = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.randn(1, 2, 16, 8, generator=g) for _ in range(3))
+        torch.testing.assert_close(cm(q, k, v), fn(q, k, v))
+    rep = cm.explain()
+    assert rep.kernels and {f.op for f in rep.fallbacks} <= {"flex_attention", "aten.index_put.default"}, str(rep)

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 import torch.fx as fx
+from torch.fx.graph_module import _copy_attr
 
 from uniorch.targets import Target
 
@@ -334,6 +335,10 @@ def _assemble(gm, runs, cache, fallback):
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             env[n] = g.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+        elif n.op == "get_attr":  # a higher-order op's subgraph (flex_attention's score_mod), for eager ops
+            _copy_attr(gm, root, n.target)
+            env[n] = g.get_attr(n.target)
             env[n].meta = dict(n.meta)
     for kind, nodes in runs:
         if kind == ALLOCATED:
