@@ -529,3 +529,5 @@ def test_flex_attention_runs_in_pytorch_and_the_rest_compiles():
         torch.testing.assert_close(cm(q, k, v), fn(q, k, v))
     rep = cm.explain()
     assert rep.kernels and {f.op for f in rep.fallbacks} <= {"flex_attention", "aten.index_put.default"}, str(rep)
+    (flex,) = [f for f in rep.fallbacks if f.op == "flex_attention"]
+    assert flex.why.startswith("flex_attention (a higher-order op"), flex.why

@@ -45,7 +45,18 @@ def fallback_random() -> bool:
     return flag("UNIORCH_FALLBACK_RANDOM")
 
 
+# higher-order ops with user subgraphs no lowering takes yet, by name: torch-mlir's importer
+# refuses them ("Expected get_attr for score_mod"), after a failed compile of their region
+HIGHER_ORDER = {
+    "flex_attention": "flex_attention (a higher-order op: its score_mod / mask_mod are subgraphs) has no "
+                      "lowering to MLIR yet; PyTorch runs it",
+    "flex_attention_backward": "flex_attention's backward has no lowering to MLIR yet; PyTorch runs it",
+}
+
+
 def reason(target, node=None) -> str:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return HIGHER_ORDER.get(target.name(), "")
     if fallback_random() and target in random_ops():
         return "UNIORCH_FALLBACK_RANDOM=1: PyTorch draws it, as eager does"
     if target in CRASHES and node is not None:
