@@ -531,3 +531,27 @@ def test_flex_attention_runs_in_pytorch_and_the_rest_compiles():
     assert rep.kernels and {f.op for f in rep.fallbacks} <= {"flex_attention", "aten.index_put.default"}, str(rep)
     (flex,) = [f for f in rep.fallbacks if f.op == "flex_attention"]
     assert flex.why.startswith("flex_attention (a higher-order op"), flex.why
+
+
+def test_control_flow_operators_run_in_pytorch_and_the_rest_compiles():
+    # torch.cond and while_loop hold their branches and body as subgraphs (get_attr), as
+    # flex_attention does: the eager part of the program lacked them (a KeyError)
+    from torch._higher_order_ops import while_loop
+
+    lin = nn.Linear(8, 8).eval()
+
+    def branchy(x):
+        y = lin(x).relu()
+        return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,)) + 1
+
+    def looped(x):
+        return while_loop(lambda i, t: i < 3, lambda i, t: (i + 1, t * 2), (torch.tensor(0), x.tanh()))[1] + 1
+
+    for fn, shape, op in ((branchy, (4, 8), "cond"), (looped, (5,), "while_loop")):
+        cm = uniorch.compile(fn, target="interpret")
+        with torch.no_grad():
+            for scale in (1.0, -100.0):  # both branches
+                x = torch.randn(*shape) * scale
+                torch.testing.assert_close(cm(x), fn(x))
+        rep = cm.explain()
+        assert rep.kernels and [f.op for f in rep.fallbacks] == [op], str(rep)
