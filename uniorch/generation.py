@@ -1,8 +1,7 @@
 """`compiled.generate(...)`: transformers' decoding loop with every forward call compiled.
 
 generate calls the model's forward once for the prompt and once per new token. It is run with that
-forward swapped, for the duration of the call, for one going through a compiled module. Two things
-decide which forward that is:
+forward swapped, for the duration of the call, for one going through a compiled module:
 
 - A wrapper may hand generate to a model inside it: peft's `PeftModel.generate` calls
   `base_model.generate`, whose loop calls the transformers model's forward, never the wrapper's.

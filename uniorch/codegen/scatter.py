@@ -80,9 +80,11 @@ class _Scatter:
         pos = []
         # into a fresh `tensor.empty` (an inverse permutation: `inv = empty_like(p); inv[p] = arange`,
         # as transformers' MoE unsorts its experts' rows): the kernel's own output, nothing to copy
-        self.fresh = not isinstance(op.operands[2].owner, ir.Block) and pat.op_of(op.operands[2].owner).name == "tensor.empty"
+        dest = op.operands[2].owner
+        self.fresh = not isinstance(dest, ir.Block) and pat.op_of(dest).name == "tensor.empty"
+        computed_here = (self.producer is not None, self.idx_gen is not None, self.fresh)
         for k, v in enumerate(op.operands):
-            if (k == 0 and self.producer is not None) or (k == 1 and self.idx_gen is not None) or (k == 2 and self.fresh):
+            if computed_here[k]:
                 pos.append(None)
                 continue
             i = next((j for j, a in enumerate(self.args) if a == v), None)

@@ -79,23 +79,19 @@ def unwrap_seedless(gm: fx.GraphModule) -> int:
             continue
         with graph.inserting_before(n):
             call = graph.call_function(op, tuple(args), dict(n.kwargs))
-        call.meta = dict(n.meta)
+        call.meta = dict(n.meta)  # the partitioner's wrappers carry no "val"; the getitems may
         if n.target is replay:
             n.replace_all_uses_with(call)
         else:  # (state, result): the state as an empty byte tensor, which the backward never reads now
-            vals = {u.args[1]: u.meta.get("val") for u in n.users if u.target is operator.getitem}
-            if vals.get(1) is not None:
-                call.meta["val"] = vals[1]
-            else:
-                call.meta.pop("val", None)
+            # on the op's device: the backward takes it as an input, checked against its target's device
             device = next((a.meta["val"].device for a in args if isinstance(a, fx.Node)
                            and isinstance(a.meta.get("val"), torch.Tensor)), torch.device("cpu"))
             with graph.inserting_before(n):
                 state = graph.call_function(torch.ops.aten.empty.memory_format, ([0],),
                                             {"dtype": torch.uint8, "device": device})
-            for user in list(n.users):
-                if user.target is not operator.getitem:
-                    raise AssertionError(f"{n.target} used by {user.target}, not by indexing")
+            for user in list(n.users):  # getitems only: the wrapper returns a pair
+                if user.args[1] == 1 and "val" in user.meta:
+                    call.meta["val"] = user.meta["val"]
                 user.replace_all_uses_with(state if user.args[1] == 0 else call)
                 graph.erase_node(user)
         graph.erase_node(n)
