@@ -362,6 +362,30 @@ def test_a_forward_hook_added_or_removed_after_compiling_recompiles():
     assert cm.cache_size == 2 and len(cm.recompiles) == 1, cm.recompiles
 
 
+def test_hooks_added_after_compiling_a_training_call_run():
+    # the training path's Dynamo skips its guards on module hooks by default (as torch.compile
+    # does): a hook registered after the first call was ignored, forward values and gradients
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(3, 8)
+
+    def grads(fn):
+        model.zero_grad(set_to_none=True)
+        out = fn(x)
+        out.pow(2).sum().backward()
+        return [out.detach()] + [p.grad.clone() for p in model.parameters()]
+
+    grads(cm)
+    for register in (lambda: model[1].register_forward_hook(lambda mod, inputs, out: out * 10),
+                     lambda: model[2].register_full_backward_hook(lambda mod, gin, gout: (gin[0] * 3,))):
+        handle = register()
+        for got, want in zip(grads(cm), grads(model)):
+            torch.testing.assert_close(got, want, **TOL)
+        handle.remove()
+        for got, want in zip(grads(cm), grads(model)):
+            torch.testing.assert_close(got, want, **TOL)
+
+
 @torch.no_grad()
 def test_autocast_around_a_compiled_call_is_part_of_its_guard():
     # a compile made outside autocast answered calls inside it in float32, where eager computes

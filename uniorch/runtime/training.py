@@ -140,8 +140,9 @@ class TrainingCompile:
         self.ran_forward.clear()
         self.ran_backward.clear()
         try:
-            # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn)
-            with torch._dynamo.config.patch(allow_rnn=True):
+            # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn), and by default
+            # does not guard module hooks: one registered or removed after a compile went unseen
+            with torch._dynamo.config.patch(allow_rnn=True, skip_nnmodule_hook_guards=False):
                 out = self._compiled(*args, **kwargs)
             for reason, n in counters["graph_break"].items():  # counted when Dynamo compiles a frame
                 if n > breaks.get(reason, 0) and _break_line(reason) not in self.graph_breaks:
