@@ -362,6 +362,56 @@ def test_a_forward_hook_added_or_removed_after_compiling_recompiles():
     assert cm.cache_size == 2 and len(cm.recompiles) == 1, cm.recompiles
 
 
+class _Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.lin = 0, nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x) * self.calls
+
+
+class _ActNorm(nn.Module):
+    """Glow's ActNorm: initialised from the first batch's statistics, then a flag says so."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.loc, self.scale = nn.Parameter(torch.zeros(c)), nn.Parameter(torch.ones(c))
+        self.initialized = False
+
+    def forward(self, x):
+        if not self.initialized:
+            self.loc.copy_(-x.mean(0))
+            self.scale.copy_(1 / (x.std(0) + 1e-6))
+            self.initialized = True
+        return (x + self.loc) * self.scale
+
+
+@torch.no_grad()
+def test_a_forward_setting_python_attributes_runs_them_as_eager_does():
+    # export puts module attributes back after its trace: a counter stayed at 0 and every call
+    # multiplied by 1; a lazy initialisation ran again at each call
+    model, twin = _Counted(), _Counted()
+    twin.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(4):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(cm(x), twin(x), **TOL)
+    assert model.calls == twin.calls == 4 and cm.cache_size == 2, (model.calls, cm.cache_size)
+    reason = cm.explain(x).fallbacks[0].why
+    assert "sets Python attributes of the model (_Counted.calls: " in reason and "stays in PyTorch" in reason
+
+    model = nn.Sequential(nn.Linear(4, 4), _ActNorm(4))
+    twin = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for i in range(3):
+        x = torch.randn(8, 4) * (i + 1)
+        torch.testing.assert_close(cm(x), twin(x), **TOL)
+    assert cm.recompiles == ["attributes changed (1.initialized: False -> True)"], cm.recompiles
+    assert cm.explain(x).fallbacks == []  # initialised: compiled from the second call
+
+
 def test_hooks_added_after_compiling_a_training_call_run():
     # the training path's Dynamo skips its guards on module hooks by default (as torch.compile
     # does): a hook registered after the first call was ignored, forward values and gradients

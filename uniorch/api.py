@@ -71,6 +71,7 @@ class _Entry:
     # copied back): runtime/inplace.py
     writes: dict = field(default_factory=dict)
     attrs: Any = None  # the model's Python values the capture read (capture/attribute_guard.py)
+    sets_attributes: bool = False  # eager because the forward sets Python attributes (errors.AttributeWriteError)
 
 
 def _size_in(key, i: int, d: int) -> Optional[int]:
@@ -241,7 +242,13 @@ class CompiledModule:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
                                    cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
             if key in self._cache:  # kept: the attributes may go back to its values
-                self._stale.setdefault(key, []).append(self._cache[key])
+                before = self._cache[key]
+                if entry.sets_attributes and before.sets_attributes:
+                    # they change at every call (a counter): eager from now on, not a capture a call
+                    entry.attrs = None
+                    entry.capture_error = entry.capture_error.replace(_AGAIN, "; they change at every call: "
+                                                                      "it stays in PyTorch")
+                self._stale.setdefault(key, []).append(before)
             self._cache[key] = entry
             if why:
                 note = "" if state else "; compiled for these sizes only" + self._rejected_note()
@@ -530,17 +537,29 @@ def _check_devices(args: tuple, kwargs: dict, target: Target) -> None:
                                f"'{want}'; move the inputs there, or compile for a target of that device")
 
 
+_AGAIN = "; it is captured again when the values it read change"
+
+
 def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True,
                    dynamic: Optional[dict] = None, cuda_graphs: bool = False, kernel_prefix: str = "") -> _Entry:
     """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
     `dynamic`: flat argument index -> dims captured with symbolic sizes. `cuda_graphs`: regions
     replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py)."""
-    from .errors import CaptureError
+    from .errors import AttributeWriteError, CaptureError
 
     timings = {}
     t = time.perf_counter()
     try:
         captured = capture(model, args, kwargs, dynamic=dynamic)
+    except AttributeWriteError as err:
+        if fallback == "error":
+            raise
+        # eager runs the writes; once the values the trace read change (a lazy initialisation's
+        # flag set), the guard fails and the next call captures again
+        from .capture.attribute_guard import attribute_guard
+
+        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err) + _AGAIN, sets_attributes=True,
+                      attrs=attribute_guard(model, err.reads))
     except CaptureError as err:
         if fallback == "error":
             raise

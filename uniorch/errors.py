@@ -14,6 +14,16 @@ class CaptureError(UniorchError):
     """The model could not be captured (tracing raised, or produced something we cannot import)."""
 
 
+class AttributeWriteError(CaptureError):
+    """The traced forward set Python attributes of the model (a call counter, a lazy
+    initialisation's flag): a graph cannot, so the call runs eagerly. `reads` are the attribute
+    values the trace read, which guard that decision like a compile's."""
+
+    def __init__(self, message: str, reads: dict):
+        super().__init__(message)
+        self.reads = reads
+
+
 class MLIRImportError(UniorchError):
     """The captured FX graph could not become MLIR (torch-mlir's importer or lowering failed)."""
 

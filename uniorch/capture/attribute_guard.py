@@ -85,8 +85,8 @@ def _count_writes(cls: type) -> None:
 
 
 _lock = threading.Lock()
-_patched: dict[type, list] = {}  # class -> [its own __getattribute__ or None, captures using it]
-_local = threading.local()  # .stack: the read dicts of this thread's captures, innermost last
+_patched: dict[tuple, list] = {}  # (class, dunder) -> [its own method or None, captures using it]
+_local = threading.local()  # .stack: (reads, writes) of this thread's captures, innermost last
 
 
 def _recorder(original):
@@ -98,51 +98,107 @@ def _recorder(original):
                 mine = name in object.__getattribute__(self, "__dict__")
             except AttributeError:
                 mine = False
-            if mine and (id(self), name) not in stack[-1]:
-                stack[-1][(id(self), name)] = (self, name, value)
+            if mine and (id(self), name) not in stack[-1][0]:
+                stack[-1][0][(id(self), name)] = (self, name, value)
         return value
 
     __getattribute__._uniorch_original = original
     return __getattribute__
 
 
+def _write_recorder(original):
+    """A module's `__setattr__` keeping, per entry of its `__dict__` the traced forward sets, the
+    value before and the last one written: export puts those entries back after its trace (a
+    config object's writes, which it leaves, stay made; a property's go elsewhere). PyTorch's own
+    modules are left out: a GraphModule's recompile sets its generated code's attributes."""
+    def __setattr__(self, name, value):
+        stack = getattr(_local, "stack", None)
+        if not stack or name in _MODULE_OWN or name.startswith("__") or not isinstance(self, nn.Module) \
+                or type(self).__module__.startswith("torch."):
+            original(self, name, value)
+            return
+        state = object.__getattribute__(self, "__dict__")
+        before = state.get(name, _GONE)
+        original(self, name, value)
+        if name in state:
+            writes = stack[-1][1]
+            key = (id(self), name)
+            if key in writes:
+                writes[key][3] = state[name]
+            else:
+                writes[key] = [self, name, before, state[name]]
+
+    __setattr__._uniorch_original = original
+    if getattr(original, "_uniorch_counts", False):
+        __setattr__._uniorch_counts = True
+    return __setattr__
+
+
+_RECORDERS = {"__getattribute__": _recorder, "__setattr__": _write_recorder}
+
+
+def attribute_writes(writes: dict, model: nn.Module) -> list[str]:
+    """The plain values (numbers, strings, flags: a counter, a lazy initialisation's flag) a
+    traced forward set on the model's objects and left changed, as 'where.name: before ->
+    after'. Other values are left out: PyTorch's own caches derived from parameters (an RNN's
+    flat weight list) are set anew whenever export swaps the parameters."""
+    names = {id(m): n for n, m in model.named_modules()}
+    out = []
+    for obj, name, before, after in writes.values():
+        if not _plain(after) or not (before is _GONE or _plain(before)) or (before is not _GONE and before == after):
+            continue
+        where = names.get(id(obj))
+        where = (where or type(obj).__name__) if where is not None else type(obj).__name__
+        old = "unset" if before is _GONE else _short(before)
+        out.append(f"{where}.{name}: {old} -> {_short(after)}")
+    return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @contextlib.contextmanager
 def recording(model):
-    """Yields a dict filled while tracing `model` in this thread: (id(obj), name) -> (obj, name,
-    value) for each plain value read from an object's own attributes. Classes are patched once
-    for however many captures use them at a time (threads compiling two models of one class),
-    and each recorder calls the class's own `__getattribute__`, never another recorder."""
-    reads: dict = {}
+    """Yields two dicts filled while tracing `model` in this thread: the reads, (id(obj), name) ->
+    (obj, name, value) for each plain value read from an object's own attributes; and the writes
+    (`attribute_writes` says which changed a value). Classes are patched once for however many
+    captures use them at a time (threads compiling two models of one class), and each recorder
+    calls the class's own method, never another recorder."""
+    reads, writes = {}, {}
     if not isinstance(model, nn.Module):
-        yield reads
+        yield reads, writes
         return
     classes = _watched_classes(model)
     with _lock:
         for cls in classes:
-            entry = _patched.get(cls)
-            if entry is not None:
-                entry[1] += 1
-                continue
-            original = cls.__getattribute__
-            original = getattr(original, "_uniorch_original", original)
-            _patched[cls] = [cls.__dict__.get("__getattribute__"), 1]
-            cls.__getattribute__ = _recorder(original)
+            for dunder, make in _RECORDERS.items():
+                entry = _patched.get((cls, dunder))
+                if entry is not None:
+                    entry[1] += 1
+                    continue
+                original = getattr(cls, dunder)
+                original = getattr(original, "_uniorch_original", original)
+                _patched[(cls, dunder)] = [cls.__dict__.get(dunder), 1]
+                setattr(cls, dunder, make(original))
     stack = _local.__dict__.setdefault("stack", [])
-    stack.append(reads)
+    stack.append((reads, writes))
     try:
-        yield reads
+        yield reads, writes
     finally:
         stack.pop()
         with _lock:
             for cls in classes:
-                entry = _patched[cls]
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del _patched[cls]
-                    if entry[0] is None:
-                        del cls.__getattribute__
-                    else:
-                        cls.__getattribute__ = entry[0]
+                for dunder in _RECORDERS:
+                    entry = _patched[(cls, dunder)]
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        del _patched[(cls, dunder)]
+                        if entry[0] is None:
+                            delattr(cls, dunder)
+                        else:
+                            setattr(cls, dunder, entry[0])
 
 
 def warn_of_user_hooks(model: nn.Module) -> None:

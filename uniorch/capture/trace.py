@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
-from ..errors import CaptureError
+from ..errors import AttributeWriteError, CaptureError
 from . import aliases, attribute_guard, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
@@ -125,7 +125,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # one trace at a time in the process: export's tracing modes are global (two threads
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, \
-                attribute_guard.recording(module) as reads:
+                attribute_guard.recording(module) as (reads, writes):
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled):
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
@@ -138,6 +138,12 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             eager_layouts.mark(ep.graph_module, layouts)
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
+    changed = attribute_guard.attribute_writes(writes, module)
+    if changed:
+        raise AttributeWriteError(
+            f"the forward sets Python attributes of the model ({', '.join(changed[:3])}"
+            f"{' and more' if len(changed) > 3 else ''}), which compiled kernels cannot set: the call runs in "
+            f"PyTorch", reads)
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
     scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
