@@ -412,6 +412,36 @@ def test_a_forward_setting_python_attributes_runs_them_as_eager_does():
     assert cm.explain(x).fallbacks == []  # initialised: compiled from the second call
 
 
+class _Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.sum() > 4:  # a branch on a tensor's value: export cannot capture the whole model
+            return self.b(h).sigmoid()
+        return self.b(-h) * 2
+
+
+@torch.no_grad()
+def test_a_branch_on_a_tensors_value_compiles_in_pieces(capfd):
+    # the whole model ran in PyTorch; now Dynamo splits it at the branch, as torch.compile does,
+    # and uniorch compiles each piece
+    model = _Branchy().eval()
+    cm = uniorch.compile(model, target="interpret")
+    taken = set()
+    for scale in (3.0, -3.0, 0.5, 4.0, -1.0):
+        x = torch.randn(3, 8) * scale
+        torch.testing.assert_close(cm(x), model(x), **TOL)
+        taken.add(bool(torch.relu(model.a(x)).sum() > 4))
+    assert taken == {True, False}
+    rep = cm.explain(x)
+    assert not rep.fallbacks and len(rep.kernels) >= 2, str(rep)
+    assert rep.graph_breaks[0].startswith("export could not capture the whole model"), rep.graph_breaks
+    assert "def forward(" not in capfd.readouterr().err  # export's partial graph, printed twice, is not ours to show
+
+
 def test_hooks_added_after_compiling_a_training_call_run():
     # the training path's Dynamo skips its guards on module hooks by default (as torch.compile
     # does): a hook registered after the first call was ignored, forward values and gradients

@@ -72,6 +72,7 @@ class _Entry:
     writes: dict = field(default_factory=dict)
     attrs: Any = None  # the model's Python values the capture read (capture/attribute_guard.py)
     sets_attributes: bool = False  # eager because the forward sets Python attributes (errors.AttributeWriteError)
+    data_dependent: bool = False  # the capture failed on a branch on a tensor's value: Dynamo splits it
 
 
 def _size_in(key, i: int, d: int) -> Optional[int]:
@@ -389,6 +390,8 @@ class CompiledModule:
         if args or kwargs:
             self._last[1] = (entry, self._last[0])
         if entry is None or entry.captured is None:
+            if entry is not None and self._in_pieces(entry):
+                return self.training_compile(*args, **kwargs)
             return self._model(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
         outs = entry.program(*flat)
@@ -398,6 +401,13 @@ class CompiledModule:
             return self._model(*args, **kwargs)
 
     _run = __call__
+
+    def _in_pieces(self, entry: _Entry) -> bool:
+        """Whether a call export could not capture whole, for a branch on a tensor's value
+        (`if x.sum() > 0`, `.item()` feeding Python), runs through Dynamo, which splits the model
+        there and compiles each graph with uniorch, as torch.compile would (not the graphs Dynamo
+        itself hands us). Other capture failures run eagerly: a model that raised raises again."""
+        return entry.captured is None and entry.data_dependent and not isinstance(self._model, torch.fx.GraphModule)
 
     @property
     def training_compile(self):
@@ -492,7 +502,24 @@ class CompiledModule:
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
                                    cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
+        if self._in_pieces(entry):
+            return self._pieces_report(entry, args, kwargs)
         rep = _report(entry, self._target, args, kwargs)
+        rep.recompiles = list(self.recompiles)
+        return rep
+
+    def _pieces_report(self, entry: _Entry, args: tuple, kwargs: dict) -> "Report":
+        """The report of a call Dynamo split (`_in_pieces`): the graphs its last call ran (this
+        call runs first if none has), why export failed, and where Dynamo broke the model."""
+        tc = self.training_compile
+        if not tc.ran_forward and tc.failure is None:
+            tc(*args, **kwargs)
+        whole = f"export could not capture the whole model ({entry.capture_error.splitlines()[0][:300]})"
+        if not tc.forward:
+            return _report(_Entry(None, None, {}, f"{whole}; Dynamo: {tc.failure}"), self._target, args, kwargs)
+        rep = merged_report([tc.report(h) for h in dict.fromkeys(tc.ran_forward or tc.forward[-1:])])
+        rep.graph_breaks = [whole + ": Dynamo split it"] + list(tc.graph_breaks)
+        rep.eager_graphs = list(tc.eager_graphs)
         rep.recompiles = list(self.recompiles)
         return rep
 
@@ -564,7 +591,8 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
         if fallback == "error":
             raise
         # the model runs as it is; if it raised during capture it raises again, as the user's error
-        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err))
+        branch = "DataDependent" in type(err.__cause__).__name__  # GuardOnDataDependentSymNode and kin
+        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err), data_dependent=branch)
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()
     region = None

@@ -189,10 +189,32 @@ def _export(traced, args, kwargs, shapes, named):
     claims wrong: a size it specializes, two names it finds related) with `Dim.AUTO` only."""
     if named is not None and named != shapes:
         try:
-            return torch.export.export(traced, args, kwargs, strict=False, dynamic_shapes=named)
+            return _export_quietly(traced, args, kwargs, named)
         except Exception:  # noqa: BLE001 - the names were a hint; AUTO lets export decide
             pass
-    return torch.export.export(traced, args, kwargs, strict=False, dynamic_shapes=shapes)
+    return _export_quietly(traced, args, kwargs, shapes)
+
+
+def _export_quietly(traced, args, kwargs, shapes):
+    """export, without the partial graph it prints to stderr when it fails on a data-dependent
+    branch (`if x.sum() > 0`): the failure reaches the user once, as our CaptureError and in
+    `explain`. Anything else written to stderr meanwhile is passed on."""
+    import io
+    import sys
+
+    buffer, partial = io.StringIO(), None
+    try:
+        with contextlib.redirect_stderr(buffer):
+            return torch.export.export(traced, args, kwargs, strict=False, dynamic_shapes=shapes)
+    except Exception as exc:
+        partial = getattr(exc, "partial_fx_graph", None)
+        raise
+    finally:
+        text = buffer.getvalue()
+        if partial:
+            text = text.replace(f"{partial}\n", "")  # printed by each of two nested wrappers
+        if text:
+            sys.stderr.write(text)
 
 
 def _record_layouts(cg: CapturedGraph) -> None:
@@ -353,9 +375,11 @@ def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) ->
 def _quiet_tracing():
     """Tracing failures reach the user once, as our error; torch would also log each one with a
     traceback, and warn about its own pytree internals on every capture."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    # "Unable to find user code corresponding to {u0}": a data-dependent branch, reported as ours
+    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -364,7 +388,8 @@ def _quiet_tracing():
             warnings.filterwarnings("ignore", message=r".*_flat_weights.*assigned during export.*")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _reordered(args: tuple, kwargs: dict, in_spec) -> tuple:

@@ -149,7 +149,7 @@ class TrainingCompile:
                     self.graph_breaks.append(_break_line(reason))
             if not self.forward:  # Dynamo ran it eagerly all the same: say so rather than pretend
                 self.failure = "Dynamo compiled no graph of this call (it ran the model eagerly)"
-                warnings.warn(f"uniorch: the training path compiled nothing for {type(self.model).__name__}; "
+                warnings.warn(f"uniorch: Dynamo compiled nothing for {type(self.model).__name__}; "
                               f"it runs eagerly", RuntimeWarning, stacklevel=3)
             return out
         except TorchDynamoException as err:
@@ -159,7 +159,7 @@ class TrainingCompile:
             if self.fallback == "error":
                 raise
             self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
-            warnings.warn(f"uniorch: the training path cannot compile {type(self.model).__name__} and runs it "
+            warnings.warn(f"uniorch: Dynamo cannot compile {type(self.model).__name__} and it runs "
                           f"eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
             return self.model(*args, **kwargs)
 
