@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import uniorch
-from uniorch.api import _spec
+from uniorch.runtime.guards import call_spec as _spec
 from uniorch.capture import capture
 from uniorch.capture.symbolic_views import merge_groups
 from uniorch.runtime.guards import SymbolicGuard, varying_dims

@@ -20,43 +20,12 @@ from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autoca
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .runtime.boundary import CheckFailed
 
+from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
 from .runtime.inplace import program_writes
 from .runtime.partition import Program, compile_program
 from .targets import Target, parse_target, require_runnable
 
 DEFAULT_CACHE_LIMIT = 8
-
-
-def _shallow_key(args: tuple):
-    """A key equal for two calls only where `_spec` is: per argument a tensor's metadata, or a
-    list's or tuple's type and its tensors' metadata (an optimizer's arguments); None for any
-    other argument."""
-    key = []
-    for a in args:
-        if type(a) is torch.Tensor:
-            key.append((a.shape, a.dtype, a.device.type, a.requires_grad))
-        elif type(a) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in a):
-            key.append((type(a), tuple((t.shape, t.dtype, t.device.type, t.requires_grad) for t in a)))
-        else:
-            return None
-    return tuple(key)
-
-
-def _spec(args: tuple, kwargs: dict):
-    """The guard key of one call: structure, and per leaf its tensor metadata or constant value."""
-    leaves, tree = pytree.tree_flatten((args, kwargs))
-    key = []
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            key.append(("T", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad))
-        elif isinstance(leaf, (int, float, bool, str, type(None))):
-            key.append(("C", type(leaf).__name__, leaf))
-        else:  # dtypes, devices, ...: equal values share a compile; other objects by identity
-            try:
-                key.append(("O", type(leaf).__name__, hash(leaf), leaf))
-            except TypeError:
-                key.append(("O", type(leaf).__name__, id(leaf)))
-    return (str(tree), tuple(key))
 
 
 @dataclass

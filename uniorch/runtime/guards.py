@@ -1,6 +1,6 @@
 """Which input sizes a compile treats as symbolic, and the guard a symbolic compile runs under.
 
-A call's spec (`api._spec`) is its pytree structure plus, per leaf, a tensor's shape, dtype,
+A call's spec (`call_spec`) is its pytree structure plus, per leaf, a tensor's shape, dtype,
 device and requires_grad, or a constant's value. A static compile serves exactly one spec. A
 symbolic compile serves every spec its `SymbolicGuard` accepts: the same structure, dtypes,
 devices and constants, the dims export kept static equal, and the symbolic dims consistent (one
@@ -21,6 +21,38 @@ from typing import Any, Optional
 import sympy
 import torch
 import torch.utils._pytree as pytree
+
+
+def shallow_key(args: tuple):
+    """A key equal for two calls only where `call_spec` is: per argument a tensor's metadata, or a
+    list's or tuple's type and its tensors' metadata (an optimizer's arguments); None for any
+    other argument."""
+    key = []
+    for a in args:
+        if type(a) is torch.Tensor:
+            key.append((a.shape, a.dtype, a.device.type, a.requires_grad))
+        elif type(a) in (list, tuple) and all(isinstance(t, torch.Tensor) for t in a):
+            key.append((type(a), tuple((t.shape, t.dtype, t.device.type, t.requires_grad) for t in a)))
+        else:
+            return None
+    return tuple(key)
+
+
+def call_spec(args: tuple, kwargs: dict):
+    """The guard key of one call: structure, and per leaf its tensor metadata or constant value."""
+    leaves, tree = pytree.tree_flatten((args, kwargs))
+    key = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            key.append(("T", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad))
+        elif isinstance(leaf, (int, float, bool, str, type(None))):
+            key.append(("C", type(leaf).__name__, leaf))
+        else:  # dtypes, devices, ...: equal values share a compile; other objects by identity
+            try:
+                key.append(("O", type(leaf).__name__, hash(leaf), leaf))
+            except TypeError:
+                key.append(("O", type(leaf).__name__, id(leaf)))
+    return (str(tree), tuple(key))
 
 
 def marked_dims(args: tuple, kwargs: dict) -> dict[int, set[int]]:
