@@ -468,6 +468,32 @@ def test_hooks_added_after_compiling_a_training_call_run():
             torch.testing.assert_close(got, want, **TOL)
 
 
+class _Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.mask = torch.tril(torch.ones(4, 4))  # a plain tensor attribute, not a buffer
+
+    def forward(self, x):
+        return self.lin(x) @ self.mask
+
+
+@torch.no_grad()
+def test_a_tensor_attribute_set_anew_after_compiling_recompiles():
+    # the capture lifts it as a constant: `model.mask = torch.eye(4)` went on with the old mask
+    model = _Masked()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(cm(x), model(x), **TOL)
+    model.mask.mul_(3)  # in place: the same tensor, read at each call
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 1
+    model.mask = torch.randn(4, 4)
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["attributes changed (mask: another tensor)"], cm.recompiles
+
+
 @torch.no_grad()
 def test_autocast_around_a_compiled_call_is_part_of_its_guard():
     # a compile made outside autocast answered calls inside it in float32, where eager computes

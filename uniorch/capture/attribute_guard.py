@@ -93,13 +93,16 @@ def _recorder(original):
     def __getattribute__(self, name):
         value = original(self, name)
         stack = getattr(_local, "stack", None)
-        if stack and name not in _MODULE_OWN and not name.startswith("__") and _plain(value):
+        if stack and name not in _MODULE_OWN and not name.startswith("__") and (
+                _plain(value) or isinstance(value, torch.Tensor)):
             try:
                 mine = name in object.__getattribute__(self, "__dict__")
             except AttributeError:
                 mine = False
             if mine and (id(self), name) not in stack[-1][0]:
-                stack[-1][0][(id(self), name)] = (self, name, value)
+                # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
+                # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
+                stack[-1][0][(id(self), name)] = (self, name, value if _plain(value) else _TENSOR)
         return value
 
     __getattribute__._uniorch_original = original
@@ -265,7 +268,13 @@ class AttributeGuard:
                  globals_: Optional[_FunctionGlobals] = None):
         self.hooks, self.globals = hooks, globals_
         by_obj: dict[int, tuple[Any, list]] = {}
+        self.tensors = []  # (the object's __dict__, name, the tensor it held, where): by identity
         for obj, name, value in reads.values():
+            if value is _TENSOR:
+                state = object.__getattribute__(obj, "__dict__")
+                if isinstance(state.get(name), torch.Tensor):
+                    self.tensors.append((state, name, state[name], names.get(id(obj), type(obj).__name__)))
+                continue
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
         self.checks, self.written = [], []  # compared at every call; after a counted write
         self.seen = _writes[0]
@@ -286,6 +295,9 @@ class AttributeGuard:
             return False
         if not _same(self.checks):
             return False
+        for state, name, tensor, _ in self.tensors:
+            if state.get(name) is not tensor:
+                return False
         if self.written and _writes[0] != self.seen:
             seen = _writes[0]
             if not _same(self.written):
@@ -300,6 +312,8 @@ class AttributeGuard:
             out.append("forward hooks registered or removed")
         if self.globals is not None:
             out += self.globals.changed()
+        out += [f"{where + '.' if where else ''}{name}: another tensor" for state, name, tensor, where in self.tensors
+                if state.get(name) is not tensor]
         for _, _, expected, attrs, where, obj in self.checks + self.written:
             olds = expected if len(attrs) > 1 else (expected,)
             for name, old in zip(attrs, olds):
@@ -361,6 +375,7 @@ class _FunctionGlobals:
 
 
 _GONE = object()
+_TENSOR = object()  # a read of a tensor attribute, resolved after the capture
 
 
 def _guarded(value) -> bool:
