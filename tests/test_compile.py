@@ -1,5 +1,7 @@
 """uniorch.compile / explain / torch.compile backend on the interpret target, against eager."""
 import copy
+import dataclasses
+import types
 import warnings
 
 import pytest
@@ -492,6 +494,39 @@ def test_a_tensor_attribute_set_anew_after_compiling_recompiles():
     model.mask = torch.randn(4, 4)
     torch.testing.assert_close(cm(x), model(x), **TOL)
     assert cm.recompiles == ["attributes changed (mask: another tensor)"], cm.recompiles
+
+
+@dataclasses.dataclass
+class _Settings:
+    scale: float = 2.0
+    shift: bool = True
+
+
+class _Configured(nn.Module):
+    """Settings in a dataclass (nanoGPT's GPTConfig) or a SimpleNamespace, read in forward."""
+
+    def __init__(self, cfg, ns):
+        super().__init__()
+        self.cfg, self.ns, self.lin = cfg, ns, nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x) * self.cfg.scale * self.ns.gain
+        return y + 1 if self.cfg.shift else y
+
+
+@torch.no_grad()
+def test_settings_objects_changed_after_compiling_recompile():
+    # only modules' and transformers configs' attributes were guarded: cfg.scale = 5.0 went unseen
+    cfg, ns = _Settings(), types.SimpleNamespace(gain=1.5, name="a")
+    model = _Configured(cfg, ns)
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 4)
+    for change in (lambda: None, lambda: setattr(cfg, "scale", 5.0), lambda: setattr(cfg, "shift", False),
+                   lambda: setattr(ns, "gain", -1.0)):
+        change()
+        torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["attributes changed (cfg.scale: 2.0 -> 5.0)", "attributes changed (cfg.shift: True -> False)",
+                             "attributes changed (ns.gain: 1.5 -> -1.0)"], cm.recompiles
 
 
 @torch.no_grad()

@@ -98,17 +98,33 @@ def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
 
 
 def test_capture_failure_runs_eagerly_and_is_reported():
+    class ThroughNumpy(torch.nn.Module):
+        def forward(self, x):
+            return torch.from_numpy(x.numpy() * 2) + 1  # leaves PyTorch: nothing can trace it
+
+    model = ThroughNumpy()
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(cm(x), model(x))
+    rep = cm.explain(x)
+    assert [f.stage for f in rep.fallbacks] == ["capture"] and "ThroughNumpy" in rep.fallbacks[0].why
+    with pytest.raises(uniorch.UniorchError, match="capturing ThroughNumpy failed"):
+        uniorch.compile(model, target="interpret", fallback="error")(x)
+
+
+def test_a_branch_on_a_tensors_value_is_split_there_or_raises_with_fallback_error():
     class DataDependent(torch.nn.Module):
         def forward(self, x):
             return x * 2 if x.sum() > 0 else -x  # Python control flow on a tensor value
 
     model = DataDependent()
     cm = uniorch.compile(model, target="interpret")
-    for _ in range(2):
-        x = torch.randn(3, 4)
+    for sign in (1, -1, 1):
+        x = torch.rand(3, 4) * sign
         torch.testing.assert_close(cm(x), model(x))
     rep = cm.explain(x)
-    assert [f.stage for f in rep.fallbacks] == ["capture"] and "DataDependent" in rep.fallbacks[0].why
+    assert not rep.fallbacks and "DataDependent" in rep.graph_breaks[0], str(rep)
     with pytest.raises(uniorch.UniorchError, match="capturing DataDependent failed"):
         uniorch.compile(model, target="interpret", fallback="error")(x)
 

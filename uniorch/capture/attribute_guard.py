@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import types
 import warnings
 from typing import Any, Optional
 
@@ -55,8 +56,8 @@ def _on_write(obj) -> bool:
 
 
 def _watched_classes(model: nn.Module) -> list[type]:
-    """The classes whose reads count: of the model's modules, and of the transformers configs
-    they hold as `config`."""
+    """The classes whose reads count: of the model's modules, of the transformers configs they
+    hold as `config`, and of the settings objects they hold (`settings_held`)."""
     classes: dict[type, None] = {}
     for m in model.modules():
         classes[type(m)] = None
@@ -65,7 +66,34 @@ def _watched_classes(model: nn.Module) -> list[type]:
         config = m.__dict__.get("config")
         if config is not None and _is_config(config):
             classes[type(config)] = None
+        for _, obj in settings_held(m):
+            if type(obj).__flags__ & _HEAP_TYPE:  # a Python class: its reads are recorded
+                classes[type(obj)] = None
     return list(classes)
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, whose methods can be set
+
+
+def settings_held(m: nn.Module) -> list[tuple[str, Any]]:
+    """The objects `m` holds as attributes that carry settings its forward may read: instances
+    of the user's classes (a dataclass config as nanoGPT's, argparse's Namespace) and
+    SimpleNamespaces. Not modules, tensors, callables, classes, or PyTorch's and the standard
+    library's objects."""
+    out = []
+    for key, obj in m.__dict__.items():
+        if key in _MODULE_OWN or isinstance(obj, (nn.Module, torch.Tensor, type)) or callable(obj):
+            continue
+        cls = type(obj)
+        if cls is types.SimpleNamespace or (
+                hasattr(obj, "__dict__") and cls.__module__.partition(".")[0] not in _LIBRARY_ROOTS
+                and not _is_config(obj)):
+            out.append((key, obj))
+    return out
+
+
+_LIBRARY_ROOTS = {"builtins", "torch", "transformers", "typing", "collections", "functools", "logging", "threading",
+                  "numpy", "enum"}
 
 
 _writes = [0]  # attributes set on instances of the classes `_count_writes` patched, ever
@@ -396,4 +424,11 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
         config = m.__dict__.get("config")
         if config is not None:
             names.setdefault(id(config), f"{name}.config" if name else "config")
+        for key, obj in settings_held(m):
+            names.setdefault(id(obj), f"{name}.{key}" if name else key)
+            if not type(obj).__flags__ & _HEAP_TYPE:  # no recorder: all its plain values, as read
+                reads = dict(reads)
+                for k, v in vars(obj).items():
+                    if _plain(v):
+                        reads.setdefault((id(obj), k), (obj, k, v))
     return AttributeGuard(reads, names, _Hooks(model))
