@@ -352,7 +352,9 @@ def decomposition_table(data_dependent: bool = True) -> dict:
     With UNIORCH_FALLBACK_RANDOM=1 random ops stay whole: PyTorch runs them as eager calls them."""
     from ..runtime.eager_only import fallback_random, random_ops
 
-    table = _table(data_dependent)
+    from .grouped_mm import table as grouped_mm
+
+    table = {**_table(data_dependent), **grouped_mm()}
     if fallback_random():
         table = {op: fn for op, fn in table.items() if op not in random_ops()}
     return table
