@@ -525,7 +525,8 @@ def test_settings_objects_changed_after_compiling_recompile():
                    lambda: setattr(ns, "gain", -1.0)):
         change()
         torch.testing.assert_close(cm(x), model(x), **TOL)
-    assert cm.recompiles == ["attributes changed (cfg.scale: 2.0 -> 5.0)", "attributes changed (cfg.shift: True -> False)",
+    assert cm.recompiles == ["attributes changed (cfg.scale: 2.0 -> 5.0)",
+                             "attributes changed (cfg.shift: True -> False)",
                              "attributes changed (ns.gain: 1.5 -> -1.0)"], cm.recompiles
 
 
