@@ -46,7 +46,7 @@ UNIORCH_COMPAT_RUN=1 "$compat_venv/bin/python" -m pytest -q "${spread[@]}" \
   tests/test_fp32_precision.py tests/test_causal_bound.py tests/test_aot_specialization.py \
   tests/test_conv_channels_last.py tests/test_gather_prologue.py tests/test_tile_stats.py \
   tests/test_chain_lead.py tests/test_conv_views.py tests/test_scatter_updates.py tests/test_chain_depthwise.py tests/test_depthwise_prologue.py \
-  tests/test_attention_lse.py tests/test_relayout_copy.py tests/test_attention_band_split.py
+  tests/test_attention_lse.py tests/test_relayout_copy.py tests/test_attention_band_split.py tests/test_grouped_mm.py
 second=$?
 set -e
 echo "[test] main suite exit $main; triton $compat suite exit $second" >&2

@@ -20,7 +20,7 @@ COMPILE_CHECKS_ONLY = {
     f"test_{name}.py" for name in (
         "chain_fusion", "sibling_fusion", "fma_relayout", "fp32_precision", "causal_bound", "conv_channels_last",
         "gather_prologue", "tile_stats", "chain_lead", "conv_views", "scatter_updates", "chain_depthwise",
-        "depthwise_prologue", "shared_memory_fit")
+        "depthwise_prologue", "shared_memory_fit", "grouped_mm")
 }
 
 

@@ -80,3 +80,12 @@ def test_mixtral_decode_steps_compile_their_experts():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     step = cm.explain()  # the last decode step: two rows per layer, four experts
     assert not step.fallbacks, str(step)
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_a_decode_steps_grouped_matmul_builds_for_gpus(target):
+    # what a GPU runs: the gathered contraction through Triton's real stages (PTX read by ptxas, HSACO)
+    model = _Experts("aten", torch.bfloat16)
+    x, ends = torch.randn(4, K).to(torch.bfloat16), torch.tensor([0, 1, 1, 3, 3, 4], dtype=torch.int32)
+    art = uniorch.compile_aot(model, (x, ends), target=target)
+    assert art.kernels and not art.fallbacks, art.fallbacks
