@@ -451,11 +451,8 @@ class CompiledModule:
                 return rep
             from .runtime.training import eager_saved_activation_bytes
 
-            forward = list(dict.fromkeys(tc.ran_forward)) or tc.forward[-1:]
             backward = list(dict.fromkeys(tc.ran_backward)) or tc.backward[-1:]
-            rep = merged_report([tc.report(h) for h in forward])
-            rep.graph_breaks = list(tc.graph_breaks)
-            rep.eager_graphs = list(tc.eager_graphs)
+            rep = tc.forward_report()
             rep.backward = merged_report([tc.report(h) for h in backward]) if backward else None
             if backward:
                 rep.saved_bytes = sum(tc.saved.get(id(h), 0) for h in backward)
@@ -486,9 +483,8 @@ class CompiledModule:
         whole = f"export could not capture the whole model ({entry.capture_error.splitlines()[0][:300]})"
         if not tc.forward:
             return _report(_Entry(None, None, {}, f"{whole}; Dynamo: {tc.failure}"), self._target, args, kwargs)
-        rep = merged_report([tc.report(h) for h in dict.fromkeys(tc.ran_forward or tc.forward[-1:])])
-        rep.graph_breaks = [whole + ": Dynamo split it"] + list(tc.graph_breaks)
-        rep.eager_graphs = list(tc.eager_graphs)
+        rep = tc.forward_report()
+        rep.graph_breaks.insert(0, whole + ": Dynamo split it")
         rep.recompiles = list(self.recompiles)
         return rep
 

@@ -121,16 +121,16 @@ def _recorder(original):
     def __getattribute__(self, name):
         value = original(self, name)
         stack = getattr(_local, "stack", None)
-        if stack and name not in _MODULE_OWN and not name.startswith("__") and (
-                _plain(value) or isinstance(value, torch.Tensor)):
+        if stack and name not in _MODULE_OWN and not name.startswith("__"):
+            # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
+            # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
+            kept = value if _plain(value) else _TENSOR if isinstance(value, torch.Tensor) else None
             try:
-                mine = name in object.__getattribute__(self, "__dict__")
+                mine = kept is not None and name in object.__getattribute__(self, "__dict__")
             except AttributeError:
                 mine = False
             if mine and (id(self), name) not in stack[-1][0]:
-                # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
-                # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
-                stack[-1][0][(id(self), name)] = (self, name, value if _plain(value) else _TENSOR)
+                stack[-1][0][(id(self), name)] = (self, name, kept)
         return value
 
     __getattribute__._uniorch_original = original
@@ -173,13 +173,14 @@ def attribute_writes(writes: dict, model: nn.Module) -> list[str]:
     traced forward set on the model's objects and left changed, as 'where.name: before ->
     after'. Other values are left out: PyTorch's own caches derived from parameters (an RNN's
     flat weight list) are set anew whenever export swaps the parameters."""
+    if not writes:
+        return []
     names = {id(m): n for n, m in model.named_modules()}
     out = []
     for obj, name, before, after in writes.values():
         if not _plain(after) or not (before is _GONE or _plain(before)) or (before is not _GONE and before == after):
             continue
-        where = names.get(id(obj))
-        where = (where or type(obj).__name__) if where is not None else type(obj).__name__
+        where = names.get(id(obj)) or type(obj).__name__
         old = "unset" if before is _GONE else _short(before)
         out.append(f"{where}.{name}: {old} -> {_short(after)}")
     return out
@@ -419,6 +420,7 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
             return None
         return AttributeGuard(reads, {}, globals_=named)
     names: dict[int, str] = {}
+    reads = dict(reads)  # and a SimpleNamespace's plain values below
     for name, m in model.named_modules():
         names.setdefault(id(m), name)
         config = m.__dict__.get("config")
@@ -427,7 +429,6 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
         for key, obj in settings_held(m):
             names.setdefault(id(obj), f"{name}.{key}" if name else key)
             if not type(obj).__flags__ & _HEAP_TYPE:  # no recorder: all its plain values, as read
-                reads = dict(reads)
                 for k, v in vars(obj).items():
                     if _plain(v):
                         reads.setdefault((id(obj), k), (obj, k, v))

@@ -122,6 +122,16 @@ class TrainingCompile:
     def report(self, half) -> "Report":
         return half.explain(*self.examples[id(half)])
 
+    def forward_report(self) -> "Report":
+        """The forward graphs the last call ran (else the latest compiled) as one report, with
+        where Dynamo broke the model and the graphs PyTorch ran."""
+        from ..report import merged_report
+
+        rep = merged_report([self.report(h) for h in dict.fromkeys(self.ran_forward or self.forward[-1:])])
+        rep.graph_breaks = list(self.graph_breaks)
+        rep.eager_graphs = list(self.eager_graphs)
+        return rep
+
     def __call__(self, *args, **kwargs):
         import warnings
 
