@@ -9,6 +9,10 @@
   there holding it (ties update, `>=`; after NaNs, the latest NaN). Rows are compared with every
   earlier column, n^2 work per row, so only rows up to CUM_ROW_MAX are rewritten; longer ones stay
   eager.
+* `topk(..., sorted=False)` becomes the sorted topk: PyTorch leaves the order of unsorted results
+  unspecified (its CPU and CUDA kernels differ), torch-mlir lowers only the sorted form, and the
+  sort kernel's order is one of the orders allowed. DeepSeek-V3's and its kin's routers ask for
+  unsorted experts and groups.
 """
 from __future__ import annotations
 
@@ -83,7 +87,14 @@ def _cum_extreme(x, dim, largest: bool):
     return torch.movedim(value, -1, d), torch.movedim(index, -1, d)
 
 
+def _topk_unsorted(x, k, dim=-1, largest=True, sorted=True):
+    if sorted:
+        return NotImplemented
+    return aten.topk.default(x, k, dim, largest, True)
+
+
 TABLE = {
+    aten.topk.default: _topk_unsorted,
     aten.median.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, False),
     aten.nanmedian.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, True),
     aten.median.default: lambda x: _median_all(x, False),
