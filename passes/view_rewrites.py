@@ -5,7 +5,9 @@ indexing, but only when the two ops meet directly. Two shapes of IR hide the pai
 and each rewrite here puts the fill or transpose on the other side of it:
 
 - `reshape(fill(empty))` → `fill(empty')`: canonicalisation leaves matmul accumulators as a fill
-  of the 2-D matmul shape reshaped to the batched one;
+  of the 2-D matmul shape reshaped to the batched one; with symbolic sizes the new empty takes
+  the reshape's sizes as expressions over @main's arguments (a static batch and a symbolic
+  length left a gated MLP's accumulators outside its chain kernel, which then refused to compile);
 - `extract_slice(transpose(x))` → `transpose(extract_slice(x))`: attention's q/k/v permute the
   fused qkv projection and then slice it; each slice becomes a small transpose of a strided view,
   which joins the kernel reading it instead of materialising the whole permuted tensor;
@@ -77,11 +79,12 @@ def _fill_through_reshape(view: ir.Operation) -> None:
     if not _is_constant_fill(fill):
         return
     t = ir.RankedTensorType(view.results[0].type)
-    if not t.has_static_shape:
-        return
     n = t.rank
     with ir.InsertionPoint(view), view.location:
-        empty = _empty_like(t)
+        try:  # symbolic sizes: the view's own, as expressions over @main's arguments
+            empty = _empty_like(t, view.results[0], view)
+        except UnknownSize:
+            return
         new = pat.op_of(fill.clone())
     new.operands[pat.num_inputs(new)] = empty
     new.results[0].set_type(t)

@@ -255,6 +255,24 @@ def test_transformers_decoder_compiles_twice_for_every_batch_and_length(dynamic)
     assert rep.symbolic and not rep.fallbacks and rep.compiled_ops == rep.captured_ops
 
 
+def test_a_length_changing_at_a_fixed_batch_compiles_symbolic_with_no_eager_op():
+    """Prompts of several lengths at one batch size (the common serving case): the length alone
+    symbolic. The gated MLP's accumulators are fills of the 2-D matmul shape expanded to
+    (batch, length, hidden); with the batch static that expansion kept them out of the chain
+    kernel, which refused its symbolic compile, so every new length compiled again."""
+    model = _tiny_llama()
+    cm = uniorch.compile(model, target="interpret")
+    for t in (8, 11, 5, 30):
+        ids = torch.randint(0, 96, (2, t))
+        with torch.no_grad():
+            torch.testing.assert_close(cm(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+    assert cm.cache_size == 2, cm.recompiles
+    assert "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
+    rep = cm.explain(input_ids=ids)
+    assert rep.symbolic and not rep.fallbacks and rep.compiled_ops == rep.captured_ops, str(rep)
+    assert [k.kind for k in rep.kernels].count("chain") == 2, str(rep)
+
+
 def test_transformers_decoder_attention_is_one_flash_kernel_per_layer():
     """Called with input_ids alone, transformers builds the causal mask from positions (a (b, 1, t, t)
     boolean mask), and GQA's softmax runs over the merged heads: with static sizes and with
