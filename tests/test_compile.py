@@ -530,6 +530,33 @@ def test_settings_objects_changed_after_compiling_recompile():
                              "attributes changed (ns.gain: 1.5 -> -1.0)"], cm.recompiles
 
 
+class _CopiesItsSettings(_Configured):
+    """A forward reading settings from copies it makes (transformers' get_text_config deep-copies
+    BART's config and deletes the copy's decoder_* attributes, which then read as class defaults)."""
+
+    def forward(self, x):
+        mine = copy.deepcopy(self.cfg)
+        scale = mine.scale
+        del mine.scale
+        fresh = _Settings(scale=mine.scale + 1.0)
+        return self.lin(x) * scale * fresh.scale
+
+
+@torch.no_grad()
+def test_settings_objects_made_in_the_forward_are_not_guarded():
+    # the copy's reads were guarded: its scale, 3.0 when read, is the class default 2.0 after the
+    # trace, so the same call recompiled every time (BART did)
+    model = _CopiesItsSettings(_Settings(scale=3.0), types.SimpleNamespace(gain=1.0))
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.cache_size == 1 and not cm.recompiles, cm.recompiles
+    model.cfg.scale = 4.0  # the model's own settings object stays guarded
+    torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert cm.recompiles == ["attributes changed (cfg.scale: 3.0 -> 4.0)"], cm.recompiles
+
+
 @torch.no_grad()
 def test_autocast_around_a_compiled_call_is_part_of_its_guard():
     # a compile made outside autocast answered calls inside it in float32, where eager computes

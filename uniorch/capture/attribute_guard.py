@@ -72,6 +72,22 @@ def _watched_classes(model: nn.Module) -> list[type]:
     return list(classes)
 
 
+def _held_before(model: nn.Module) -> set[int]:
+    """The objects whose reads and writes count: the model's modules, their configs and settings
+    objects, as they are before the trace. Instances of those classes made during the forward
+    are fresh at every call: BART's forward deep-copies its config and deletes the copy's
+    decoder_* attributes (transformers' get_text_config), after which they read as the class
+    defaults; guarded, the copy's reads recompiled every call."""
+    known = set()
+    for m in model.modules():
+        known.add(id(m))
+        config = m.__dict__.get("config")
+        if config is not None and _is_config(config):
+            known.add(id(config))
+        known.update(id(obj) for _, obj in settings_held(m))
+    return known
+
+
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, whose methods can be set
 
 
@@ -117,10 +133,23 @@ _patched: dict[tuple, list] = {}  # (class, dunder) -> [its own method or None, 
 _local = threading.local()  # .stack: (reads, writes) of this thread's captures, innermost last
 
 
+_WHOLE = frozenset({"__deepcopy__", "__getstate__", "__reduce_ex__", "__dict__"})  # copy, pickle, vars()
+
+
+def _read_whole(obj, reads: dict) -> None:
+    """Every plain value of `obj`, as read: a copy of a settings object (BART's forward reads its
+    config's deep copy) carries them all, and the reads of the copy are not the model's."""
+    for name, value in object.__getattribute__(obj, "__dict__").items():
+        if _plain(value) and name not in _MODULE_OWN:
+            reads.setdefault((id(obj), name), (obj, name, value))
+
+
 def _recorder(original):
     def __getattribute__(self, name):
-        value = original(self, name)
         stack = getattr(_local, "stack", None)
+        if stack and name in _WHOLE and not isinstance(self, nn.Module) and id(self) in stack[-1][2]:
+            _read_whole(self, stack[-1][0])
+        value = original(self, name)
         if stack and name not in _MODULE_OWN and not name.startswith("__"):
             # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
             # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
@@ -129,7 +158,7 @@ def _recorder(original):
                 mine = kept is not None and name in object.__getattribute__(self, "__dict__")
             except AttributeError:
                 mine = False
-            if mine and (id(self), name) not in stack[-1][0]:
+            if mine and (id(self), name) not in stack[-1][0] and id(self) in stack[-1][2]:
                 stack[-1][0][(id(self), name)] = (self, name, kept)
         return value
 
@@ -145,7 +174,7 @@ def _write_recorder(original):
     def __setattr__(self, name, value):
         stack = getattr(_local, "stack", None)
         if not stack or name in _MODULE_OWN or name.startswith("__") or not isinstance(self, nn.Module) \
-                or type(self).__module__.startswith("torch."):
+                or type(self).__module__.startswith("torch.") or id(self) not in stack[-1][2]:
             original(self, name, value)
             return
         state = object.__getattribute__(self, "__dict__")
@@ -202,7 +231,7 @@ def recording(model):
     if not isinstance(model, nn.Module):
         yield reads, writes
         return
-    classes = _watched_classes(model)
+    classes, known = _watched_classes(model), _held_before(model)
     with _lock:
         for cls in classes:
             for dunder, make in _RECORDERS.items():
@@ -215,7 +244,7 @@ def recording(model):
                 _patched[(cls, dunder)] = [cls.__dict__.get(dunder), 1]
                 setattr(cls, dunder, make(original))
     stack = _local.__dict__.setdefault("stack", [])
-    stack.append((reads, writes))
+    stack.append((reads, writes, known))
     try:
         yield reads, writes
     finally:
