@@ -273,6 +273,29 @@ def test_a_length_changing_at_a_fixed_batch_compiles_symbolic_with_no_eager_op()
     assert [k.kind for k in rep.kernels].count("chain") == 2, str(rep)
 
 
+class _FullRotary(nn.Module):
+    """Phi-3's rotary embedding: rotate the first `rot` dims, pass the rest through. With rot equal
+    to the head dim the pass-through slice is empty, (b, t, 0) at a symbolic length."""
+
+    def forward(self, x):
+        rot = x.shape[-1]
+        a, passthrough = x[..., :rot], x[..., rot:]
+        half = torch.cat([-a[..., rot // 2:], a[..., :rot // 2]], -1)
+        return torch.cat([a * 0.5 + half, passthrough], -1).relu()
+
+
+def test_an_empty_slice_concatenated_at_a_symbolic_length_compiles():
+    # the empty piece kept the symbolic compile from its kernels (ops on empty tensors stay in
+    # PyTorch), so every new length compiled again (transformers' Phi-3)
+    cm = uniorch.compile(_FullRotary(), target="interpret")
+    for t in (8, 11, 14):
+        x = torch.randn(2, t, 16)
+        torch.testing.assert_close(cm(x), _FullRotary()(x))
+    assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
+    rep = cm.explain(x)
+    assert rep.symbolic and not rep.fallbacks, str(rep)
+
+
 def test_transformers_decoder_attention_is_one_flash_kernel_per_layer():
     """Called with input_ids alone, transformers builds the causal mask from positions (a (b, 1, t, t)
     boolean mask), and GQA's softmax runs over the merged heads: with static sizes and with

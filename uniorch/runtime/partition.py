@@ -405,6 +405,15 @@ def _static_empty(v) -> bool:
             and all(isinstance(d, int) for d in (*v.shape, *v.stride())) and v.numel() == 0)
 
 
+def _known_empty(v) -> bool:
+    """No elements at any sizes: a static zero among symbolic sizes (the pass-through half of a
+    rotary embedding that rotates every dim, `q[..., rot:]`, over a symbolic length)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return (isinstance(v, torch.Tensor) and not v.is_sparse and v.layout == torch.strided
+            and statically_known_true(v.numel() == 0))
+
+
 def _static(v) -> bool:
     return (isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_sparse
             and all(isinstance(d, int) for d in (*v.shape, *v.stride())))
@@ -510,14 +519,15 @@ def _fold(gm: fx.GraphModule, n: fx.Node) -> bool:
 
 
 def _drop_empty_cat_inputs(n: fx.Node) -> bool:
-    """A cat without its zero-element inputs: they add no rows (ATen skips legacy 1-d `empty(0)`
-    inputs whatever their rank, and every other empty input has size 0 along `dim`). Kept as it
+    """A cat without its zero-element inputs, static or at symbolic sizes: they add no rows (ATen
+    skips legacy 1-d `empty(0)` inputs whatever their rank, and every other empty input has size 0
+    along `dim`). Kept as it
     is when the dropped inputs took part in dtype promotion: the rest would promote otherwise."""
     tensors, rest = n.args[0], n.args[1:]
     if not all(isinstance(t, fx.Node) for t in tensors):
         return False
     vals = [t.meta.get("val") for t in tensors]
-    keep = [t for t, v in zip(tensors, vals) if not _static_empty(v)]
+    keep = [t for t, v in zip(tensors, vals) if not _known_empty(v)]
     out = n.meta.get("val")
     if len(keep) == len(tensors) or not keep or not isinstance(out, torch.Tensor):
         return False
