@@ -6,6 +6,7 @@ are torch.compile's rule (a symbolic compile after a size changes; sizes 0 and 1
 import re
 
 import pytest
+import sympy
 import torch
 import torch.nn as nn
 
@@ -294,6 +295,32 @@ def test_an_empty_slice_concatenated_at_a_symbolic_length_compiles():
     assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
     rep = cm.explain(x)
     assert rep.symbolic and not rep.fallbacks, str(rep)
+
+
+def test_a_gather_wrapping_negative_indices_by_a_symbolic_size():
+    # `x[rows]` adds x's row count to negative rows: at a symbolic count the kernel read that size
+    # as a tensor (codegen refused, so the symbolic compile left the gather to PyTorch)
+    def gather(x, rows):
+        return x[rows] * 2.0
+
+    cm = uniorch.compile(gather, target="interpret", fallback="error")
+    for n in (40, 100, 7):
+        x = torch.randn(n, 16)
+        rows = torch.randint(-n, n, (n // 4 + 3, 8))
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(rows, 0)
+        torch.testing.assert_close(cm(x, rows), gather(x, rows))
+    assert cm.cache_size == 1 and cm.explain(x, rows).symbolic
+
+
+def test_floor_and_ceiling_of_sizes_print_as_integer_division():
+    from uniorch.ir import dims
+
+    s = dims.symbol("s3")
+    floor, ceil = dims.code(sympy.floor((s + 63) / 64) + 4), dims.code(sympy.ceiling(s / 16))
+    for n in (1, 2, 63, 64, 65, 1000):
+        assert eval(floor, {"s3": n}) == (n + 63) // 64 + 4
+        assert eval(ceil, {"s3": n}) == -(-n // 16)
 
 
 def test_transformers_decoder_attention_is_one_flash_kernel_per_layer():

@@ -1,6 +1,7 @@
 """A mixture of experts' grouped matmul (capture/grouped_mm.py): transformers' custom op and
-aten._grouped_mm compile as a gathered batched matmul for as many rows as experts or fewer (decode
-steps), against eager on fresh inputs; longer calls keep the op."""
+aten._grouped_mm compile, a decode step's rows as a gathered batched matmul and a prefill's in tiles
+of one expert each, against eager on fresh inputs with random routing (empty groups, all rows in
+one expert, rows past the last group)."""
 import pytest
 import torch
 from torch import nn
@@ -34,22 +35,55 @@ class _Experts(nn.Module):
 @pytest.mark.parametrize("op,dtype", [("transformers", torch.float32), ("transformers", torch.bfloat16),
                                       ("aten", torch.bfloat16)])
 @torch.no_grad()
-def test_a_grouped_matmul_of_few_rows_compiles(op, dtype):
+def test_a_grouped_matmul_compiles_for_decode_steps_and_prefills(op, dtype):
     g = torch.Generator().manual_seed(3)
     model = _Experts(op, dtype)
     cm = uniorch.compile(model, target="interpret")
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for rows in (1, 4, E, 3):
+    # up to E rows: one expert matrix per row; more: tiles of 16 rows (200 rows: 16 too, 200 // 12)
+    for rows in (1, 4, E, 3, 2 * E, 37, 200):
         x = torch.randn(rows, K, generator=g).to(dtype)
         ends = _ends(rows, g)
         torch.testing.assert_close(cm(x, ends), model(x, ends), **tol)
         rep = cm.explain(x, ends)
         assert not rep.fallbacks and rep.kernels, str(rep)
-    x = torch.randn(2 * E, K, generator=g).to(dtype)  # a prefill: more rows than experts keep the op
-    ends = _ends(2 * E, g)
-    torch.testing.assert_close(cm(x, ends), model(x, ends), **tol)
-    assert [f.op.split(".")[1] for f in cm.explain(x, ends).fallbacks] == [
-        "grouped_mm_fallback" if op == "transformers" else "_grouped_mm"]
+        assert any(k.kind == "contraction" for k in rep.kernels), str(rep)
+
+
+@pytest.mark.parametrize("ends", [[0, 0, 0, 0, 0, 300], [300] * E, [0, 299, 299, 300, 300, 300],
+                                  [1, 2, 3, 4, 5, 300], [40, 80, 120, 160, 200, 240]])
+@torch.no_grad()
+def test_a_prefill_routed_unevenly_matches_eager(ends):
+    # every row in the last expert, in the first, one row in some, rows past the last group (zero);
+    # 300 rows make tiles of 16 rows: groups of 1 to 300 rows, cut at tile and group edges
+    model = _Experts("transformers", torch.float32)
+    cm = uniorch.compile(model, target="interpret")
+    x, ends = torch.randn(300, K), torch.tensor(ends, dtype=torch.int32)
+    out = cm(x, ends)
+    torch.testing.assert_close(out, model(x, ends), rtol=1e-5, atol=1e-5)
+    assert out[int(ends[-1]):].abs().sum() == 0
+    assert not cm.explain(x, ends).fallbacks
+
+
+@torch.no_grad()
+def test_a_symbolic_row_count_compiles_once():
+    # a prefill of each prompt length: the row count symbolic, tiles of 64 rows, cdiv(rows, 64) + E
+    # of them (a size computed by floor division)
+    model = _Experts("transformers", torch.float32)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    g = torch.Generator().manual_seed(5)
+    for rows in (40, 130, 9):
+        x = torch.randn(rows, K, generator=g)
+        torch._dynamo.mark_dynamic(x, 0)
+        ends = _ends(rows, g)
+        torch.testing.assert_close(cm(x, ends), model(x, ends), rtol=1e-5, atol=1e-5)
+    assert cm.cache_size == 1 and cm.explain(x, ends).symbolic
+
+
+def test_tile_rows_grow_with_the_mean_group():
+    from uniorch.capture.grouped_mm import block_rows
+
+    assert [block_rows(rows, 8) for rows in (9, 255, 256, 1024, 2048, 1 << 20)] == [16, 16, 16, 64, 128, 128]
 
 
 @torch.no_grad()
@@ -63,9 +97,9 @@ def test_rows_past_the_last_group_are_zero_as_transformers_leaves_them():
 
 
 @torch.no_grad()
-def test_mixtral_decode_steps_compile_their_experts():
-    # each decode step ran transformers' grouped matmul in PyTorch: a host read of the row ends
-    # and a matmul per expert, four times per step in this two-layer model
+def test_mixtral_generate_compiles_its_experts():
+    # the prefill and each decode step ran transformers' grouped matmul in PyTorch: a host read of
+    # the row ends and a matmul per expert, four times per call in this two-layer model
     torch.manual_seed(0)
     config = transformers.MixtralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
@@ -80,12 +114,16 @@ def test_mixtral_decode_steps_compile_their_experts():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     step = cm.explain()  # the last decode step: two rows per layer, four experts
     assert not step.fallbacks, str(step)
+    prefill = cm.explain(ids)  # twelve rows per layer
+    assert not prefill.fallbacks and prefill.compiled_ops == prefill.captured_ops, str(prefill)
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
-def test_a_decode_steps_grouped_matmul_builds_for_gpus(target):
-    # what a GPU runs: the gathered contraction through Triton's real stages (PTX read by ptxas, HSACO)
+@pytest.mark.parametrize("rows", [4, 64])
+def test_a_grouped_matmul_builds_for_gpus(target, rows):
+    # what a GPU runs: the gathered contraction through Triton's real stages (PTX read by ptxas,
+    # HSACO), for a decode step and a prefill's tiles
     model = _Experts("aten", torch.bfloat16)
-    x, ends = torch.randn(4, K).to(torch.bfloat16), torch.tensor([0, 1, 1, 3, 3, 4], dtype=torch.int32)
+    x, ends = torch.randn(rows, K).to(torch.bfloat16), _ends(rows, torch.Generator().manual_seed(0))
     art = uniorch.compile_aot(model, (x, ends), target=target)
     assert art.kernels and not art.fallbacks, art.fallbacks

@@ -1,9 +1,9 @@
 """transformers decoders in their default settings (KV cache returned, SDPA attention), built from
 tiny random configs: captured whole (the cache is a pytree of graph outputs, capture/
 library_pytrees.py; views after SDPA valid, capture/sdpa_layout.py), compiled with no eager
-fallback, logits and every cached key and value equal to eager's. 32 architectures: 18 decoders with
-their cache, 14 others (encoders, encoder-decoders, vision, MoE). CI runs three families; the rest
-with UNIORCH_SLOW_TESTS=1."""
+fallback, logits and every cached key and value equal to eager's. 43 architectures: 18 decoders with
+their cache, 25 others (encoders, encoder-decoders, state-space and hybrid, MoE, vision, audio). CI
+runs three families; the rest with UNIORCH_SLOW_TESTS=1."""
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -77,18 +77,56 @@ OTHERS = {
                                                           image_size=32)),
     "swin": lambda T: T.SwinModel(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                                               num_heads=[2, 4], window_size=4)),
+    # state-space and hybrid decoders, MoE routers (DeepSeek's grouped top-k, Jamba's, Llama 4's
+    # shared expert), ModernBERT's local attention, vision and audio encoders
+    "mamba": lambda T: T.MambaForCausalLM(T.MambaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2,
+                                                        state_size=8)),
+    "mamba2": lambda T: T.Mamba2ForCausalLM(T.Mamba2Config(vocab_size=96, hidden_size=32, num_hidden_layers=2,
+                                                           state_size=8, num_heads=4, head_dim=16, n_groups=1,
+                                                           chunk_size=4)),
+    "recurrent_gemma": lambda T: T.RecurrentGemmaForCausalLM(T.RecurrentGemmaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, lru_width=32, attention_window_size=8, block_types=["recurrent", "attention"],
+        head_dim=8)),
+    "qwen3_moe": lambda T: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(num_key_value_heads=2, head_dim=8, num_experts=4,
+                                                                  num_experts_per_tok=2, moe_intermediate_size=32,
+                                                                  **_SMALL)),
+    "deepseek_v3": lambda T: T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+        topk_group=1, first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4,
+        qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=64)),
+    "jamba": lambda T: T.JambaForCausalLM(T.JambaConfig(num_key_value_heads=2, num_experts=2, num_experts_per_tok=1,
+                                                        mamba_d_state=8, attn_layer_period=2, attn_layer_offset=1,
+                                                        expert_layer_period=2, expert_layer_offset=1, **_SMALL)),
+    "llama4": lambda T: T.Llama4ForCausalLM(T.Llama4TextConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=1,
+        max_position_embeddings=64)),
+    "modernbert": lambda T: T.ModernBertModel(T.ModernBertConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                                                                 num_hidden_layers=2, num_attention_heads=4,
+                                                                 pad_token_id=0, global_attn_every_n_layers=2,
+                                                                 local_attention=4)),
+    "resnet": lambda T: T.ResNetModel(T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])),
+    "segformer": lambda T: T.SegformerModel(T.SegformerConfig(
+        hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2, num_attention_heads=[1, 2], sr_ratios=[2, 1],
+        patch_sizes=[7, 3], strides=[4, 2], decoder_hidden_size=16, mlp_ratios=[2, 2])),
+    "wav2vec2": lambda T: T.Wav2Vec2Model(T.Wav2Vec2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
+        conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4)),
 }
-# ops that run eagerly, by where they are: Mixtral's expert dispatch (transformers' grouped_mm custom op
-# and a scatter into its output)
-KNOWN_FALLBACKS = {"mixtral": "mlp.experts"}
+# ops that run eagerly, by where they are (none since Mixtral's prefill experts compile)
+KNOWN_FALLBACKS: dict[str, str] = {}
 CI = ("llama", "gpt2", "opt")
 
 
 def _inputs(name):
     if name in ("vit", "deit"):
         return (torch.randn(2, 3, 16, 16),), {}
-    if name in ("convnext", "swin"):
+    if name in ("convnext", "swin", "resnet", "segformer"):
         return (torch.randn(2, 3, 32, 32),), {}
+    if name == "wav2vec2":  # raw audio samples
+        return (torch.randn(2, 400),), {}
     decoder = {"decoder_input_ids": torch.randint(0, 96, (2, 5))}
     if name == "whisper":  # log-mel features: (batch, mel bins, 2 * max_source_positions)
         return (torch.randn(2, 8, 32),), decoder
@@ -99,8 +137,9 @@ def _inputs(name):
 @pytest.mark.parametrize("name", sorted(OTHERS))
 def test_other_architectures_compile(name):
     """Encoders, encoder-decoders (T5, BART, Whisper: their caches too), vision (ViT, DeiT, ConvNeXt,
-    Swin), Gemma, Falcon, BLOOM and Mixtral (MoE) in default settings: equal to eager, at least 90 % of
-    the captured ops in kernels, no eager fallback but the known ones (KNOWN_FALLBACKS: Mixtral 98 %)."""
+    Swin, ResNet, SegFormer), audio (wav2vec 2.0), Mamba and hybrids, MoE (Mixtral, Qwen3-MoE,
+    DeepSeek-V3, Jamba, Llama 4) in default settings: equal to eager, at least 90 % of the captured ops
+    in kernels, no eager fallback but the known ones (KNOWN_FALLBACKS); a second call compiles nothing."""
     if not config.flag("UNIORCH_SLOW_TESTS"):
         pytest.skip("UNIORCH_SLOW_TESTS=1 runs these")
     torch.manual_seed(0)
@@ -117,6 +156,8 @@ def test_other_architectures_compile(name):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
     rep = cm.explain(*args, **kwargs)
     assert rep.compiled_ops >= 0.9 * rep.captured_ops, str(rep)
+    cm(*args, **kwargs)  # the same call again: its guard holds (a forward's own copies of its config are not guarded)
+    assert cm.cache_size == 1, cm.recompiles
     if name in KNOWN_FALLBACKS:
         assert all(KNOWN_FALLBACKS[name] in f.where for f in rep.fallbacks), str(rep)
     else:

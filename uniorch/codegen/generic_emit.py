@@ -314,6 +314,15 @@ class _Emitter:
             val = self.constant(op)
             env[v] = val
             return val
+        if op.name == "tensor.dim" and self.k.symbolic:
+            # a gather's wrap of negative indices adds the gathered dim's size, symbolic here
+            try:
+                size = dims.index_value(v)
+            except dims.UnknownSize as err:
+                raise CodegenError(g, f"a tensor's size in a body: {err}") from None
+            val = Val(f"tl.full([], {size_code(size)}, tl.int64)", "index", frozenset())
+            env[v] = val
+            return val
         if not self._inside(op, g):
             raise CodegenError(g, f"body uses {op.name} defined outside it")
         self.body_op(scope, g, env, op)

@@ -66,7 +66,22 @@ def text(size: Size) -> str:
 
 
 class _CodePrinter(StrPrinter):
-    """Sizes as Triton expressions: powers written out (`s1*s1`; Triton has no `**` on tensors)."""
+    """Sizes as Triton expressions: powers written out (`s1*s1`; Triton has no `**` on tensors),
+    floor and ceiling of a quotient as integer divisions (operands are sizes, not negative)."""
+
+    def _quotient(self, expr):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if not (den.is_Integer and den > 0):
+            raise UnknownSize(f"{expr} has no integer form")
+        return self.doprint(num), int(den)
+
+    def _print_floor(self, expr):
+        num, den = self._quotient(expr)
+        return f"(({num}) // {den})"
+
+    def _print_ceiling(self, expr):
+        num, den = self._quotient(expr)
+        return f"(({num} + {den - 1}) // {den})"
 
     def _print_Pow(self, expr, rational=False):
         if expr.exp.is_Integer and expr.exp > 0:
@@ -498,6 +513,10 @@ def index_value(v: ir.Value) -> Size:
         q = sympy.cancel(sympy.Integer(1) * a / b)
         if q.is_integer:
             return _simplify(q)
+        if isinstance(b, int) and b > 0:
+            # sizes are not negative, so C's truncating division is the floor too: a tile count,
+            # cdiv(rows, block) written (rows + block - 1) // block
+            return sympy.ceiling(q) if name == "arith.ceildivsi" else sympy.floor(q)
         raise UnknownSize(f"{name} of {a} by {b} is not exact")
     if name == "affine.apply":
         m = ir.AffineMapAttr(owner.attributes["map"]).value
