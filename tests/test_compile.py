@@ -446,6 +446,39 @@ def test_a_branch_on_a_tensors_value_compiles_in_pieces(capfd):
     assert "def forward(" not in capfd.readouterr().err  # export's partial graph, printed twice, is not ours to show
 
 
+class _CarriesState(nn.Module):
+    """A recurrent layer keeping its state between calls as a plain tensor attribute, reset by a
+    flag (transformers' RecurrentGemma: `self.recurrent_states = new_states` in forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(8, 8)
+        self.state = None
+
+    def forward(self, x, reset: bool = False):
+        prev = torch.zeros_like(x) if reset or self.state is None else self.state
+        self.state = torch.tanh(self.cell(x) + 0.5 * prev)
+        return self.state * 2.0
+
+
+def test_a_forward_keeping_a_tensor_state_on_its_module_matches_eager():
+    # export restores module attributes after its trace: every compiled call started from the
+    # state the first one saw (RecurrentGemma's generate picked wrong tokens). Dynamo replays the
+    # write, and its graphs compile with uniorch
+    torch.manual_seed(0)
+    model, twin = _CarriesState().eval(), _CarriesState().eval()
+    twin.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad():
+        for step, reset in enumerate([True, False, False, True, False]):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(cm(x, reset), twin(x, reset), **TOL)
+            torch.testing.assert_close(model.state, twin.state, **TOL)
+    rep = cm.explain()
+    assert not rep.fallbacks and rep.kernels, str(rep)
+    assert "keeps tensors on the model (_CarriesState.state)" in rep.graph_breaks[0], rep.graph_breaks
+
+
 def test_hooks_added_after_compiling_a_training_call_run():
     # the training path's Dynamo skips its guards on module hooks by default (as torch.compile
     # does): a hook registered after the first call was ignored, forward values and gradients

@@ -42,6 +42,7 @@ class _Entry:
     attrs: Any = None  # the model's Python values the capture read (capture/attribute_guard.py)
     sets_attributes: bool = False  # eager because the forward sets Python attributes (errors.AttributeWriteError)
     data_dependent: bool = False  # the capture failed on a branch on a tensor's value: Dynamo splits it
+    keeps_state: bool = False  # the forward sets tensors on its modules (errors.StateWriteError): Dynamo replays it
 
 
 def _size_in(key, i: int, d: int) -> Optional[int]:
@@ -375,8 +376,11 @@ class CompiledModule:
         """Whether a call export could not capture whole, for a branch on a tensor's value
         (`if x.sum() > 0`, `.item()` feeding Python), runs through Dynamo, which splits the model
         there and compiles each graph with uniorch, as torch.compile would (not the graphs Dynamo
-        itself hands us). Other capture failures run eagerly: a model that raised raises again."""
-        return entry.captured is None and entry.data_dependent and not isinstance(self._model, torch.fx.GraphModule)
+        itself hands us); so does a forward keeping tensors on its modules (a recurrent state),
+        whose writes Dynamo replays and export drops. Other capture failures run eagerly: a model
+        that raised raises again."""
+        return (entry.captured is None and (entry.data_dependent or entry.keeps_state)
+                and not isinstance(self._model, torch.fx.GraphModule))
 
     @property
     def training_compile(self):
@@ -461,6 +465,8 @@ class CompiledModule:
             return rep
         if not args and not kwargs and self._last[1] is not None and self._last[1][0] is not None:
             entry, key = self._last[1]
+            if self._in_pieces(entry):
+                return self._pieces_report(entry, args, kwargs)
             rep = _report(entry, self._target, None, None, spec=key)
             rep.recompiles = list(self.recompiles)
             return rep
@@ -484,7 +490,7 @@ class CompiledModule:
         if not tc.forward:
             return _report(_Entry(None, None, {}, f"{whole}; Dynamo: {tc.failure}"), self._target, args, kwargs)
         rep = tc.forward_report()
-        rep.graph_breaks.insert(0, whole + ": Dynamo split it")
+        rep.graph_breaks.insert(0, whole + ("" if entry.keeps_state else ": Dynamo split it"))
         rep.recompiles = list(self.recompiles)
         return rep
 
@@ -537,7 +543,7 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
     """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
     `dynamic`: flat argument index -> dims captured with symbolic sizes. `cuda_graphs`: regions
     replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py)."""
-    from .errors import AttributeWriteError, CaptureError
+    from .errors import AttributeWriteError, CaptureError, StateWriteError
 
     timings = {}
     t = time.perf_counter()
@@ -552,6 +558,10 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
 
         return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err) + _AGAIN, sets_attributes=True,
                       attrs=attribute_guard(model, err.reads))
+    except StateWriteError as err:
+        if fallback == "error":
+            raise
+        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err), keeps_state=True)
     except CaptureError as err:
         if fallback == "error":
             raise

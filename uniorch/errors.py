@@ -24,6 +24,12 @@ class AttributeWriteError(CaptureError):
         self.reads = reads
 
 
+class StateWriteError(CaptureError):
+    """The traced forward kept tensors on the model's modules (`self.state = new_state`: a
+    recurrent layer's carried state, a cache it keeps itself). Export drops such writes, so its
+    graph would answer from stale state; the call runs through Dynamo, which replays them."""
+
+
 class MLIRImportError(UniorchError):
     """The captured FX graph could not become MLIR (torch-mlir's importer or lowering failed)."""
 

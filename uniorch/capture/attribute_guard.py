@@ -215,6 +215,18 @@ def attribute_writes(writes: dict, model: nn.Module) -> list[str]:
     return out
 
 
+def tensor_writes(writes: dict, model: nn.Module) -> list[str]:
+    """The attributes (not parameters or buffers) a traced forward set to a tensor on the model's
+    own modules, as 'where.name': state the module carries between calls (RecurrentGemma's
+    recurrent and convolution states). Export restores the attribute after its trace."""
+    names = {id(m): n for n, m in model.named_modules()}
+    out = []
+    for obj, name, before, after in writes.values():
+        if isinstance(after, torch.Tensor) and after is not before:
+            out.append(f"{names.get(id(obj)) or type(obj).__name__}.{name}")
+    return out
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

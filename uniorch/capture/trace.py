@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
-from ..errors import AttributeWriteError, CaptureError
+from ..errors import AttributeWriteError, CaptureError, StateWriteError
 from . import aliases, attribute_guard, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
@@ -144,6 +144,11 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             f"the forward sets Python attributes of the model ({', '.join(changed[:3])}"
             f"{' and more' if len(changed) > 3 else ''}), which compiled kernels cannot set: the call runs in "
             f"PyTorch", reads)
+    kept = attribute_guard.tensor_writes(writes, module)
+    if kept:
+        raise StateWriteError(
+            f"the forward keeps tensors on the model ({', '.join(kept[:3])}{' and more' if len(kept) > 3 else ''}), "
+            f"which export does not replay: the call runs through Dynamo, which does")
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
     scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
