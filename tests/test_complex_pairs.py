@@ -57,3 +57,24 @@ def test_an_op_without_a_rule_leaves_the_graph_as_captured():
     rep = uniorch.explain(fn, z, target="interpret")
     assert rep.fallbacks
     torch.testing.assert_close(uniorch.compile(fn, target="interpret")(z), fn(z))
+
+
+def _complex_rotary(x, freqs):
+    """Meta's Llama rotary (Llama 4 in transformers): pairs of features as complex numbers times
+    unit phases e^(i t f) of the position t, a complex tensor built from the length."""
+    t = torch.arange(x.shape[1], dtype=torch.float32)
+    cis = torch.polar(torch.ones(x.shape[1], freqs.shape[0]), torch.outer(t, freqs))
+    z = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(z * cis).flatten(-2)
+
+
+def test_complex_values_at_a_symbolic_length_compile_once():
+    # the pairing retraced with example tensors of the sizes as numbers, which failed at symbolic
+    # ones: every new length compiled again (Llama 4's decode steps)
+    cm = uniorch.compile(_complex_rotary, target="interpret")
+    freqs = 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8)
+    for t in (5, 9, 13, 6):
+        x = torch.randn(2, t, 8)
+        torch.testing.assert_close(cm(x, freqs), _complex_rotary(x, freqs))
+    assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
+    assert not cm.explain(x, freqs).fallbacks

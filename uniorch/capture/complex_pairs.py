@@ -13,6 +13,8 @@ left as it was (its complex ops then fall back to eager, as before): never a gue
 """
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import operator
 from typing import Any, Callable
@@ -346,8 +348,13 @@ def to_pairs(cg) -> bool:
     vals = [n.meta.get("val") for n in placeholders]
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return False
-    examples = [torch.zeros(list(v.shape) + [2], dtype=REAL_OF[v.dtype], device=v.device) if v.is_complex()
-                else torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
+    symbolic = any(not isinstance(d, int) for v in vals for d in v.shape)
+    # at symbolic sizes the inputs are the capture's own fake tensors' kind, in its fake mode, so
+    # the retrace keeps its symbols (Llama 4's complex rotary at every decode length)
+    fake_mode = torch._guards.detect_fake_mode(vals) if symbolic else None
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        examples = [torch.zeros(list(v.shape) + [2], dtype=REAL_OF[v.dtype], device=v.device) if v.is_complex()
+                    else torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
     out_node = gm.graph.output_node()
     out_complex = [isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex()
                    for a in out_node.args[0]]
@@ -362,8 +369,9 @@ def to_pairs(cg) -> bool:
     from .decompositions import decomposition_table
 
     try:
-        with fx_traceback.preserve_node_meta():
-            new = make_fx(paired, decomposition_table=decomposition_table(), tracing_mode="fake")(*examples)
+        with fx_traceback.preserve_node_meta(), fake_mode if fake_mode is not None else contextlib.nullcontext():
+            new = make_fx(paired, decomposition_table=decomposition_table(),
+                          tracing_mode="real" if fake_mode is not None else "fake")(*examples)
     except Unsupported:
         return False
     new_placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
