@@ -479,6 +479,46 @@ def test_a_forward_keeping_a_tensor_state_on_its_module_matches_eager():
     assert "keeps tensors on the model (_CarriesState.state)" in rep.graph_breaks[0], rep.graph_breaks
 
 
+class _Positions(nn.Module):
+    """An int argument that changes every call and sizes a tensor (a position count)."""
+
+    def __init__(self, keeps_state: bool):
+        super().__init__()
+        self.lin, self.keeps_state, self.state = nn.Linear(8, 8), keeps_state, None
+
+    def forward(self, x, n: int):
+        out = self.lin(x) * torch.arange(n, dtype=x.dtype).mean()
+        if self.keeps_state:
+            self.state = out.sum(0) if self.state is None else self.state + out.sum(0)
+            out = out + self.state
+        return out
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_an_int_argument_dynamo_made_symbolic_compiles(training):
+    # Dynamo makes an int that changed a graph input (a SymInt no tensor's size gives); uniorch's
+    # capture could not trace it and the graph ran in PyTorch. It travels as an (n, 0) tensor
+    torch.manual_seed(0)
+    model, twin = _Positions(not training), _Positions(not training)
+    twin.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model, target="interpret")
+    for n in (5, 7, 9, 12):
+        x = torch.randn(3, 8)
+        with torch.set_grad_enabled(training):
+            got, want = cm(x, n), twin(x, n)
+        torch.testing.assert_close(got, want, **TOL)
+        if training:
+            model.zero_grad()
+            twin.zero_grad()
+            got.pow(2).sum().backward()
+            want.pow(2).sum().backward()
+            torch.testing.assert_close(model.lin.weight.grad, twin.lin.weight.grad, **TOL)
+    rep = cm.explain(x, n) if training else cm.explain()
+    assert rep.kernels and not rep.fallbacks, str(rep)
+    if training:
+        assert rep.backward.kernels and not rep.backward.fallbacks, str(rep.backward)
+
+
 def test_hooks_added_after_compiling_a_training_call_run():
     # the training path's Dynamo skips its guards on module hooks by default (as torch.compile
     # does): a hook registered after the first call was ignored, forward values and gradients

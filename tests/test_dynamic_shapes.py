@@ -4,6 +4,7 @@ Every model is checked against eager at several sizes served by one compile; the
 are torch.compile's rule (a symbolic compile after a size changes; sizes 0 and 1 stay special).
 """
 import re
+import types
 
 import pytest
 import sympy
@@ -318,9 +319,12 @@ def test_floor_and_ceiling_of_sizes_print_as_integer_division():
 
     s = dims.symbol("s3")
     floor, ceil = dims.code(sympy.floor((s + 63) / 64) + 4), dims.code(sympy.ceiling(s / 16))
+    largest = dims.code(sympy.Max(s - 7, 0, s // 2))  # a sliding window's start: tl.maximum in kernels
+    tl = types.SimpleNamespace(maximum=max, minimum=min)
     for n in (1, 2, 63, 64, 65, 1000):
         assert eval(floor, {"s3": n}) == (n + 63) // 64 + 4
         assert eval(ceil, {"s3": n}) == -(-n // 16)
+        assert eval(largest, {"s3": n, "tl": tl}) == max(n - 7, 0, n // 2)
 
 
 def test_transformers_decoder_attention_is_one_flash_kernel_per_layer():

@@ -89,6 +89,7 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._warned = False
         self._training = None
+        self._keeps_state = None  # the entry of a forward keeping tensors on its modules: Dynamo runs every call
         self._inner: dict = {}  # id(module) -> its compile, for generate through a wrapper (generation.py)
         self._tagged: dict = {}  # id(spec) -> (spec, tag, the spec with the tag folded in)
 
@@ -183,6 +184,8 @@ class CompiledModule:
 
     def entry(self, args: tuple, kwargs: dict) -> Optional[_Entry]:
         key = self._last[0] = self._spec(args, kwargs)
+        if self._keeps_state is not None:  # its code keeps state whatever the sizes: no capture to retry
+            return self._keeps_state
         entry = self._cached(key)
         if entry is not None:
             return entry
@@ -221,6 +224,8 @@ class CompiledModule:
                                                                       "it stays in PyTorch")
                 self._stale.setdefault(key, []).append(before)
             self._cache[key] = entry
+            if entry.keeps_state:
+                self._keeps_state = entry
             if why:
                 note = "" if state else "; compiled for these sizes only" + self._rejected_note()
                 self.recompiles.append(why + note)

@@ -9,6 +9,8 @@ right for every size. Views that split a symbolic dim stay views: torch-mlir low
 """
 from __future__ import annotations
 
+import operator
+
 import sympy
 import torch
 
@@ -149,6 +151,20 @@ def decided_min_max(gm: torch.fx.GraphModule) -> int:
     importer has no rule for either, and the symbolic compile was given up."""
     done = 0
     for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.sym_sum and len(node.args) == 1:
+            # a sum of sizes (export writes n-ary sums so): the adds torch-mlir imports
+            terms = list(node.args[0])
+            if terms and all(isinstance(t, (int, torch.fx.Node)) for t in terms):
+                with gm.graph.inserting_before(node):
+                    total = terms[0]
+                    for t in terms[1:]:
+                        total = gm.graph.call_function(operator.add, (total, t))
+                        total.meta["val"] = node.meta.get("val")
+                if isinstance(total, torch.fx.Node):
+                    node.replace_all_uses_with(total)
+                    gm.graph.erase_node(node)
+                    done += 1
+            continue
         if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
             continue
         a, b = node.args

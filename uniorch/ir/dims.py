@@ -75,6 +75,18 @@ class _CodePrinter(StrPrinter):
             raise UnknownSize(f"{expr} has no integer form")
         return self.doprint(num), int(den)
 
+    def _print_Max(self, expr):
+        return self._pairwise("tl.maximum", expr.args)
+
+    def _print_Min(self, expr):
+        return self._pairwise("tl.minimum", expr.args)
+
+    def _pairwise(self, fn: str, args) -> str:
+        out = self.doprint(args[0])
+        for a in args[1:]:
+            out = f"{fn}({out}, {self.doprint(a)})"
+        return out
+
     def _print_floor(self, expr):
         num, den = self._quotient(expr)
         return f"(({num}) // {den})"

@@ -30,10 +30,13 @@ class SizeArgs:
     returned: list[tuple[int, Any]]  # (result position, its size expression) of the sizes returned
     sources: dict  # symbol -> (argument position after dropping, dim, a, b): that dim is a * symbol + b
     marks: dict[int, dict[int, Optional[tuple]]]  # argument (after dropping) -> its symbolic dims: (symbol name, a, b)
+    carried: tuple = ()  # argument positions of integers passed as the rows of an (n, 0) tensor
 
     def arguments(self, flat) -> list:
-        drop = set(self.dropped)
-        return [a for j, a in enumerate(flat) if j not in drop]
+        drop, carried = set(self.dropped), set(self.carried)
+        if carried:
+            device = next((a.device for a in flat if isinstance(a, torch.Tensor)), None)
+        return [_rows_of(a, device) if j in carried else a for j, a in enumerate(flat) if j not in drop]
 
     def results(self, args: list, outs) -> list:
         outs = list(outs)
@@ -45,6 +48,57 @@ class SizeArgs:
         for pos, expr in self.returned:  # ascending positions: each lands where the graph returned it
             outs.insert(pos, _evaluate(expr, symbol, _PYTHON))
         return outs
+
+
+def _rows_of(n, device) -> torch.Tensor:
+    """An integer argument as a tensor of n rows and no elements, whose size the graph reads."""
+    value = _hint_of(n)
+    if value < 0:
+        raise ValueError(f"an integer argument carried as a size is negative ({value})")
+    return torch.empty((value, 0), device=device)
+
+
+def _hint_of(n) -> int:
+    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
+
+
+def _scan(example_inputs: list, placeholders: list, dropped: list[int], carried) -> tuple[dict, dict]:
+    """(sources, marks): per symbol the argument dim giving it, the one that is the symbol itself
+    first, and per argument (numbered after dropping) its symbolic dims. A carried integer is the
+    rows of its (n, 0) tensor."""
+    new_index = {j: j - sum(1 for k in dropped if k < j) for j in range(len(example_inputs)) if j not in dropped}
+    sources: dict = {}  # symbol -> (placeholder, argument position after dropping, dim, a, b, example size)
+    marks: dict[int, dict[int, Optional[tuple]]] = {}
+    for j, e in enumerate(example_inputs):
+        shape = e.shape if isinstance(e, torch.Tensor) else (e,) if j in carried else ()
+        for d, size in enumerate(shape):
+            if _static(size):
+                continue
+            marks.setdefault(new_index[j], {})[d] = _name(size.node.expr)
+            linear = _linear(size.node.expr)
+            if linear is not None:
+                sym, a, b = linear
+                old = sources.get(sym)
+                if old is None or (a, abs(b)) < (old[3], abs(old[4])):
+                    sources[sym] = (placeholders[j], new_index[j], d, a, b, _hint_of(size))
+    return sources, marks
+
+
+def _carried(example_inputs: list, dropped: list[int], sources: dict) -> list[int]:
+    """Integer arguments that are a symbol no tensor argument's size gives (Dynamo's automatic
+    dynamic on an int: a position, a length the model computes): they travel as the rows of an
+    (n, 0) tensor, so the graph compiles with that size symbolic, where otherwise it ran in
+    PyTorch. Only symbols whose range starts at 0 or above: a size cannot be negative."""
+    out = []
+    for j in dropped:
+        expr = example_inputs[j].node.expr
+        if not expr.is_Symbol or expr in sources:
+            continue
+        found = example_inputs[j].node.shape_env.var_to_range.get(expr)
+        if found is None or found.lower < 0 or _hint_of(example_inputs[j]) < 2:
+            continue
+        out.append(j)
+    return out
 
 
 def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Optional[SizeArgs]:
@@ -62,22 +116,11 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
     if len(placeholders) != len(example_inputs) or not isinstance(results, (tuple, list)):
         return None
     dropped = [j for j, e in enumerate(example_inputs) if isinstance(e, torch.SymInt)]
-    new_index = {j: j - sum(1 for k in dropped if k < j) for j in range(len(example_inputs)) if j not in dropped}
-    sources: dict = {}  # symbol -> (placeholder, argument position after dropping, dim, a, b)
-    marks: dict[int, dict[int, Optional[tuple]]] = {}
-    for j, e in enumerate(example_inputs):
-        if not isinstance(e, torch.Tensor):
-            continue
-        for d, size in enumerate(e.shape):
-            if _static(size):
-                continue
-            marks.setdefault(new_index[j], {})[d] = _name(size.node.expr)
-            linear = _linear(size.node.expr)
-            if linear is not None:
-                sym, a, b = linear
-                old = sources.get(sym)
-                if old is None or (a, abs(b)) < (old[3], abs(old[4])):  # the dim that is the symbol itself, first
-                    sources[sym] = (placeholders[j], new_index[j], d, a, b, int(size.node.hint))
+    sources, marks = _scan(example_inputs, placeholders, dropped, ())
+    carried = _carried(example_inputs, dropped, sources)
+    if carried:
+        dropped = [j for j in dropped if j not in carried]
+        sources, marks = _scan(example_inputs, placeholders, dropped, carried)
     taken = {placeholders[j]: example_inputs[j].node.expr for j in dropped if placeholders[j].users}
     returned = [(pos, r.meta["val"].node.expr) for pos, r in enumerate(results)
                 if isinstance(r, torch.fx.Node) and isinstance(r.meta.get("val"), torch.SymInt)]
@@ -105,6 +148,14 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
 
         for p, expr in taken.items():
             p.replace_all_uses_with(_evaluate(expr, symbol, nodes))
+        for j in carried:  # the integer is now its tensor's row count
+            p = placeholders[j]
+            v = symbol(example_inputs[j].node.expr)
+            p.replace_all_uses_with(v, delete_user_cb=lambda user, v=v: user is not v)
+            fake_mode = torch._guards.detect_fake_mode(example_inputs)
+            if fake_mode is not None:
+                with fake_mode:
+                    p.meta["val"] = torch.empty((example_inputs[j], 0))
     gone = {pos for pos, _ in returned}
     output.args = (type(results)(r for pos, r in enumerate(output.args[0]) if pos not in gone),)
     for node in reversed(list(graph.nodes)):  # size arithmetic nothing reads any more
@@ -114,7 +165,7 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
         graph.erase_node(placeholders[j])
     graph.lint()
     gm.recompile()
-    return SizeArgs(dropped, returned, {sym: src[1:5] for sym, src in sources.items()}, marks)
+    return SizeArgs(dropped, returned, {sym: src[1:5] for sym, src in sources.items()}, marks, tuple(carried))
 
 
 def mark_symbolic(real: list, sizes: Optional[SizeArgs]) -> None:
