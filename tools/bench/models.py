@@ -163,3 +163,29 @@ def matmul_bias_gelu(x, w, b):
 
 def add_layernorm(x, r, weight, bias):
     return F.layer_norm(x + r, x.shape[-1:], weight, bias)
+
+
+class MoEExperts(nn.Module):
+    """A mixture of experts' FFN as transformers runs it (integrations/moe.py, `grouped_mm`):
+    softmax router, top-k, rows sorted by expert, gated up-projection and down-projection as grouped
+    matmuls over each expert's rows, outputs weighted and summed back per token (Mixtral, Qwen-MoE)."""
+
+    def __init__(self, dim: int, hidden: int, experts: int, top_k: int):
+        super().__init__()
+        self.k, self.experts = top_k, experts
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.gate_up = nn.Parameter(torch.randn(experts, dim, 2 * hidden) / math.sqrt(dim))
+        self.down = nn.Parameter(torch.randn(experts, hidden, dim) / math.sqrt(hidden))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = x.reshape(-1, d)
+        weights, chosen = torch.topk(self.router(h).softmax(-1, dtype=torch.float32), self.k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype).reshape(-1)
+        expert, order = torch.sort(chosen.reshape(-1))
+        ends = torch.histc(expert.float(), bins=self.experts, min=0, max=self.experts - 1).cumsum(0).to(torch.int32)
+        gate, up = torch._grouped_mm(h[order // self.k], self.gate_up, offs=ends).chunk(2, dim=-1)
+        out = torch._grouped_mm(F.silu(gate) * up, self.down, offs=ends) * weights[order, None]
+        back = torch.empty_like(order)
+        back[order] = torch.arange(order.numel(), device=order.device)
+        return out[back].reshape(b * t, self.k, d).sum(1).reshape(b, t, d)
