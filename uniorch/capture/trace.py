@@ -30,6 +30,7 @@ from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the ch
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
+from .flex_math import flex_as_math
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
@@ -162,6 +163,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     cg.aliases = found[0]
     cg.attribute_reads = reads
     bound_outputs(cg)
+    flex_as_math(cg)
     to_pairs(cg)
     _record_layouts(cg)
     return cg
