@@ -777,9 +777,10 @@ def test_chained_module_methods_keep_the_compiled_model():
     assert cm.explain(x).kernels
 
 
-def test_flex_attention_runs_in_pytorch_and_the_rest_compiles():
+def test_flex_attention_with_a_block_mask_made_outside_compiles():
     # a higher-order op whose score_mod is a subgraph (get_attr): copying it into the eager part of
-    # the program raised a bare KeyError from uniorch.compile
+    # the program raised a bare KeyError from uniorch.compile; since capture/flex_math.py it is
+    # written out, with a block mask built outside the function (its tables constants of the graph)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     def shifted(score, b, h, q, kv):
@@ -796,9 +797,7 @@ def test_flex_attention_runs_in_pytorch_and_the_rest_compiles():
         q, k, v = (torch.randn(1, 2, 16, 8, generator=g) for _ in range(3))
         torch.testing.assert_close(cm(q, k, v), fn(q, k, v))
     rep = cm.explain()
-    assert rep.kernels and {f.op for f in rep.fallbacks} <= {"flex_attention", "aten.index_put.default"}, str(rep)
-    (flex,) = [f for f in rep.fallbacks if f.op == "flex_attention"]
-    assert flex.why.startswith("flex_attention (a higher-order op"), flex.why
+    assert rep.kernels and not rep.fallbacks, str(rep)
 
 
 def test_control_flow_operators_run_in_pytorch_and_the_rest_compiles():
