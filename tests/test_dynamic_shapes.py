@@ -129,6 +129,29 @@ def test_size_one_is_served_by_the_symbolic_compile_when_its_program_is_the_same
     assert any("1..∞" in s for s in cm.explain(*_masked(1, 6)).symbolic)
 
 
+def test_a_size_one_call_after_a_symbolic_compile_logs_nothing():
+    # export warned "0/1 specialized; Dim.AUTO was specified along with a sample input with hint = 1"
+    # on stderr at the trace at 1, which asks for exactly that
+    import logging
+
+    seen = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("torch._export.non_strict_utils")
+    logger.addHandler(handler)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+        cm = uniorch.compile(model, target="interpret")
+        with torch.no_grad():
+            for t in (5, 7, 1):
+                x = torch.randn(2, t, 8)
+                torch.testing.assert_close(cm(x), model(x))
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in seen if "specialized" in m], seen
+    assert cm.cache_size == 2, cm.recompiles
+
+
 def test_size_one_stays_special_where_the_program_differs_at_one():
     torch.manual_seed(0)
     model = BranchOnOne().eval()

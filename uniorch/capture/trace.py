@@ -382,8 +382,11 @@ def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) ->
 def _quiet_tracing():
     """Tracing failures reach the user once, as our error; torch would also log each one with a
     traceback, and warn about its own pytree internals on every capture."""
-    # "Unable to find user code corresponding to {u0}": a data-dependent branch, reported as ours
-    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")]
+    # "Unable to find user code corresponding to {u0}": a data-dependent branch, reported as ours;
+    # "0/1 specialized; Dim.AUTO was specified along with a sample input with hint = 1": sizes 0
+    # and 1 are never symbolic here, and a trace at 1 (runtime/size_one.py) asks for that on purpose
+    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes",
+                                              "torch._export.non_strict_utils")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
