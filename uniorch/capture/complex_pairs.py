@@ -13,8 +13,6 @@ left as it was (its complex ops then fall back to eager, as before): never a gue
 """
 from __future__ import annotations
 
-import contextlib
-
 import dataclasses
 import operator
 from typing import Any, Callable
@@ -25,6 +23,7 @@ from torch.fx import traceback as fx_traceback
 import torch.utils._pytree as pytree
 
 from ..runtime.boundary import as_complex, as_pair  # noqa: F401 - the boundary's half of the pairing
+from .retrace import placeholder_values, renamed, retrace
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -344,17 +343,9 @@ def to_pairs(cg) -> bool:
     gm = cg.graph_module
     if not has_complex(gm):
         return False
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    vals = [n.meta.get("val") for n in placeholders]
-    if not all(isinstance(v, torch.Tensor) for v in vals):
+    vals = placeholder_values(gm)
+    if vals is None:
         return False
-    symbolic = any(not isinstance(d, int) for v in vals for d in v.shape)
-    # at symbolic sizes the inputs are the capture's own fake tensors' kind, in its fake mode, so
-    # the retrace keeps its symbols (Llama 4's complex rotary at every decode length)
-    fake_mode = torch._guards.detect_fake_mode(vals) if symbolic else None
-    with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        examples = [torch.zeros(list(v.shape) + [2], dtype=REAL_OF[v.dtype], device=v.device) if v.is_complex()
-                    else torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
     out_node = gm.graph.output_node()
     out_complex = [isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex()
                    for a in out_node.args[0]]
@@ -364,18 +355,15 @@ def to_pairs(cg) -> bool:
         outs = _PairInterpreter(gm).run(*ins)
         return tuple(o.t if isinstance(o, Pair) else o for o in outs)
 
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from .decompositions import decomposition_table
+    def example(v):  # a complex input as its real pairs
+        shape, dtype = (list(v.shape) + [2], REAL_OF[v.dtype]) if v.is_complex() else (v.shape, v.dtype)
+        return torch.zeros(shape, dtype=dtype, device=v.device)
 
     try:
-        with fx_traceback.preserve_node_meta(), fake_mode if fake_mode is not None else contextlib.nullcontext():
-            new = make_fx(paired, decomposition_table=decomposition_table(),
-                          tracing_mode="real" if fake_mode is not None else "fake")(*examples)
+        new = retrace(paired, vals, example)
     except Unsupported:
         return False
-    new_placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
-    names = {old.name: fresh.name for old, fresh in zip(placeholders, new_placeholders)}
+    names = renamed(gm, new)
     cg.graph_module = new
     cg.inputs = [dataclasses.replace(i, name=names[i.name], complex_dtype=v.dtype if v.is_complex() else None)
                  for i, v in zip(cg.inputs, vals)]

@@ -13,13 +13,14 @@ tables only skip blocks `mask_mod` masks whole, so the dense mask is the same at
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch.fx import traceback as fx_traceback
+
+from .retrace import placeholder_values, renamed, retrace
 
 
 def _is_flex(n: fx.Node) -> bool:
@@ -54,33 +55,21 @@ def flex_as_math(cg) -> bool:
     gm = cg.graph_module
     if not any(_is_flex(n) for n in gm.graph.nodes):
         return False
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    vals = [n.meta.get("val") for n in placeholders]
-    if not all(isinstance(v, torch.Tensor) for v in vals):
+    vals = placeholder_values(gm)
+    if vals is None:
         return False
-    symbolic = any(not isinstance(d, int) for v in vals for d in v.shape)
-    fake_mode = torch._guards.detect_fake_mode(vals) if symbolic else None  # keep the capture's symbols
-    with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        examples = [torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
 
     def dense(*flat):
         return tuple(_DenseInterpreter(gm).run(*flat))
 
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from .decompositions import decomposition_table
-
     try:
-        with fx_traceback.preserve_node_meta(), fake_mode if fake_mode is not None else contextlib.nullcontext():
-            new = make_fx(dense, decomposition_table=decomposition_table(),
-                          tracing_mode="real" if fake_mode is not None else "fake")(*examples)
+        new = retrace(dense, vals, lambda v: torch.zeros(v.shape, dtype=v.dtype, device=v.device))
     except Exception:  # noqa: BLE001 - a score_mod the dense form cannot trace: PyTorch runs the op
         return False
     # the block mask's tables were computed for the op, and the dense form reads none of them
     new.graph.eliminate_dead_code(is_impure_node=lambda n: n.op in ("placeholder", "output"))
     new.recompile()
-    new_placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
-    names = {old.name: fresh.name for old, fresh in zip(placeholders, new_placeholders)}
+    names = renamed(gm, new)
     cg.graph_module = new
     cg.inputs = [dataclasses.replace(i, name=names[i.name]) for i in cg.inputs]
     return True

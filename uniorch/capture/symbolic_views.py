@@ -155,11 +155,15 @@ def decided_min_max(gm: torch.fx.GraphModule) -> int:
             # a sum of sizes (export writes n-ary sums so): the adds torch-mlir imports
             terms = list(node.args[0])
             if terms and all(isinstance(t, (int, torch.fx.Node)) for t in terms):
+                def value(t):
+                    return t.meta.get("val") if isinstance(t, torch.fx.Node) else t
+
                 with gm.graph.inserting_before(node):
-                    total = terms[0]
+                    total, so_far = terms[0], value(terms[0])
                     for t in terms[1:]:
                         total = gm.graph.call_function(operator.add, (total, t))
-                        total.meta["val"] = node.meta.get("val")
+                        so_far = so_far + value(t) if so_far is not None and value(t) is not None else None
+                        total.meta["val"] = so_far  # the partial sum's own value
                 if isinstance(total, torch.fx.Node):
                     node.replace_all_uses_with(total)
                     gm.graph.erase_node(node)

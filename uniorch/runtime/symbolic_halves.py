@@ -148,11 +148,11 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
 
         for p, expr in taken.items():
             p.replace_all_uses_with(_evaluate(expr, symbol, nodes))
+        fake_mode = torch._guards.detect_fake_mode(example_inputs) if carried else None
         for j in carried:  # the integer is now its tensor's row count
             p = placeholders[j]
             v = symbol(example_inputs[j].node.expr)
             p.replace_all_uses_with(v, delete_user_cb=lambda user, v=v: user is not v)
-            fake_mode = torch._guards.detect_fake_mode(example_inputs)
             if fake_mode is not None:
                 with fake_mode:
                     p.meta["val"] = torch.empty((example_inputs[j], 0))
