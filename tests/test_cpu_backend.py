@@ -205,3 +205,45 @@ def test_conformance_kit_passes_for_cpu(tmp_path):
     assert proc.returncode == 0, out + proc.stderr[-3000:]
     assert "triton → ttir → ttadapter → llmlir" in out
     assert [line for line in out.splitlines() if line.startswith("cpu:") and "0 failed, 0 skipped" in line], out
+
+
+_CONVMIXER_BLOCK = """
+import torch, uniorch
+from torch import nn
+
+class Residual(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x) + x
+
+torch.manual_seed(0)
+c = 768  # ConvMixer-768/32's width, as timm builds its blocks
+block = nn.Sequential(Residual(nn.Sequential(nn.Conv2d(c, c, 7, padding="same", groups=c), nn.ReLU(),
+                                             nn.BatchNorm2d(c))),
+                      nn.Conv2d(c, c, 1), nn.ReLU(), nn.BatchNorm2d(c)).eval()
+for m in block.modules():
+    if isinstance(m, nn.BatchNorm2d):
+        m.running_mean.normal_(0, 0.3)
+        m.running_var.uniform_(0.5, 1.5)
+x = torch.randn(2, c, 9, 9)
+cm = uniorch.compile(block, target="cpu")
+with torch.no_grad():
+    got, want = cm(x), block(x)
+rep = cm.explain()
+assert len(rep.kernels) == 1 and not rep.fallbacks, str(rep)
+torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+
+
+def test_a_loop_of_stack_tiles_does_not_grow_the_stack(tmp_path):
+    """ConvMixer's block: the 1x1 convolution computes the 7x7 depthwise one in its B tiles, 49 taps
+    in each of 48 K steps, each tap's tiles on the stack. Every iteration took new stack (LLVM's
+    alloca in a loop) until the 8 MiB of a thread overflowed: a segfault, so it runs apart."""
+    env = dict(os.environ, UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", _CONVMIXER_BLOCK], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.returncode, proc.stderr[-3000:])

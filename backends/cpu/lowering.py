@@ -33,9 +33,10 @@ LEADING, TRAILING = 2, 6
 BUFFERIZE = ("builtin.module(inline,symbol-dce,func.func(convert-elementwise-to-linalg),eliminate-empty-tensors,"
              "empty-tensor-to-alloc-tensor,one-shot-bufferize{allow-return-allocs-from-loops=true})")
 # promote-buffers-to-stack: tiles up to 64 KiB live on the stack (threads' stacks are 8 MiB);
-# larger ones are malloc'd and freed by the deallocation pipeline.
-TO_LLVM = ("builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}),"
-           "buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
+# larger ones are malloc'd and freed by the deallocation pipeline. A tile promoted inside a loop
+# is scoped to one iteration (`_scope_loop_allocas`) before lowering on.
+PROMOTE = "builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}))"
+TO_LLVM = ("builtin.module(buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
            "convert-scf-to-cf,convert-cf-to-llvm,convert-arith-to-llvm,"
            "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
            "convert-index-to-llvm,memref-expand,expand-strided-metadata,finalize-memref-to-llvm,"
@@ -130,7 +131,7 @@ def _walk(module, name: str) -> list:
             for block in region.blocks:
                 for inner in block.operations:
                     inner = inner.operation
-                    if inner.name == name:
+                    if inner.name == name or (name == "*loop*" and inner.name in _LOOPS):
                         found.append(inner)
                     visit(inner)
 
@@ -349,6 +350,61 @@ def _copies_to_linalg(module) -> None:
         op.erase()
 
 
+_LOOPS = ("scf.for", "scf.while")
+
+
+def _scope_loop_allocas(module) -> None:
+    """Each loop body that allocates stack tiles becomes one `memref.alloca_scope`, so its tiles
+    are freed at the end of every iteration. LLVM gives an `alloca` in a loop new stack each time
+    round: ConvMixer's 1x1 convolution, computing a 7x7 depthwise one in its B tiles (49 taps in
+    each of 48 K steps at 768 channels), took 250 KB of stack per K step and overflowed a thread's
+    8 MiB (a segfault). A body yielding a memref keeps its tiles on the heap instead: a scoped one
+    would be freed before the next iteration reads it."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import memref
+
+    for loop in _walk(module, "*loop*"):
+        for region in loop.regions:
+            for block in region.blocks:
+                ops = [o.operation for o in block.operations]
+                allocas = _own_allocas(ops)
+                if not allocas:
+                    continue
+                term = ops[-1]
+                if term.regions:
+                    continue
+                if any(isinstance(v.type, ir.MemRefType) for v in term.operands):
+                    for a in allocas:
+                        with ir.InsertionPoint(a), a.location:
+                            heap = memref.AllocOp(a.results[0].type, list(a.operands), [])
+                        a.results[0].replace_all_uses_with(heap.result)
+                        a.erase()
+                    continue
+                with ir.InsertionPoint(term), term.location:
+                    scope = memref.AllocaScopeOp([v.type for v in term.operands])
+                    body = scope.regions[0].blocks.append()
+                with ir.InsertionPoint(body), term.location:
+                    ret = memref.AllocaScopeReturnOp(list(term.operands))
+                for o in ops[:-1]:
+                    o.move_before(ret.operation)
+                for i, v in enumerate(list(term.operands)):
+                    term.operands[i] = scope.results[i]
+
+
+def _own_allocas(ops) -> list:
+    """The `memref.alloca`s among `ops` and in their regions, but not in a nested loop's body
+    (that loop is scoped by itself)."""
+    found = []
+    for o in ops:
+        if o.name == "memref.alloca":
+            found.append(o)
+        elif o.name not in _LOOPS:
+            for region in o.regions:
+                for block in region.blocks:
+                    found += _own_allocas([i.operation for i in block.operations])
+    return found
+
+
 def to_llvm(linalg: str, entry: str) -> str:
     """The LLVM dialect module of one kernel and its grid function, as text, from the adapter's
     output in generic form."""
@@ -384,11 +440,13 @@ def to_llvm(linalg: str, entry: str) -> str:
         _seed_reductions(module, entry)
         _clamp_discrete_loads(module)
         _clamp_window_copies(module)
-        for stage, pipeline in (("bufferize", BUFFERIZE), ("llvm", TO_LLVM)):
+        for stage, pipeline in (("bufferize", BUFFERIZE), ("promote", PROMOTE), ("llvm", TO_LLVM)):
             try:
                 PassManager.parse(pipeline).run(module.operation)
             except Exception as err:  # noqa: BLE001
                 raise BackendError(f"kernel {entry}: lowering the adapter's linalg failed at '{stage}': {err}") from None
+            if stage == "promote":
+                _scope_loop_allocas(module)
             if stage == "bufferize":
                 _copies_to_linalg(module)
                 # added after the inliner ran: inlined into the grid loop, the kernel's stack tiles
