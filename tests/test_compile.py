@@ -427,3 +427,29 @@ def test_control_flow_operators_run_in_pytorch_and_the_rest_compiles():
                 torch.testing.assert_close(cm(x), fn(x))
         rep = cm.explain()
         assert rep.kernels and [f.op for f in rep.fallbacks] == [op], str(rep)
+
+
+class _WithUnusedHead(torch.nn.Module):
+    """GoogLeNet's shape in eval mode: auxiliary classifiers held but not called."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(16, 24)
+        self.aux = torch.nn.Linear(256, 256)
+
+    def forward(self, x):
+        return torch.relu(self.used(x))
+
+
+@pytest.mark.parametrize("how", ["after a call", "static"])
+def test_the_minimum_bytes_count_only_what_the_graph_reads(how):
+    model, x = _WithUnusedHead().eval(), torch.randn(4, 16)
+    cm = uniorch.compile(model, target="interpret")
+    if how == "after a call":
+        cm(x)
+        rep = cm.explain()
+    else:
+        rep = cm.explain(x)
+    read = (x.numel() + model.used.weight.numel() + model.used.bias.numel() + 4 * 24) * 4
+    assert rep.bytes_minimum == read, str(rep)
+    assert rep.bytes_moved >= rep.bytes_minimum, str(rep)

@@ -35,14 +35,14 @@ class _Prompts(torch.utils.data.Dataset):
         return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
-def _train(model, out_dir) -> list[float]:
+def _train(model, out_dir):
     data = _Prompts()
     args = transformers.TrainingArguments(
         output_dir=str(out_dir), per_device_train_batch_size=4, max_steps=3, learning_rate=1e-3, logging_steps=1,
         report_to=[], save_strategy="no", use_cpu=True, seed=0, dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=data.collate)
     trainer.train()
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h], trainer
 
 
 def test_trainer_trains_the_compiled_model_like_eager(tmp_path):
@@ -51,11 +51,25 @@ def test_trainer_trains_the_compiled_model_like_eager(tmp_path):
                                      embd_pdrop=0.0, attn_pdrop=0.0)
     eager = transformers.GPT2LMHeadModel(config)
     compiled = uniorch.compile(copy.deepcopy(eager), target="interpret")
-    want = _train(eager, tmp_path / "eager")
-    got = _train(compiled, tmp_path / "compiled")
+    want, _ = _train(eager, tmp_path / "eager")
+    got, trainer = _train(compiled, tmp_path / "compiled")
     assert len(got) == len(want) == 3
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
     for (name, p), q in zip(compiled.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     tc = compiled.training_compile
     assert tc.forward and tc.backward and tc.failure is None and not tc.eager_graphs
+    # saved as Trainer saves a transformers model (config, tied lm_head and wte once): it raised
+    # safetensors' shared-tensor error when Trainer took the compiled model for a bare module
+    trainer.save_model(str(tmp_path / "saved"))
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "saved"))
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    for (name, p), q in zip(loaded.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_the_compiled_model_is_an_instance_of_the_models_class():
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=1, n_head=4))
+    compiled = uniorch.compile(model, target="interpret")
+    assert isinstance(compiled, transformers.PreTrainedModel) and isinstance(compiled, uniorch.api.CompiledModel)
+    assert type(compiled) is not type(model) and repr(compiled).startswith("CompiledModel(")

@@ -692,7 +692,8 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
         minimum = _input_bytes(cg, spec)
     else:
         flat = cg.flat_inputs(args, kwargs)
-        minimum = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+        read = [bool(n.users) for n in cg.graph_module.graph.nodes if n.op == "placeholder"]
+        minimum = sum(t.numel() * t.element_size() for t, r in zip(flat, read) if r and isinstance(t, torch.Tensor))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
     for val in outs_meta:
@@ -716,10 +717,14 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
 
 def _input_bytes(cg: CapturedGraph, spec) -> int:
     """The bytes of a call's inputs, parameters and buffers included, from its guard key: the
-    placeholders' sizes where static, the key's for the user's tensors (symbolic in a dynamic compile)."""
+    placeholders' sizes where static, the key's for the user's tensors (symbolic in a dynamic compile).
+    Only what the graph reads: GoogLeNet's auxiliary classifiers, unused in eval mode, made the
+    minimum above the bytes moved."""
     leaves = spec[1]
     total = 0
     for inp, node in zip(cg.inputs, (n for n in cg.graph_module.graph.nodes if n.op == "placeholder")):
+        if not node.users:
+            continue
         if inp.kind == "user" and leaves[inp.target][0] == "T":
             _, shape, dtype = leaves[inp.target][:3]
             total += math.prod(shape) * dtype.itemsize

@@ -62,6 +62,18 @@ class ModuleFacade(nn.Module):
         return self._run(*args, **kwargs)
 
     @property
+    def __class__(self):
+        """The model's class, as a transparent proxy reports it: `isinstance(compiled, type(model))`
+        holds (type() still gives the compiled model's own class). Libraries branch on it:
+        transformers' Trainer saves a `PreTrainedModel` with `save_pretrained` (config, tied
+        weights), anything else as a bare state dict, which safetensors refuses when weights are
+        tied (GPT-2's `lm_head` and `wte`): `trainer.save_model()` failed after training."""
+        return type(self.__dict__["_model"])
+
+    def _get_name(self) -> str:  # nn.Module's repr: the compiled model's own class name
+        return type(self).__name__
+
+    @property
     def training(self) -> bool:
         return self.__dict__["_model"].training
 
