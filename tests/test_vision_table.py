@@ -32,3 +32,11 @@ def test_a_torchvision_model_row_matches_eager():
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[0] == "tv:squeezenet1_1" and not cells[1].startswith("failed"), line
     assert float(cells[4]) < 1e-4, line
+
+
+def test_the_written_table_says_how_it_was_made(tmp_path, capsys):
+    out = tmp_path / "t.md"
+    vision_table.main(["--models", "keras:resnet@32", "--out", str(out)])
+    text = out.read_text()
+    assert text.startswith("# Vision models as torchvision and timm build them")
+    assert f"torch {torch.__version__}" in text and "| keras:resnet@32 | failed:" in text

@@ -86,6 +86,32 @@ def row(spec: str, vs_inductor: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def header(vs_inductor: bool) -> str:
+    """The written table's title and how it was made."""
+    import datetime
+
+    from uniorch.targets import parse_target
+
+    versions = [f"torch {torch.__version__}"]
+    for lib in ("torchvision", "timm"):
+        try:
+            versions.append(f"{lib} {__import__(lib).__version__}")
+        except ImportError:
+            pass
+    target = parse_target("auto")
+    return (
+        "# Vision models as torchvision and timm build them\n\n"
+        "Random weights, eval mode, batch 2, float32; `uniorch.compile(model)` on the default target "
+        f"(`{target}`). Error: largest difference from eager over the logits of two fresh batches, divided "
+        "by the largest logit. MB moved: `explain`'s bytes; the minimum reads each input the graph reads "
+        "once and writes each output once (weights, image, logits: activations are not in it, so "
+        "activation-heavy models at 224 px sit far above it)"
+        + ("; vs torch.compile: the same count by Inductor (`tools/inductor_bytes.py`)" if vs_inductor else "")
+        + f". Time: compile and two calls, on this machine's CPU.\n{', '.join(versions)}; "
+        f"{datetime.date.today().isoformat()}. Written by `python -m uniorch.tools.vision_table"
+        + (" --vs-inductor" if vs_inductor else "") + " --models ... --out docs/perf/vision_models.md`.\n\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(DEFAULT))
@@ -108,7 +134,7 @@ def main(argv=None) -> int:
         lines.append(line)
     if args.out:
         with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write(header(args.vs_inductor) + "\n".join(lines) + "\n")
     return 1 if failed else 0
 
 
