@@ -123,7 +123,9 @@ func.func @{grid_name(entry)}({params}, %gx: i32, %gy: i32, %gz: i32, %lo: index
 """
 
 
-def _walk(module, name: str) -> list:
+def _walk(module, name) -> list:
+    """Every op under `module` named `name` (or one of a tuple of names), in walk order."""
+    names = (name,) if isinstance(name, str) else tuple(name)
     found = []
 
     def visit(op):
@@ -131,7 +133,7 @@ def _walk(module, name: str) -> list:
             for block in region.blocks:
                 for inner in block.operations:
                     inner = inner.operation
-                    if inner.name == name or (name == "*loop*" and inner.name in _LOOPS):
+                    if inner.name in names:
                         found.append(inner)
                     visit(inner)
 
@@ -363,7 +365,7 @@ def _scope_loop_allocas(module) -> None:
     from torch_mlir import ir
     from torch_mlir.dialects import memref
 
-    for loop in _walk(module, "*loop*"):
+    for loop in _walk(module, _LOOPS):
         for region in loop.regions:
             for block in region.blocks:
                 ops = [o.operation for o in block.operations]
