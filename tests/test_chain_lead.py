@@ -113,6 +113,77 @@ def test_lead_is_inside_the_chain(name, dim, hidden, heads, dtype, tol):
             assert _rel(cm(a, x), model(a, x)) <= tol
 
 
+class TokenMajor(PreNorm):
+    """nn.MultiheadAttention's out-projection (batch_first): the attention output's rows are
+    (token, batch), and the projection's result is transposed to (batch, token) for the residual."""
+
+    def forward(self, a, x):
+        h = x + self.proj(a.flatten(-2)).transpose(0, 1)
+        return h + self.fc2(F.gelu(self.fc1(self.ln(h))))
+
+
+class MhaBlock(nn.Module):
+    """Pre-LN block around nn.MultiheadAttention, as PyTorch's own transformer tutorials write it."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+@pytest.mark.parametrize("target", ["interpret", "cpu"])
+@pytest.mark.parametrize("b,t", [(2, 9), (3, 7)])
+def test_lead_with_rows_in_another_order(b, t, target):
+    """The lead's rows (token, batch) are the chain's (batch, token) in another order: the row
+    tile's index splits into the chain's order, and the projection loads its rows there."""
+    if target == "cpu":
+        from uniorch.backends.cpu import CpuBackend
+
+        if not CpuBackend.is_available():
+            pytest.skip("no cpu backend here")
+    torch.manual_seed(0)
+    model = TokenMajor().eval()
+    a = torch.randn(t, b, 4, 8)
+    x = torch.randn(b, t, 32)
+    rep = explain_static(model, (a, x), target=target)
+    assert [k.kind for k in rep.kernels] == ["chain"], rep
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert rep.kernels[0].bytes_read == weights + _nbytes(a, x) and rep.kernels[0].bytes_written == _nbytes(x)
+    cm = uniorch.compile(model, target=target, fallback="error")
+    for seed in (1, 2):
+        g = torch.Generator().manual_seed(seed)
+        a, x = torch.randn(t, b, 4, 8, generator=g), torch.randn(b, t, 32, generator=g)
+        with torch.no_grad():
+            assert _rel(cm(a, x), model(a, x)) <= 1e-5
+
+
+def test_multihead_attention_block_projects_inside_the_chain():
+    """nn.MultiheadAttention: q/k/v projection, attention, then its out-projection, residual,
+    LayerNorm and MLP as one chain kernel (the out-projection was a kernel of its own, writing
+    the residual stream for the chain to read)."""
+    torch.manual_seed(0)
+    model = MhaBlock().eval()
+    t = 11
+    mask = torch.full((t, t), float("-inf")).triu(1)
+    rep = explain_static(model, (torch.randn(2, t, 32), mask), target="interpret")
+    assert sorted(k.kind for k in rep.kernels) == ["attention", "chain", "contraction"], rep
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    for seed in (1, 2):
+        x = torch.randn(2, t, 32, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            assert _rel(cm(x, mask), model(x, mask)) <= 1e-5
+
+
+def _nbytes(*ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
 def test_lead_read_elsewhere_keeps_its_kernel():
     torch.manual_seed(0)
     model = LeadReadTwice().eval()

@@ -63,3 +63,36 @@ def test_different_tensors_count_apart():
     x, y = torch.randn(4, 10), torch.randn(4, 10)
     k, _ = _one_kernel(lambda x, y: x[:, :5] + y[:, 5:], x, y)
     assert k.bytes_read == 2 * 4 * 5 * 4
+
+
+def test_a_gathered_table_counts_the_rows_read():
+    """An embedding loads the rows its ids name: 10 rows of a 1000-row table, in the kernel's
+    bytes and in the minimum alike (Inductor's count bounds a buffer by its loads the same way)."""
+    table, ids = torch.randn(1000, 16), torch.randint(0, 1000, (2, 5))
+    k, out = _one_kernel(lambda ids, table: torch.nn.functional.embedding(ids, table) * 2, ids, table)
+    rows = 2 * 5 * 16 * 4
+    assert k.bytes_read == _nbytes(ids) + rows
+    rep = uniorch.explain(lambda ids, table: torch.nn.functional.embedding(ids, table) * 2, ids, table,
+                          target="interpret")
+    assert rep.bytes_minimum == _nbytes(ids) + rows + _nbytes(out)
+
+
+def test_more_loads_than_rows_count_the_table():
+    table, ids = torch.randn(10, 16), torch.randint(0, 10, (100,))
+    k, out = _one_kernel(lambda ids, table: torch.nn.functional.embedding(ids, table) + 1, ids, table)
+    assert k.bytes_read == _nbytes(ids, table)
+
+
+def test_a_table_also_read_whole_counts_whole_in_the_minimum():
+    """A tied LM head reads the embedding table whole: the minimum counts it once, in full."""
+    table, ids = torch.randn(50, 16), torch.randint(0, 50, (2, 3))
+
+    def tied(ids, table):
+        return torch.nn.functional.embedding(ids, table).tanh() @ table.t()
+
+    cm = uniorch.compile(tied, target="interpret")
+    out = cm(ids, table)
+    torch.testing.assert_close(out, tied(ids, table))
+    rep = cm.explain(ids, table)
+    assert rep.bytes_minimum == _nbytes(ids, table, out)
+    assert sum(k.bytes_read for k in rep.kernels) >= _nbytes(table)

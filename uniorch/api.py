@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import time
 import warnings
@@ -18,6 +17,7 @@ from .compiled_nn import ModuleFacade, model_attribute
 from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autocast, split_grad, split_modes,
                                    split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
+from .minimum_bytes import input_bytes, spec_input_bytes
 from .runtime.boundary import CheckFailed
 
 from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
@@ -689,11 +689,9 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
     eager_now = {n for f in program.launch_failures for n in f.nodes}
     compiled = sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
     if spec is not None:
-        minimum = _input_bytes(cg, spec)
+        minimum = spec_input_bytes(cg, spec)
     else:
-        flat = cg.flat_inputs(args, kwargs)
-        read = [bool(n.users) for n in cg.graph_module.graph.nodes if n.op == "placeholder"]
-        minimum = sum(t.numel() * t.element_size() for t, r in zip(flat, read) if r and isinstance(t, torch.Tensor))
+        minimum = input_bytes(cg, cg.flat_inputs(args, kwargs))
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
     for val in outs_meta:
@@ -713,24 +711,6 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
     boundary = [b for b in boundary if b]
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
                   checks, boundary, list(entry.symbols))
-
-
-def _input_bytes(cg: CapturedGraph, spec) -> int:
-    """The bytes of a call's inputs, parameters and buffers included, from its guard key: the
-    placeholders' sizes where static, the key's for the user's tensors (symbolic in a dynamic compile).
-    Only what the graph reads: GoogLeNet's auxiliary classifiers, unused in eval mode, made the
-    minimum above the bytes moved."""
-    leaves = spec[1]
-    total = 0
-    for inp, node in zip(cg.inputs, (n for n in cg.graph_module.graph.nodes if n.op == "placeholder")):
-        if not node.users:
-            continue
-        if inp.kind == "user" and leaves[inp.target][0] == "T":
-            _, shape, dtype = leaves[inp.target][:3]
-            total += math.prod(shape) * dtype.itemsize
-        elif inp.kind != "user" and isinstance(node.meta.get("val"), torch.Tensor):
-            total += node.meta["val"].numel() * node.meta["val"].element_size()
-    return total
 
 
 def _state_name(cg, o: int) -> str:

@@ -88,6 +88,8 @@ def analyze_lead(c0, x, p1: _Plan, ops) -> Lead:
     if len(p1.order["k"]) != 1 or p1.K != p0.N:
         raise CodegenError(c0, f"the chain's input width {p1.K} is not its lead's {p0.N}")
     rows = differing_rows(p0, p1)
+    if rows is not None and rows[0] != "batch" and _rows_as_x(p0, x, ops):
+        rows = differing_rows(p0, p1)
     if rows is not None:
         what = "batch" if rows[0] == "batch" else "row"
         raise CodegenError(c0, f"the lead's {what} dims {rows[1]} are not the chain's {rows[2]}")
@@ -101,6 +103,23 @@ def analyze_lead(c0, x, p1: _Plan, ops) -> Lead:
             or len(roles) != len(_shape(x)):
         raise CodegenError(c0, "the chain's input is not its lead's output tile, element for element")
     return Lead(p0, x, roles)
+
+
+def _rows_as_x(p0: _Plan, x, ops) -> bool:
+    """Put the lead's row dims in the order x holds them, when x permutes them: the chain's rows are
+    x's, and nn.MultiheadAttention's out-projection runs over (token, batch) rows that its result
+    transposes to (batch, token). Each row is still one element of every tile: only the order in
+    which a row tile's index splits into the dims changes. Whether anything changed."""
+    layouts = epilogue_layouts(p0, score_chain(p0.gen, x, ops))
+    if not _known(layouts, x):
+        return False
+    ms = set(p0.order["m"])
+    held = [lin.terms[0][0] for lin in _get(layouts, x)
+            if len(lin.terms) == 1 and lin.terms[0][1] == 1 and not lin.const and lin.terms[0][0] in ms]
+    if sorted(held) != sorted(ms) or held == p0.order["m"]:
+        return False
+    p0.order["m"] = held
+    return True
 
 
 def _depthwise(c0, x, p0: _Plan, p1: _Plan, ops) -> Lead:

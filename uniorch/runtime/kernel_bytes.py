@@ -7,6 +7,12 @@ Those arguments cover parts of one buffer, and the kernel's loads of them touch 
 (the same rows, in the same program), so they count as the union of the parts, as Inductor counts
 a buffer once per kernel however many loads read it. Symbolic sizes (uniorch/ir/dims.py) count at
 the capture's sizes, each argument on its own.
+
+An argument the kernel only gathers from (every use a `tensor.extract` in a generic's body: an
+embedding table, a rotary cache indexed by positions) counts the elements those loops can load,
+at most the whole argument: a gather of 16 token rows reads 16 rows, not the 50257-row table.
+That is Inductor's rule too (`get_read_write_buffer_accesses`: per buffer, the smaller of the
+elements its loops access and its size), for the worst case of distinct indices.
 """
 from __future__ import annotations
 
@@ -40,8 +46,45 @@ def kernel_bytes(func, calls=()) -> tuple[int, int]:
         return _symbolic(func)
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
     written = sum(_nbytes(t) for t in ftype.results)
-    reads = [_read_bytes(list(c.operands)) for c in calls]
-    return (max(reads) if reads else sum(_nbytes(t) for t in ftype.inputs)), written
+    caps = gathered(func)
+    reads = [_read_bytes(list(c.operands), caps) for c in calls]
+    if not reads:
+        reads = [sum(_capped(t, caps.get(i)) for i, t in enumerate(ftype.inputs))]
+    return max(reads), written
+
+
+def gathered(func) -> dict[int, int]:
+    """{argument: elements the kernel can load of it} for the arguments it only gathers from:
+    each use a `tensor.extract` in the body of a generic at the kernel's top level, loading one
+    element per iteration of that generic's loops."""
+    from uniorch.codegen.patterns import loop_sizes
+
+    caps = {}
+    for i, arg in enumerate(func.regions[0].blocks[0].arguments):
+        n = 0
+        for use in arg.uses:
+            op = use.owner
+            g = op.parent if op.name == "tensor.extract" and use.operand_number == 0 else None
+            if g is None or g.name != "linalg.generic" or g.parent.name != "func.func":
+                break
+            try:
+                sizes = loop_sizes(g)
+            except ValueError:
+                break
+            if not all(isinstance(s, int) for s in sizes):
+                break
+            n += dims.prod(sizes)
+        else:
+            if n:
+                caps[i] = n
+    return caps
+
+
+def _capped(t, elements: int | None) -> int:
+    full = _nbytes(t)
+    if elements is None:
+        return full
+    return min(full, elements * full // max(1, dims.prod(list(ir.RankedTensorType(t).shape))))
 
 
 def _symbolic(func) -> tuple[int, int]:
@@ -58,11 +101,14 @@ def _symbolic(func) -> tuple[int, int]:
             sum(size(r) for r in ret.operands))
 
 
-def _read_bytes(operands) -> int:
+def _read_bytes(operands, caps=None) -> int:
     by_base: list[tuple[object, list]] = []
     total = 0
-    for v in operands:
+    for i, v in enumerate(operands):
         if not isinstance(v.type, ir.RankedTensorType):
+            continue
+        if caps and i in caps:  # gathered from: its loads, wherever the buffer starts
+            total += _capped(v.type, caps[i])
             continue
         found = _box(v)
         if found is None:
