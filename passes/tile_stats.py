@@ -279,11 +279,12 @@ def _match_split(r0) -> _Found | None:
     split = _split_summand(r0)
     if split is None:
         return None
-    summand, total = split
+    summand, total, joins = split
     found = _match(total)
-    if found is not None and (found.chain or found.views or _rounded(summand)):
+    if found is not None and (found.chain or found.views or (_rounded(summand) and not joins)):
         # a 16-bit product stored narrow and widened again (bf16 autocast): fusion leaves the
-        # widening to the reader, so the summand would not be on the kernel's output tile
+        # widening to the reader, so the summand would not be on the kernel's output tile; one
+        # reading only the product and parameters joins its epilogue (a bf16 CNN's pooled head)
         found = None
     if found is None:
         empty = pat.outputs(summand)[0].owner
@@ -296,10 +297,27 @@ def _match_split(r0) -> _Found | None:
     return found
 
 
+def _map_dims(m) -> set[int]:
+    """The loop dims an indexing map's results use."""
+    out, stack = set(), list(m.results)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.AffineDimExpr):
+            out.add(e.position)
+        elif isinstance(e, ir.AffineBinaryExpr):
+            stack += [e.lhs, e.rhs]
+    return out
+
+
+def _only_reader(v, op) -> bool:
+    return all(pat.op_of(u.owner) == pat.op_of(op) for u in v.uses)
+
+
 def _split_summand(r0):
-    """(pointwise summand, plain sum of it) built before reduction `r0`, an f32 sum of a body over
-    several inputs; one input read in loop order gives the summand's shape. None if `r0` is not
-    such a sum or no input is a contraction's output tile."""
+    """(pointwise summand, plain sum of it, whether the summand joins the product's epilogue even
+    if it rounds: below) built before reduction `r0`, an f32 sum of a body over several inputs; one input read
+    in loop order gives the summand's shape. None if `r0` is not such a sum or no input is a
+    contraction's output tile."""
     if not pat.is_reduction(r0) or pat.num_inputs(r0) < 2 or len(r0.results) != 1 or not _f32(r0.results[0]):
         return None
     combiners = pat.reduction_combiners(r0)
@@ -309,18 +327,26 @@ def _split_summand(r0):
     ins = pat.inputs(r0)
     n = maps[0].n_dims
     ident = ir.AffineMap.get_identity(n)
-    # a linear layer's output only: a convolution's backward (BatchNorm's weight gradient in a CNN)
-    # also reads dy for the input's gradient, and its epilogue loading x beside the tile moved
-    # more bytes than the sum it saved (the zoo's densenet_block: 37 -> 43 kernels, +14 %)
+    # A convolution's output summed with other full-size inputs stays a reduction kernel where the
+    # product is read elsewhere too: BatchNorm's weight gradient in a CNN's backward, whose dy the
+    # input's gradient reads, moved more bytes with the epilogue loading x beside the tile than the
+    # sum saved (the zoo's densenet_block: 37 -> 43 kernels, +14 %). It joins the epilogue where the
+    # sum is the product's only reader (ResNet's last block, relu(bn(conv) + x), pooled) or its
+    # other inputs are constant along the sum (per-channel parameters, loaded once per column).
+    its = pat.iterator_types(r0)
+    summed_dims = {i for i, t in enumerate(its) if t == "reduction"}
+    params_only = sum(1 for m in maps[:-1] if m == ident) == 1 \
+        and all(m == ident or not (_map_dims(m) & summed_dims) for m in maps[:-1])
     lead = [a for a, m in zip(ins, maps) if m == ident and isinstance(a.type, ir.RankedTensorType)
-            and _static_shape(a) is not None and (w := _walk(a)) is not None and not pat.is_convolution(w[1])]
+            and _static_shape(a) is not None and (w := _walk(a)) is not None
+            and (params_only or _only_reader(a, r0) or not pat.is_convolution(w[1]))]
     if not lead:
         return None
+    joins = params_only or all(_only_reader(a, r0) for a in lead)
     blk = pat.body(r0)
     summed = combiners[0][1]
     prefix = [o for o in pat.body_ops(r0)[:-1]]
     shape_t = ir.RankedTensorType.get(_static_shape(lead[0]), ir.F32Type.get())
-    its = pat.iterator_types(r0)
     with ir.InsertionPoint(r0):
         empty = tensor.EmptyOp(list(shape_t.shape), shape_t.element_type).result
 
@@ -330,15 +356,19 @@ def _split_summand(r0):
         summand = _generic(ins, [empty], maps[:-1] + [ident], ["parallel"] * n, body)
         total = _generic([summand.results[0]], [pat.outputs(r0)[0]], [ident, maps[-1]], its,
                          lambda a: [_f("arith.addf", a[1], a[0])])
-    return summand.operation, total.operation
+    return summand.operation, total.operation, joins
+
+
+def _constant(v) -> bool:
+    return not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name == "arith.constant"
 
 
 def _rounded(op, depth: int = 8) -> bool:
     """Whether the way from pointwise `op` back to its contraction rounds or widens a value."""
     if depth == 0 or not pat.is_pointwise(op):
         return False
-    if any(o.name in ("arith.truncf", "arith.extf") for o in pat.body_ops(op)):
-        return True
+    if any(o.name in ("arith.truncf", "arith.extf") and not _constant(o.operands[0]) for o in pat.body_ops(op)):
+        return True  # (BatchNorm's eps is an f64 constant rounded to f32 in the body: no value rounds)
     for a in pat.inputs(op):
         if isinstance(a.type, ir.ShapedType) and not isinstance(a.owner, ir.Block) \
                 and _rounded(pat.op_of(a.owner), depth - 1):

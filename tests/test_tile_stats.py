@@ -85,6 +85,34 @@ class SqueezeExcite(nn.Module):
         return h * s
 
 
+class PooledHead(nn.Module):
+    """A classifier's head: conv, eval-mode BatchNorm, ReLU6, global average pool, linear. The
+    pool's sums are the conv's partials: its output is never written."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(F.relu6(self.bn(self.conv(x))), 1).flatten(1))
+
+
+class ResidualPooledHead(PooledHead):
+    """ResNet's last block pooled: relu(bn(conv(x)) + x), the residual loaded beside the tile."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(F.relu(self.bn(self.conv(x)) + x), 1).flatten(1))
+
+
 CASES = {
     "bn-pool": (lambda: ConvBN("pool").train(), (2, 8, 8, 8)),
     "bn-conv": (lambda: ConvBN("conv").train(), (2, 8, 8, 8)),
@@ -92,6 +120,8 @@ CASES = {
     "groupnorm": (lambda: ConvGN(), (2, 8, 8, 8)),
     "bn1d": (lambda: LinearBN().train(), (128, 32)),
     "squeeze-excite": (lambda: SqueezeExcite().eval(), (2, 8, 8, 8)),
+    "pooled-head": (lambda: PooledHead().eval(), (2, 8, 8, 8)),
+    "residual-pooled-head": (lambda: ResidualPooledHead().eval(), (2, 16, 8, 8)),
 }
 
 
@@ -143,7 +173,21 @@ def test_statistics_read_partials_not_the_activation(name, dtype, tol):
             assert _err(b1, b2) < tol, (n, _err(b1, b2))
 
 
-@pytest.mark.parametrize("name", ["bn-pool", "groupnorm", "bn1d"])
+@pytest.mark.parametrize("name", ["pooled-head", "residual-pooled-head"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_pooled_activation_is_never_written(name, dtype):
+    """The pooled activation is the pool's only reader's: no kernel writes it, in bf16 too (where
+    the summand rounds the BatchNorm's output to 16 bits before the sum, as eager does)."""
+    make, shape = CASES[name]
+    torch.manual_seed(3)
+    model = make().to(dtype)
+    rep = explain_static(model, (torch.randn(shape, dtype=dtype),))
+    y_bytes = _activation_bytes(model, shape, dtype)
+    assert all(k.bytes_written < y_bytes // 4 for k in rep.kernels), str(rep)
+    assert len(rep.kernels) == 3, str(rep)  # the conv with its partials, their sum, the linear layer
+
+
+@pytest.mark.parametrize("name", ["bn-pool", "groupnorm", "bn1d", "residual-pooled-head"])
 def test_cpu_backend_matches_eager(name):
     make, shape = CASES[name]
     torch.manual_seed(4)
