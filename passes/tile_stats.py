@@ -52,6 +52,10 @@ from .sink_collapse import _groups, _reassociation
 from .split_reduction import _zeros
 
 MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
+# reduced rows with no power-of-two factor of 16 (7 x 7 pixels, ResNet's last stage at 224 px) are
+# one chunk when at most this many: a tile of the next power of two holds one chunk, its programs
+# stepping by the chunk (contraction_stats.py, `row_step`)
+MAX_WHOLE_CHUNK = 128
 
 
 def tile_stats(main) -> None:
@@ -507,6 +511,8 @@ def _rows(y_m: list, y_shape: list, atoms: list, reduced: set):
         return None
     suffix = math.prod(y_shape[d] for d in red_m)
     L = min(MAX_CHUNK, suffix & -suffix)
+    if L < 16 and suffix <= MAX_WHOLE_CHUNK:
+        L = suffix
     return y_m, xdims, L
 
 
@@ -702,4 +708,4 @@ def chunk_map(y_shape: list, y_m: list, o_y: list, L: int) -> ir.AffineMap:
     return ir.AffineMap.get(rank, 0, [chunk] + [dims[d] for d in o_y])
 
 
-__all__ = ["tile_stats", "TILE_STAT", "MAX_CHUNK", "chunk_map"]
+__all__ = ["tile_stats", "TILE_STAT", "MAX_CHUNK", "MAX_WHOLE_CHUNK", "chunk_map"]

@@ -122,6 +122,10 @@ CASES = {
     "squeeze-excite": (lambda: SqueezeExcite().eval(), (2, 8, 8, 8)),
     "pooled-head": (lambda: PooledHead().eval(), (2, 8, 8, 8)),
     "residual-pooled-head": (lambda: ResidualPooledHead().eval(), (2, 16, 8, 8)),
+    # 7 x 7 pixels (a 224-px ResNet's last stage): no power of two divides them, each image's
+    # pixels are one chunk, one tile's
+    "bn-pool-7x7": (lambda: ConvBN("pool").train(), (2, 8, 7, 7)),
+    "residual-pooled-head-7x7": (lambda: ResidualPooledHead().eval(), (3, 16, 7, 7)),
 }
 
 
@@ -173,7 +177,7 @@ def test_statistics_read_partials_not_the_activation(name, dtype, tol):
             assert _err(b1, b2) < tol, (n, _err(b1, b2))
 
 
-@pytest.mark.parametrize("name", ["pooled-head", "residual-pooled-head"])
+@pytest.mark.parametrize("name", ["pooled-head", "residual-pooled-head", "residual-pooled-head-7x7"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_pooled_activation_is_never_written(name, dtype):
     """The pooled activation is the pool's only reader's: no kernel writes it, in bf16 too (where
@@ -187,7 +191,7 @@ def test_pooled_activation_is_never_written(name, dtype):
     assert len(rep.kernels) == 3, str(rep)  # the conv with its partials, their sum, the linear layer
 
 
-@pytest.mark.parametrize("name", ["bn-pool", "groupnorm", "bn1d", "residual-pooled-head"])
+@pytest.mark.parametrize("name", ["bn-pool", "groupnorm", "bn1d", "residual-pooled-head", "bn-pool-7x7"])
 def test_cpu_backend_matches_eager(name):
     make, shape = CASES[name]
     torch.manual_seed(4)
@@ -259,6 +263,22 @@ def test_kernels_compile_for_gpus_with_whole_chunks(target, dtype):
     line = next(ln for ln in src.splitlines() if "tl.static_range" in ln)
     block, chunk = line.split("tl.static_range(")[1].split(")")[0].split(" // ")
     assert int(k.source.constexprs[block]) % int(chunk) == 0, (line, k.source.constexprs)
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_kernels_compile_for_gpus_with_a_chunk_per_tile(target, dtype):
+    """7 x 7 pixels: the programs step by the 49 pixels of an image, the block's 15 more masked."""
+    torch.manual_seed(0)
+    model = ResidualPooledHead().eval().to(dtype)
+    art = uniorch.compile_aot(model, (torch.randn(3, 16, 7, 7, dtype=dtype),), target=target)
+    assert not art.fallbacks
+    k = next(k for k in art.kernels if "tile statistics" in k.asm["triton"])
+    assert ("cubin" if target.startswith("cuda") else "hsaco") in k.asm
+    src = k.asm["triton"]
+    assert "offs_n = pid_n * 49 + tl.arange(0, BLOCK_N)" in src, src
+    assert "sel = tl.arange(0, BLOCK_N)[None, :] < 49" in src, src
+    assert k.source.constexprs["BLOCK_N"] == 64 and k.source.grid[0] == 3, (k.source.constexprs, k.source.grid)
 
 
 def test_bf16_convolution_stores_its_output_in_16_bits():

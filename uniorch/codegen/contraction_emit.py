@@ -15,7 +15,7 @@ from .contraction_plan import ROW_STAT, _Plan, _get, _is_empty, _known, _loop_si
 from .const_fold import _CASTS, _LITERAL_OK, _fold
 from .contraction_gather import _Gathers
 from .contraction_reduce import _Reductions, output_env
-from .contraction_schedule import _target_kind
+from .contraction_schedule import _target_kind, row_step
 from .contraction_stats import _TileStats
 from .contraction_window import WINDOW_PRODUCER, _Windows
 from .operand_sums import _OperandSums
@@ -67,8 +67,9 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
             for i, d in enumerate(plan.order[c]):
                 self.pos[d] = i
         # a symbolic extent (uniorch/ir/dims.py) may not be a multiple of the tile: masked
-        self.mask_m = not isinstance(plan.M, int) or plan.M % sched["block_m"] != 0
-        self.mask_n = not isinstance(plan.N, int) or plan.N % sched["block_n"] != 0
+        self.step_m, self.step_n = row_step(plan, "m", "BLOCK_M"), row_step(plan, "n", "BLOCK_N")
+        self.mask_m = not isinstance(plan.M, int) or plan.M % sched["block_m"] != 0 or self.step_m != "BLOCK_M"
+        self.mask_n = not isinstance(plan.N, int) or plan.N % sched["block_n"] != 0 or self.step_n != "BLOCK_N"
         self.mask_k = not isinstance(plan.K, int) or plan.K % sched["block_k"] != 0
 
     # -- names, lines ---------------------------------------------------------------------------
@@ -675,8 +676,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         M, N, K, B = p.M, p.N, p.K, p.B
         bm, bn = s["block_m"], s["block_n"]
         # more than one tile along M / N (a symbolic extent may have any number)
-        many_m = not isinstance(M, int) or -(-M // bm) > 1
-        many_n = not isinstance(N, int) or -(-N // bn) > 1
+        many_m = not isinstance(M, int) or -(-M // row_step(p, "m", bm)) > 1
+        many_n = not isinstance(N, int) or -(-N // row_step(p, "n", bn)) > 1
         swizzle = s["group_m"] > 1 and many_m and many_n
         constexprs = {"BLOCK_M": s["block_m"], "BLOCK_N": s["block_n"], "BLOCK_K": s["block_k"]}
         if swizzle:
@@ -701,8 +702,8 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         ]
         if swizzle:
             body += [
-                f"num_pid_m = ({size_code(M)} + BLOCK_M - 1) // BLOCK_M",
-                f"num_pid_n = ({size_code(N)} + BLOCK_N - 1) // BLOCK_N",
+                f"num_pid_m = ({size_code(M)} + {self.step_m} - 1) // {self.step_m}",
+                f"num_pid_n = ({size_code(N)} + {self.step_n} - 1) // {self.step_n}",
                 "# grouped ordering: GROUP_M row-tiles share their B tiles in L2",
                 "group_id = pid // (GROUP_M * num_pid_n)",
                 "first_pid_m = group_id * GROUP_M",
@@ -715,10 +716,10 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         elif not many_m:
             body += ["pid_m = 0", "pid_n = pid"]
         else:
-            body += [f"pid_m = pid // (({size_code(N)} + BLOCK_N - 1) // BLOCK_N)",
-                     f"pid_n = pid % (({size_code(N)} + BLOCK_N - 1) // BLOCK_N)"]
-        body += ["offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-                 "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
+            body += [f"pid_m = pid // (({size_code(N)} + {self.step_n} - 1) // {self.step_n})",
+                     f"pid_n = pid % (({size_code(N)} + {self.step_n} - 1) // {self.step_n})"]
+        body += [f"offs_m = pid_m * {self.step_m} + tl.arange(0, BLOCK_M)",
+                 f"offs_n = pid_n * {self.step_n} + tl.arange(0, BLOCK_N)"]
         if p.order["b"]:
             body.append("pid_b = tl.program_id(1)")
         body += self.index_defs("b", "pid_b")
@@ -726,9 +727,11 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         body += self.index_defs("n", "offs_n[None, :]")
         body += [f"{name} = {text}  # window element {name.rsplit('_w', 1)[1]}" for name, text in self.win_defs.items()]
         if "mask_m" in self.need:
-            body.append(f"mask_m = offs_m[:, None] < {size_code(M)}")
+            step = "" if self.step_m == "BLOCK_M" else f" & (tl.arange(0, BLOCK_M)[:, None] < {self.step_m})"
+            body.append(f"mask_m = (offs_m[:, None] < {size_code(M)}){step}")
         if "mask_n" in self.need:
-            body.append(f"mask_n = offs_n[None, :] < {size_code(N)}")
+            step = "" if self.step_n == "BLOCK_N" else f" & (tl.arange(0, BLOCK_N)[None, :] < {self.step_n})"
+            body.append(f"mask_n = (offs_n[None, :] < {size_code(N)}){step}")
         body += self.pre
         body.append(f"for k0 in range(0, {size_code(K)}, BLOCK_K):")
         inner = ["offs_k = k0 + tl.arange(0, BLOCK_K)"]
@@ -749,7 +752,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
             source = "import triton.language as tl\n\n\n" + "\n\n".join(_body.HELPERS[h] for h in helpers) \
                 + "\n\n" + source[len("import triton.language as tl\n\n\n"):]
         ptypes = [_PTR[_elem(a)] for a in p.args] + [_PTR[_elem(r)] for r in p.results]
-        grid = (size_prod([size_cdiv(M, bm), size_cdiv(N, bn)]), B, 1)
+        grid = (size_prod([size_cdiv(M, row_step(p, "m", bm)), size_cdiv(N, row_step(p, "n", bn))]), B, 1)
         return KernelSource(
             name=p.name, fn_name=fn, source=source, input_ranks=in_ranks, output_ranks=out_ranks,
             grid=grid, constexprs=constexprs, num_warps=s["num_warps"], num_stages=s["num_stages"],
@@ -774,7 +777,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
                     and inner % self.s["block_k"] == 0:
                 text = f"k0 // {inner}"  # one window position per K tile: a scalar, masks constant along K
             elif c == "n" and p.channels_last == dims[-1] and inner != 1 and isinstance(inner, int) \
-                    and inner % self.s["block_n"] == 0:
+                    and inner % self.s["block_n"] == 0 and self.step_n == "BLOCK_N":
                 text = f"pid_n * BLOCK_N // {inner}"  # a weight gradient's window position, per N tile
             if i > 0:
                 text += f" % {size_code(p.sizes[d])}"

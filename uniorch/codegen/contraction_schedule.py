@@ -95,7 +95,9 @@ def _schedule(plan: _Plan, target: str) -> dict:
     if plan.tile_rows is not None:
         # tile statistics: whole chunks of L rows per tile along their axis (contraction_stats.py)
         cls, L = plan.tile_rows
-        bm, bn = (max(bm, L), bn) if cls == "m" else (bm, max(bn, L))
+        # (a chunk of no power of two rows is one tile's: the block that holds it, no larger)
+        b = _pow2(L) if L & (L - 1) else max(bm if cls == "m" else bn, L)
+        bm, bn = (b, bn) if cls == "m" else (bm, b)
     return {
         "block_m": bm, "block_n": bn, "block_k": bk, "group_m": group,
         "num_warps": warps, "num_stages": stages, "looped": True,
@@ -109,8 +111,17 @@ def _row_tile(plan: _Plan, n) -> int:
     return max(16, _pow2(n))
 
 
+def row_step(plan: _Plan, cls: str, block):
+    """Rows between two programs' tiles along `cls` ("m" or "n"): the block, or the chunk of the
+    kernel's tile statistics when that is no power of two (7 x 7 pixels): one chunk per tile, the
+    rest of its block masked."""
+    if plan.tile_rows is not None and plan.tile_rows[0] == cls and plan.tile_rows[1] & (plan.tile_rows[1] - 1):
+        return plan.tile_rows[1]
+    return block
+
+
 def _grid(plan: _Plan, bm: int, bn: int) -> list:
-    tiles = dims.prod([dims.cdiv(plan.M, bm), dims.cdiv(plan.N, bn)])
+    tiles = dims.prod([dims.cdiv(plan.M, row_step(plan, "m", bm)), dims.cdiv(plan.N, row_step(plan, "n", bn))])
     return [dims.grid_entry(tiles), dims.grid_entry(plan.B), 1]
 
 
@@ -142,7 +153,7 @@ def _recorded_schedule(func, plan: _Plan, target: str) -> dict:
                                  f"({plan.K}) in one K tile")
     if plan.tile_rows is not None:
         cls, L = plan.tile_rows
-        if s["block_" + cls] % L:
+        if (s["block_" + cls] % L) if not L & (L - 1) else s["block_" + cls] < L:
             raise CodegenError(func, f"schedule block_{cls} = {s['block_' + cls]}: tile statistics need "
                                      f"whole chunks of {L} rows per tile")
     s["grid"] = _grid(plan, s["block_m"], s["block_n"])

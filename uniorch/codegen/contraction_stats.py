@@ -4,7 +4,8 @@ A generic marked `uniorch.tile_stat = L` sums an epilogue value x over chunks of
 rows of one tile axis (M, or N: a convolution's batch x height x width), keeping the other dims:
 `S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`. Tiles along that axis hold
 whole chunks (the schedule keeps the block a multiple of L), so each program reduces its tile's
-chunks in registers and stores them; no partial is shared between programs. Mixed into
+chunks in registers and stores them; no partial is shared between programs. A chunk of no power
+of two rows (7 x 7 pixels) is one tile's: the tiles step by the chunk, the rest of the block masked. Mixed into
 contraction_emit.py's `_Emitter`.
 """
 from __future__ import annotations
@@ -145,9 +146,13 @@ class _TileStats:
             m = f"(chunk < {n_chunks})" + (f" & {mask}" if mask else "")
             body.append(f"tl.store({addr}, {val}, mask={m})")
         out.append(f"# tile statistics: sums over chunks of {L} rows of {cls.upper()} (passes/tile_stats.py)")
-        out.append(f"for tsj in tl.static_range({block} // {L}):")
-        inner = [f"sel = ({rows} // {L}) == tsj",
-                 f"chunk = {pid} * ({block} // {L}) + tsj"] + body
+        if L & (L - 1):  # one chunk per tile, the tiles L rows apart (contraction_schedule.row_step)
+            out.append("for tsj in tl.static_range(1):")
+            inner = [f"sel = {rows} < {L}", f"chunk = {pid}"] + body
+        else:
+            out.append(f"for tsj in tl.static_range({block} // {L}):")
+            inner = [f"sel = ({rows} // {L}) == tsj",
+                     f"chunk = {pid} * ({block} // {L}) + tsj"] + body
         out += ["    " + ln for ln in inner]
         return out
 
