@@ -203,7 +203,7 @@ def _on_product(op, depth: int = 8):
     shape = _static_shape(op.results[0])
     if maps[-1] != ident or shape is None or any(o.name == "tensor.extract" for o in pat.body_ops(op)):
         return None
-    found, others = None, []
+    cands, others = [], []
     for a, m in zip(pat.inputs(op), maps):
         if not isinstance(a.type, ir.ShapedType) or isinstance(a.owner, ir.Block):
             continue
@@ -213,10 +213,18 @@ def _on_product(op, depth: int = 8):
             cand = p if _is_product(p) else _on_product(p, depth - 1)
         if cand is None:
             others.append(a)
-        elif found is not None and found != cand:
-            return None
         else:
-            found = cand
+            cands.append((a, cand))
+    # on two products' tiles (a residual block's conv and its input, another conv's output): the
+    # later one's, computed from the other, which is stored for the block's first conv anyway
+    found = None
+    for _, c in cands:
+        if all(o == c or _reads(c.results[0], o) for _, o in cands):
+            found = c
+            break
+    if cands and found is None:
+        return None
+    others += [a for a, c in cands if c != found]
     # the other inputs are parameters: none computed from the product (softmax's max of it)
     if found is not None and any(_reads(a, found) for a in others):
         return None
@@ -224,8 +232,13 @@ def _on_product(op, depth: int = 8):
 
 
 def _reads(v: ir.Value, target, limit: int = 256) -> bool:
-    """Whether `v` is computed from `target`'s results (a bounded walk over producers; True
-    when the walk is cut short, to be safe)."""
+    """Whether `v` is computed from `target`'s results (a bounded walk over producers, which
+    skips ops before `target` in its block: none of them reads it; True when the walk is cut
+    short, to be safe)."""
+    block_ops = [pat.op_of(o) for o in target.parent.regions[0].blocks[0].operations] \
+        if target.parent is not None and target.parent.name == "func.func" else []
+    order = {o: i for i, o in enumerate(block_ops)}
+    at = order.get(target)
     stack, seen = [v], 0
     while stack:
         w = stack.pop()
@@ -234,6 +247,8 @@ def _reads(v: ir.Value, target, limit: int = 256) -> bool:
         op = pat.op_of(w.owner)
         if op == target:
             return True
+        if at is not None and order.get(op, at) < at:
+            continue
         seen += 1
         if seen > limit:
             return True
@@ -313,8 +328,21 @@ def _map_dims(m) -> set[int]:
     return out
 
 
-def _only_reader(v, op) -> bool:
-    return all(pat.op_of(u.owner) == pat.op_of(op) for u in v.uses)
+def _only_reader(v, op, depth: int = 8) -> bool:
+    """Whether `op` is the only reader of v, directly or through pointwise ops read only by it."""
+    for u in v.uses:
+        user = pat.op_of(u.owner)
+        if user == pat.op_of(op):
+            continue
+        if depth == 0 or not pat.is_pointwise(user) or not all(_only_reader(r, op, depth - 1) for r in user.results):
+            return False
+    return True
+
+
+def _product_read_only_by(product, r0) -> bool:
+    """Whether the sum `r0` is all that reads the product (its epilogue included): its output is
+    stored for the sum alone, so partials in its epilogue save the whole store and read."""
+    return all(_only_reader(r, r0) for r in product.results)
 
 
 def _split_summand(r0):
@@ -343,10 +371,10 @@ def _split_summand(r0):
         and all(m == ident or not (_map_dims(m) & summed_dims) for m in maps[:-1])
     lead = [a for a, m in zip(ins, maps) if m == ident and isinstance(a.type, ir.RankedTensorType)
             and _static_shape(a) is not None and (w := _walk(a)) is not None
-            and (params_only or _only_reader(a, r0) or not pat.is_convolution(w[1]))]
+            and (params_only or _product_read_only_by(w[1], r0) or not pat.is_convolution(w[1]))]
     if not lead:
         return None
-    joins = params_only or all(_only_reader(a, r0) for a in lead)
+    joins = params_only or all(_product_read_only_by(_walk(a)[1], r0) for a in lead)
     blk = pat.body(r0)
     summed = combiners[0][1]
     prefix = [o for o in pat.body_ops(r0)[:-1]]
