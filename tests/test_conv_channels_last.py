@@ -264,3 +264,21 @@ def test_small_forward_convolutions_keep_their_fp32_layout(shape, exact_convs):
     x = torch.randn(shape)
     (kernel,) = _conv_kernels(nn.Conv2d(shape[1], 64, 3, padding=1, bias=False), x, "cuda:sm_90")
     assert kernel.source.relayout == [] and "pid_n * BLOCK_N //" not in kernel.source.source
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_bytes_count_the_copies_the_plan_makes(k):
+    """explain's bytes add a relayout copy (read and written) only where the plan makes one: a 3x3
+    convolution's filters are copied channels-last each call, a 1x1 convolution's [out, in, 1, 1]
+    filters already are (the plan passes them as they are). The input, the graph's own NCHW
+    tensor, is copied in both."""
+    from uniorch.api import explain_static
+
+    conv = nn.Conv2d(64, 64, k, padding=k // 2, bias=False).eval().requires_grad_(False).to(torch.bfloat16)
+    x = torch.randn(4, 64, 14, 14, dtype=torch.bfloat16)
+    rep = explain_static(conv, (x,), target="cuda:sm_90")
+    (kern,) = rep.kernels
+    nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
+    copies = nbytes(x) + (nbytes(conv.weight) if k > 1 else 0)
+    assert kern.bytes_read == nbytes(x) + nbytes(conv.weight) + copies, (kern.bytes_read, copies)
+    assert kern.bytes_written == nbytes(x) + copies

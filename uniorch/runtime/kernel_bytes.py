@@ -33,10 +33,18 @@ def _nbytes(t) -> int:
 
 def relayout_bytes(func, relayout) -> int:
     """Bytes of the inputs the launch plan copies to another layout before kernel `func`
-    (KernelSource.relayout; read once and written once each), at static sizes (0 for symbolic)."""
+    (KernelSource.relayout; read once and written once each), at static sizes (0 for symbolic).
+    As the plan does (runtime/plan.py), a contiguous input whose wanted innermost dim already has
+    stride 1 is not copied: a 1x1 convolution's filters, [out, in, 1, 1], are channels-last too."""
     args = func.regions[0].blocks[0].arguments
-    return sum(_nbytes(args[i].type) for i, _ in relayout
-               if all(d >= 0 for d in ir.RankedTensorType(args[i].type).shape))
+    total = 0
+    for i, order in relayout:
+        shape = ir.RankedTensorType(args[i].type).shape
+        if any(d < 0 for d in shape) or all(n == 1 for n in shape[order[-1] + 1:]) \
+                or dims.prod(list(shape)) <= 1:
+            continue
+        total += _nbytes(args[i].type)
+    return total
 
 
 def kernel_bytes(func, calls=()) -> tuple[int, int]:
