@@ -391,16 +391,12 @@ def _split_summand(r0):
     return summand.operation, total.operation, joins
 
 
-def _constant(v) -> bool:
-    return not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name == "arith.constant"
-
-
 def _rounded(op, depth: int = 8) -> bool:
     """Whether the way from pointwise `op` back to its contraction rounds or widens a value."""
     if depth == 0 or not pat.is_pointwise(op):
         return False
-    if any(o.name in ("arith.truncf", "arith.extf") and not _constant(o.operands[0]) for o in pat.body_ops(op)):
-        return True  # (BatchNorm's eps is an f64 constant rounded to f32 in the body: no value rounds)
+    if any(o.name in ("arith.truncf", "arith.extf") for o in pat.body_ops(op)):
+        return True
     for a in pat.inputs(op):
         if isinstance(a.type, ir.ShapedType) and not isinstance(a.owner, ir.Block) \
                 and _rounded(pat.op_of(a.owner), depth - 1):
@@ -443,6 +439,10 @@ def _match(r0) -> _Found | None:
     else:
         return None
     y_m, xdims, L = rows
+    if L & (L - 1) and not pat.is_convolution(anchor):
+        # one chunk of all the rows is for a convolution's pixels per image; a linear layer's rows
+        # summed whole (a bias gradient) are its weight gradient's operand sum (passes/fuse_operand_sums.py)
+        return None
     m_set = set(y_m)
     if cls == "n" and not pat.is_convolution(anchor):
         # a norm over a linear layer's features (LayerNorm, RMSNorm): one tile holds a short row

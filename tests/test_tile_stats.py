@@ -309,3 +309,20 @@ def test_bf16_convolution_stores_its_output_in_16_bits():
     numel = 2 * 16 * 8 * 8
     partials = 2 * (numel // 64) * 4  # S and Q: one f32 per chunk of 64 rows
     assert conv.bytes_written == numel * 2 + partials, str(rep)
+
+
+def test_a_chunk_shorter_than_a_tile():
+    """3 pixels per image (a 1-d convolution's output): the chunk is one tile's, the tile the
+    smallest tl.dot takes (16 rows)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(8, 16, 3, bias=False), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.AdaptiveAvgPool1d(1)).eval()
+    with torch.no_grad():
+        model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(4, 8, 5)
+    rep = explain_static(model, (x,))
+    assert not rep.fallbacks and any("tile statistics" in k.source for k in rep.kernels), str(rep)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    xi = torch.randn(4, 8, 5, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert _err(cm(xi), model(xi)) < 1e-5

@@ -727,11 +727,15 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
         body += self.index_defs("n", "offs_n[None, :]")
         body += [f"{name} = {text}  # window element {name.rsplit('_w', 1)[1]}" for name, text in self.win_defs.items()]
         if "mask_m" in self.need:
-            step = "" if self.step_m == "BLOCK_M" else f" & (tl.arange(0, BLOCK_M)[:, None] < {self.step_m})"
-            body.append(f"mask_m = (offs_m[:, None] < {size_code(M)}){step}")
+            mask = f"offs_m[:, None] < {size_code(M)}"
+            if self.step_m != "BLOCK_M":  # one chunk per tile: the block's rest is the next tile's
+                mask = f"({mask}) & (tl.arange(0, BLOCK_M)[:, None] < {self.step_m})"
+            body.append(f"mask_m = {mask}")
         if "mask_n" in self.need:
-            step = "" if self.step_n == "BLOCK_N" else f" & (tl.arange(0, BLOCK_N)[None, :] < {self.step_n})"
-            body.append(f"mask_n = (offs_n[None, :] < {size_code(N)}){step}")
+            mask = f"offs_n[None, :] < {size_code(N)}"
+            if self.step_n != "BLOCK_N":
+                mask = f"({mask}) & (tl.arange(0, BLOCK_N)[None, :] < {self.step_n})"
+            body.append(f"mask_n = {mask}")
         body += self.pre
         body.append(f"for k0 in range(0, {size_code(K)}, BLOCK_K):")
         inner = ["offs_k = k0 + tl.arange(0, BLOCK_K)"]

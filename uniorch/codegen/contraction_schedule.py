@@ -96,7 +96,7 @@ def _schedule(plan: _Plan, target: str) -> dict:
         # tile statistics: whole chunks of L rows per tile along their axis (contraction_stats.py)
         cls, L = plan.tile_rows
         # (a chunk of no power of two rows is one tile's: the block that holds it, no larger)
-        b = _pow2(L) if L & (L - 1) else max(bm if cls == "m" else bn, L)
+        b = max(16, _pow2(L)) if L & (L - 1) else max(bm if cls == "m" else bn, L)
         bm, bn = (b, bn) if cls == "m" else (bm, b)
     return {
         "block_m": bm, "block_n": bn, "block_k": bk, "group_m": group,
