@@ -316,18 +316,6 @@ def _match_split(r0) -> _Found | None:
     return found
 
 
-def _map_dims(m) -> set[int]:
-    """The loop dims an indexing map's results use."""
-    out, stack = set(), list(m.results)
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ir.AffineDimExpr):
-            out.add(e.position)
-        elif isinstance(e, ir.AffineBinaryExpr):
-            stack += [e.lhs, e.rhs]
-    return out
-
-
 def _only_reader(v, op, depth: int = 8) -> bool:
     """Whether `op` is the only reader of v, directly or through pointwise ops read only by it."""
     for u in v.uses:
@@ -347,9 +335,9 @@ def _product_read_only_by(product, r0) -> bool:
 
 def _split_summand(r0):
     """(pointwise summand, plain sum of it, whether the summand joins the product's epilogue even
-    if it rounds: below) built before reduction `r0`, an f32 sum of a body over several inputs; one input read
-    in loop order gives the summand's shape. None if `r0` is not such a sum or no input is a
-    contraction's output tile."""
+    if it rounds: below) built before reduction `r0`, an f32 sum of a body over several inputs;
+    one input read in loop order gives the summand's shape. None if `r0` is not such a sum or no
+    input is a contraction's output tile."""
     if not pat.is_reduction(r0) or pat.num_inputs(r0) < 2 or len(r0.results) != 1 or not _f32(r0.results[0]):
         return None
     combiners = pat.reduction_combiners(r0)
@@ -368,7 +356,7 @@ def _split_summand(r0):
     its = pat.iterator_types(r0)
     summed_dims = {i for i, t in enumerate(its) if t == "reduction"}
     params_only = sum(1 for m in maps[:-1] if m == ident) == 1 \
-        and all(m == ident or not (_map_dims(m) & summed_dims) for m in maps[:-1])
+        and all(m == ident or not (pat.map_dims(m) & summed_dims) for m in maps[:-1])
     lead = [a for a, m in zip(ins, maps) if m == ident and isinstance(a.type, ir.RankedTensorType)
             and _static_shape(a) is not None and (w := _walk(a)) is not None
             and (params_only or _product_read_only_by(w[1], r0) or not pat.is_convolution(w[1]))]
