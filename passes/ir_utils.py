@@ -171,3 +171,41 @@ def size_as_index(size, func_op: ir.Operation) -> ir.Value:
     if isinstance(size, sympy.Mul) and len(size.args) == 2 and size.args[0].is_Integer:
         return arith.MulIOp(const(int(size.args[0])), size_as_index(size.args[1], func_op)).result
     raise LoweringError(f"no function argument gives the size {size}")
+
+
+def build_generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | None = None):
+    """A linalg.generic; `body(block args) -> yielded values`, built inside its block."""
+    types = [o.type for o in outs]
+    op = ir.Operation.create(
+        "linalg.generic", results=types, operands=list(ins) + list(outs),
+        attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                    "iterator_types": iterator_types_attr(its),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(ins), len(outs)]), **(attrs or {})},
+        regions=1)
+    elems = [ir.ShapedType(v.type).element_type if isinstance(v.type, ir.ShapedType) else v.type
+             for v in list(ins) + list(outs)]
+    blk = op.regions[0].blocks.append(*elems, arg_locs=[ir.Location.unknown()] * len(elems))
+    with ir.InsertionPoint(blk):
+        ir.Operation.create("linalg.yield", operands=body(list(blk.arguments)))
+    return op
+
+
+def clone_body(ops: list, arg, v=None) -> list:
+    """`ops` (a body's, reading block argument `arg`) cloned at the insertion point reading `v`
+    instead: the (original value, clone's value) pairs, `arg`'s first. `arg` may instead be a list
+    of such (block argument, value) pairs, for a body over several inputs."""
+    mapping = list(arg) if isinstance(arg, list) else [(arg, v)]
+    for o in ops:
+        c = _op_of(o.clone())
+        for i, w in enumerate(c.operands):
+            c.operands[i] = mapped(mapping, w)
+        mapping += list(zip(o.results, c.results))
+    return mapping
+
+
+def mapped(mapping: list, v: ir.Value) -> ir.Value:
+    return next((new for old, new in mapping if old == v), v)
+
+
+def _op_of(o):
+    return o.operation if hasattr(o, "operation") else o

@@ -39,6 +39,7 @@ from .split_reduction import split_reductions
 from .split_prologue import split_prologues
 from .stack_pieces import stacks_as_selects
 from .symbolic_reshapes import fold_symbolic_reshapes
+from .plain_reductions import merge_extrema
 from .tile_stats import tile_stats
 from .view_rewrites import rewrite_views
 
@@ -84,6 +85,7 @@ class Preprocess(Pass):
             split_reductions(main)  # a weight gradient's long sum over the batch: partials, then their sum
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
+            merge_extrema(main)  # amax over (H, W): one reduction, not one per dim
             tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue
             returned_permutes_as_views(main)  # q, k and v saved for the backward: eager's views, no copy
             returned_values_as_views_of_their_copies(main)  # SDPA's output, saved also as its transpose

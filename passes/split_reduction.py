@@ -144,13 +144,14 @@ def _split(op: ir.Operation, d: int) -> None:
     op.erase()
 
 
-def _zeros(t: ir.RankedTensorType) -> ir.Value:
-    """A generic filling `t` with 0 (the form fusion takes into a contraction's accumulator)."""
+def _zeros(t: ir.RankedTensorType, value: float = 0.0) -> ir.Value:
+    """A generic filling `t` with 0, or `value` (the form fusion takes into a contraction's
+    accumulator)."""
     elem = t.element_type
     rank = len(t.shape)
     empty = tensor.EmptyOp(list(t.shape), elem).result
     cst = ir.Operation.create("arith.constant", results=[elem],
-                              attributes={"value": ir.FloatAttr.get(elem, 0.0)}).results[0]
+                              attributes={"value": ir.FloatAttr.get(elem, value)}).results[0]
     fill = ir.Operation.create(
         "linalg.generic", results=[t], operands=[cst, empty],
         attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, [])),

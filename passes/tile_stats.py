@@ -47,15 +47,18 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.attention_plan import _plan
 
 from .fuse_common import TILE_STAT, _i64
-from .ir_utils import iterator_types_attr
+from .ir_utils import build_generic as _generic, clone_body as _clone_body, mapped as _mapped
 from .sink_collapse import _groups, _reassociation
 from .split_reduction import _zeros
+from .plain_reductions import as_plain_reduction
 
 MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
 # reduced rows with no power-of-two factor of 16 (7 x 7 pixels, ResNet's last stage at 224 px) are
 # one chunk when at most this many: a tile of the next power of two holds one chunk, its programs
 # stepping by the chunk (contraction_stats.py, `row_step`)
 MAX_WHOLE_CHUNK = 128
+# maxes and mins come from partials too (a global max pool): combiner -> the partials' start
+EXTREMA = {"arith.maximumf": float("-inf"), "arith.minimumf": float("inf")}
 
 
 def tile_stats(main) -> None:
@@ -67,7 +70,19 @@ def tile_stats(main) -> None:
         while True:
             ops = [o.operation for o in block.operations]
             for i in range(start, len(ops)):
-                found = _match(ops[i]) if _sum_prefix(ops[i]) is not None else _match_split(ops[i])
+                op = ops[i]
+                if _sum_prefix(op) is not None or _extremum(op):
+                    found = _match(op)
+                elif (plain := as_plain_reduction(op)) is not None:
+                    # a global max pool (adaptive_max_pool2d(x, 1)): matched as the plain max it is
+                    found = _match(plain, replacing=op)
+                    if found is None:
+                        plain.erase()
+                    else:
+                        op.results[0].replace_all_uses_with(plain.results[0])
+                        op.erase()
+                else:
+                    found = _match_split(op)
                 if found is not None:
                     new0 = _rewrite(found)
                     start = [o.operation for o in block.operations].index(new0) + 1
@@ -95,13 +110,20 @@ def _plain_sum(op) -> bool:
 def _sum_prefix(op) -> list | None:
     """The body ops before the sum if `op` sums f(in) of its one input, read in loop order, into
     an f32 result (f: a 16-bit input's upcast), with f's ops reading only `in` and constants."""
-    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1 or not _f32(op.results[0]):
+    prefix = _prefix(op, ("arith.addf",))
+    return prefix if prefix is not None and _f32(op.results[0]) else None
+
+
+def _prefix(op, combiners) -> list | None:
+    """The body ops before the combiner if `op` combines f(in) of its one input, read in loop
+    order, with one of `combiners`, f's ops reading only `in` and constants; else None."""
+    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
         return None
     maps = pat.indexing_maps(op)
     if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims):
         return None
     ops = pat.body_ops(op)
-    if not ops or ops[-1].name != "arith.addf" or pat.reduction_combiners(op) is None:
+    if not ops or ops[-1].name not in combiners or pat.reduction_combiners(op) is None:
         return None
     blk = pat.body(op)
     out_arg = blk.arguments[1]
@@ -118,6 +140,60 @@ def _sum_prefix(op) -> list | None:
     if combined not in inside:
         return None
     return prefix
+
+
+def _extremum(op) -> str | None:
+    """The combiner if `op` is a max or min (torch's, NaN-propagating) of f(in), its one input
+    read in loop order (f: ops on it alone, a ReLU folded in by torch-mlir's amax)."""
+    if _prefix(op, tuple(EXTREMA)) is None:
+        return None
+    return pat.body_ops(op)[-1].name
+
+
+def _unviewed(v):
+    """`v` before the reshapes it is a view through."""
+    while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in ("tensor.expand_shape",
+                                                                           "tensor.collapse_shape"):
+        v = pat.op_of(v.owner).operands[0]
+    return v
+
+
+def _read_with_result(r0, x, depth: int = 4) -> bool:
+    """Whether a reader of `r0`'s result (or of a view of it) also reads `x` (or a view of the
+    value x is a view of)."""
+    base = _unviewed(x)
+    stack = [(r, depth) for r in r0.results]
+    while stack:
+        v, d = stack.pop()
+        for u in v.uses:
+            user = pat.op_of(u.owner)
+            if any(isinstance(w.type, ir.ShapedType) and _unviewed(w) == base for w in user.operands):
+                return True
+            if d and user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+                stack.append((user.results[0], d - 1))
+    return False
+
+
+def _summed_whole_beside(r0, x, replacing=None, depth: int = 3) -> bool:
+    """Whether another reduction reads `x` (through views and one-input pointwise ops: a
+    widening) and would not read partials itself: a kernel then reads x anyway, and the max
+    rides along in it for free."""
+    stack = [(_unviewed(x), depth)]
+    while stack:
+        v, d = stack.pop()
+        for u in v.uses:
+            user = pat.op_of(u.owner)
+            if user == pat.op_of(r0) or (replacing is not None and user == replacing) or not user.results \
+                    or TILE_STAT in user.attributes:
+                continue  # (partials already: they ride on the contraction)
+            if user.name in ("tensor.expand_shape", "tensor.collapse_shape") and d:
+                stack.append((user.results[0], d))
+            elif pat.is_generic(user) and pat.is_pointwise(user) and pat.num_inputs(user) == 1 and d:
+                stack.append((user.results[0], d - 1))
+            elif pat.is_generic(user) and pat.is_reduction(user) and not pat.is_contraction(user):
+                if not ((_sum_prefix(user) is not None or _extremum(user)) and _match(user) is not None):
+                    return True
+    return False
 
 
 def _sum_of_square(op) -> bool:
@@ -152,6 +228,7 @@ class _Found:
     L: int
     xdims: list              # per x dim: ("M", ydim) kept row | ("S", ydims) reduced rows | ("O", ydim, size) | ("U",)
     o_y: list                # y's other non-unit dims, in y order
+    comb: str = "arith.addf"  # the partials' combiner: a sum's, or a max's or min's (`_extremum`)
 
 
 def _is_product(op) -> bool:
@@ -335,13 +412,15 @@ def _product_read_only_by(product, r0) -> bool:
 
 def _split_summand(r0):
     """(pointwise summand, plain sum of it, whether the summand joins the product's epilogue even
-    if it rounds: below) built before reduction `r0`, an f32 sum of a body over several inputs;
-    one input read in loop order gives the summand's shape. None if `r0` is not such a sum or no
-    input is a contraction's output tile."""
-    if not pat.is_reduction(r0) or pat.num_inputs(r0) < 2 or len(r0.results) != 1 or not _f32(r0.results[0]):
+    if it rounds: below) built before reduction `r0`, an f32 sum (or a max or min: a bias and
+    ReLU folded into PointNet's max over points) of a body over several inputs; one input read in
+    loop order gives the summand's shape. None if `r0` is not such a reduction or no input is a
+    contraction's output tile."""
+    if not pat.is_reduction(r0) or pat.num_inputs(r0) < 2 or len(r0.results) != 1:
         return None
     combiners = pat.reduction_combiners(r0)
-    if combiners is None or combiners[0][0] != "arith.addf":
+    comb = combiners[0][0] if combiners else None
+    if comb not in ("arith.addf",) + tuple(EXTREMA) or (comb == "arith.addf" and not _f32(r0.results[0])):
         return None
     maps = pat.indexing_maps(r0)
     ins = pat.inputs(r0)
@@ -366,7 +445,7 @@ def _split_summand(r0):
     blk = pat.body(r0)
     summed = combiners[0][1]
     prefix = [o for o in pat.body_ops(r0)[:-1]]
-    shape_t = ir.RankedTensorType.get(_static_shape(lead[0]), ir.F32Type.get())
+    shape_t = ir.RankedTensorType.get(_static_shape(lead[0]), ir.ShapedType(r0.results[0].type).element_type)
     with ir.InsertionPoint(r0):
         empty = tensor.EmptyOp(list(shape_t.shape), shape_t.element_type).result
 
@@ -375,7 +454,7 @@ def _split_summand(r0):
             return [_mapped(mapping, summed)]
         summand = _generic(ins, [empty], maps[:-1] + [ident], ["parallel"] * n, body)
         total = _generic([summand.results[0]], [pat.outputs(r0)[0]], [ident, maps[-1]], its,
-                         lambda a: [_f("arith.addf", a[1], a[0])])
+                         lambda a: [_f(comb, a[1], a[0])])
     return summand.operation, total.operation, joins
 
 
@@ -392,11 +471,18 @@ def _rounded(op, depth: int = 8) -> bool:
     return False
 
 
-def _match(r0) -> _Found | None:
+def _match(r0, replacing=None) -> _Found | None:
+    """The statistics `r0` starts, if its partials can come from a contraction's epilogue;
+    `replacing`: the op r0 is built to replace (a whole-image pool), not another reader of x."""
     x = pat.inputs(r0)[0]
     x_shape = _static_shape(x)
     prefix = _sum_prefix(r0)
-    if x_shape is None or (not _f32(x) and not prefix):
+    extremum = _extremum(r0)  # a max or min is exact in any type: its partials keep x's
+    if x_shape is None or (not _f32(x) and not prefix and not extremum):
+        return None
+    if extremum and (_read_with_result(r0, x) or _summed_whole_beside(r0, x, replacing)):
+        # max.dim's index search reads x with the max, or a sum that gets no partials (CBAM's
+        # average pool at 14 x 14, chunks of 4) does: one kernel reads x for both
         return None
     walk = _walk(x)
     if walk is None:
@@ -461,7 +547,7 @@ def _match(r0) -> _Found | None:
     r0_maps = pat.indexing_maps(r0)
     dev = r1 = r2 = None
     x_users = {pat.op_of(u.owner) for u in x.uses}
-    for u in x_users if not prefix else ():
+    for u in x_users if not prefix and not extremum else ():
         if u == r0 or not pat.is_pointwise(u) or pat.num_inputs(u) != 2:
             continue
         if _body_names(u) != ["arith.subf"] or pat.inputs(u)[0] != x:
@@ -488,12 +574,13 @@ def _match(r0) -> _Found | None:
     # the activation read they replace, in its narrowest stored type (a bf16 conv output)
     stored = [x, y] + [pat.inputs(o)[0] for o in chain]
     size = min(ir.ShapedType(v.type).element_type.width // 8 for v in stored)
-    if 2 * 4 * (2 if r2 is not None else 1) >= L * size:
+    part = ir.ShapedType(x.type).element_type.width // 8 if extremum else 4
+    if 2 * part * (2 if r2 is not None else 1) >= L * size:
         return None
     if not _kept_only(r0_maps[1], xdims, reduced):
         return None
 
-    return _Found(r0, dev, r1, r2, y, chain, views, y_m, L, xdims, o_y)
+    return _Found(r0, dev, r1, r2, y, chain, views, y_m, L, xdims, o_y, extremum or "arith.addf")
 
 
 def _rows(y_m: list, y_shape: list, atoms: list, reduced: set):
@@ -546,40 +633,6 @@ def _kept_only(m: ir.AffineMap, xdims: list, reduced: set) -> bool:
 # ---------------------------------------------------------------- rewriting
 
 
-def _generic(ins: list, outs: list, maps: list, its: list, body, attrs: dict | None = None):
-    """A linalg.generic; `body(block args) -> yielded values`, built inside its block."""
-    types = [o.type for o in outs]
-    op = ir.Operation.create(
-        "linalg.generic", results=types, operands=list(ins) + list(outs),
-        attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-                    "iterator_types": iterator_types_attr(its),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(ins), len(outs)]), **(attrs or {})},
-        regions=1)
-    elems = [ir.ShapedType(v.type).element_type if isinstance(v.type, ir.ShapedType) else v.type
-             for v in list(ins) + list(outs)]
-    blk = op.regions[0].blocks.append(*elems, arg_locs=[ir.Location.unknown()] * len(elems))
-    with ir.InsertionPoint(blk):
-        ir.Operation.create("linalg.yield", operands=body(list(blk.arguments)))
-    return op
-
-
-def _clone_body(ops: list, arg, v=None) -> list:
-    """`ops` (a body's, reading block argument `arg`) cloned at the insertion point reading `v`
-    instead: the (original value, clone's value) pairs, `arg`'s first. `arg` may instead be a list
-    of such (block argument, value) pairs, for a body over several inputs."""
-    mapping = list(arg) if isinstance(arg, list) else [(arg, v)]
-    for o in ops:
-        c = pat.op_of(o.clone())
-        for i, w in enumerate(c.operands):
-            c.operands[i] = _mapped(mapping, w)
-        mapping += list(zip(o.results, c.results))
-    return mapping
-
-
-def _mapped(mapping: list, v: ir.Value) -> ir.Value:
-    return next((new for old, new in mapping if old == v), v)
-
-
 def _inline(chain: list, v: ir.Value) -> ir.Value:
     """The pointwise ops `chain` applied to the element `v` (inside the generic being built)."""
     for op in chain:
@@ -588,8 +641,9 @@ def _inline(chain: list, v: ir.Value) -> ir.Value:
 
 
 def _summand(r0, v: ir.Value) -> ir.Value:
-    """What `r0`'s body adds up, for the element `v`: its ops before the sum cloned here."""
-    mapping = _clone_body(_sum_prefix(r0), pat.body(r0).arguments[0], v)
+    """What `r0`'s body adds up (or takes the max of), for the element `v`: its ops before the
+    combiner cloned here."""
+    mapping = _clone_body(_prefix(r0, ("arith.addf",) + tuple(EXTREMA)), pat.body(r0).arguments[0], v)
     return _mapped(mapping, pat.reduction_combiners(r0)[0][1])
 
 
@@ -612,13 +666,19 @@ def _rewrite(f: _Found):
     part_map = chunk_map(y_shape, m_all, f.o_y, L)
     ident = ir.AffineMap.get_identity(rank)
     y_its = ["reduction" if d in set(m_all) else "parallel" for d in range(rank)]
-    part_t = ir.RankedTensorType.get([P] + [y_shape[d] for d in f.o_y], f32)
+    summing = f.comb == "arith.addf"
+    part_elem = f32 if summing else ir.ShapedType(pat.inputs(f.r0)[0].type).element_type
+    part_t = ir.RankedTensorType.get([P] + [y_shape[d] for d in f.o_y], part_elem)
     tile_attr = {TILE_STAT: _i64(L)}
 
     with ir.InsertionPoint(f.r0):
-        z = _zeros(part_t)
-        S = _generic([f.y], [z], [ident, part_map], y_its,
-                     lambda a: [_f("arith.addf", a[1], _summand(f.r0, _inline(f.chain, a[0])))], tile_attr).results[0]
+        if summing:
+            S = _generic([f.y], [_zeros(part_t)], [ident, part_map], y_its,
+                         lambda a: [_f("arith.addf", a[1], _summand(f.r0, _inline(f.chain, a[0])))], tile_attr)
+        else:  # a chunk's max (min), from -inf (inf); the merge starts from r0's own init
+            S = _generic([f.y], [_zeros(part_t, EXTREMA[f.comb])], [ident, part_map], y_its,
+                         lambda a: [_f(f.comb, a[1], _summand(f.r0, _inline(f.chain, a[0])))], tile_attr)
+        S = S.results[0]
         Q = None
         if f.r2 is not None:
             z2 = _zeros(part_t)
@@ -642,7 +702,7 @@ def _rewrite(f: _Found):
         def view(t):
             if e_shape == list(part_t.shape):
                 return t
-            et = ir.RankedTensorType.get(e_shape, f32)
+            et = ir.RankedTensorType.get(e_shape, part_elem)
             return tensor.ExpandShapeOp(et, t, _reassociation(groups), [], e_shape).result
         ES = view(S)
         EQ = view(Q) if Q is not None else None
@@ -683,7 +743,7 @@ def _rewrite(f: _Found):
 
     with ir.InsertionPoint(f.r0):
         new0 = _generic([ES], [pat.outputs(f.r0)[0]], [e_map, out_map], its,
-                        lambda a: [_f("arith.addf", a[1], a[0])])
+                        lambda a: [_f(f.comb, a[1], a[0])])
     replace(f.r0, new0)
     new0 = new0.operation
     if f.dev is not None:

@@ -56,15 +56,18 @@ def _arg_extreme(x, dim, keepdim: bool, largest: bool):
 
 
 def _extreme_dim(x, dim, keepdim: bool, largest: bool):
-    """max.dim/min.dim: the index as `_arg_extreme`, the value gathered at it (so a row holding
-    both zeros answers with the sign of the one whose index it gives, as PyTorch)."""
+    """max.dim/min.dim: the index as `_arg_extreme`, the value the row's amax (amin). Where only
+    the values are read (PointNet's `torch.max(x, 2)[0]`) the index search is dead code, and the
+    max can come from partials in the producing matmul's epilogue (passes/tile_stats.py), as
+    Inductor lowers it too. A value gathered at the index was exact to the sign of a zero max
+    (PyTorch gives the first zero's), but read x a second time."""
     if x.dtype == torch.bool or x.is_complex() or (x.dim() > 0 and not x.dtype.is_floating_point):
         return NotImplemented
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     d = dim % x.dim()
     idx = _arg_extreme(x, d, True, largest)
-    val = torch.gather(x, d, idx)
+    val = torch.amax(x, d, keepdim=True) if largest else torch.amin(x, d, keepdim=True)
     if not keepdim:
         val, idx = val.squeeze(d), idx.squeeze(d)
     return val, idx

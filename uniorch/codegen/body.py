@@ -234,6 +234,15 @@ HELPERS = {
 def _row_sum(x):
     return tl.reduce(x, 1, tl.standard._sum_combine)[:, None]
 ''',
+    # torch's max and min propagate NaN (a tile statistic's partial: contraction_stats.py)
+    "_maximumf_combine": '''@jit
+def _maximumf_combine(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+''',
+    "_minimumf_combine": '''@jit
+def _minimumf_combine(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+''',
     "_sum_combine": '''@jit
 def _sum_combine(a, b):
     return a + b

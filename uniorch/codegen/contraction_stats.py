@@ -2,7 +2,7 @@
 
 A generic marked `uniorch.tile_stat = L` sums an epilogue value x over chunks of L consecutive
 rows of one tile axis (M, or N: a convolution's batch x height x width), keeping the other dims:
-`S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`. Tiles along that axis hold
+`S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`; or takes their max or min. Tiles along that axis hold
 whole chunks (the schedule keeps the block a multiple of L), so each program reduces its tile's
 chunks in registers and stores them; no partial is shared between programs. A chunk of no power
 of two rows (7 x 7 pixels) is one tile's: the tiles step by the chunk, the rest of the block masked. Mixed into
@@ -13,9 +13,15 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from . import body as _body
+from . import patterns as pat
 from .contraction_ir import _as_op, _maps, _shape
 from .contraction_plan import _Plan, _get, _known
 from .source import CodegenError
+
+# a partial's combiner -> Triton's: Triton's own sum (the interpreter sums it with numpy); NaN-
+# propagating max and min (body.py's helpers), as torch's amax and max pools are
+COMBINE = {"arith.addf": _body.SUM_COMBINE, "arith.maximumf": "_maximumf_combine",
+           "arith.minimumf": "_minimumf_combine"}
 
 
 def _stat_layout(plan: _Plan, op):
@@ -75,8 +81,8 @@ class _TileStats:
         comb = _as_op(body_ops[-1].operands[0].owner)
         out_arg = body.arguments[len(op.operands) - 1]
         v = next((w for w in comb.operands if w != out_arg), None)
-        if comb.name != "arith.addf" or v is None:
-            raise CodegenError(op, "a tile statistic that is not a sum")
+        if comb.name not in COMBINE or v is None or (centred and comb.name != "arith.addf"):
+            raise CodegenError(op, "a tile statistic that is not a sum, max or min")
         if centred:
             sq = v.owner
             d = sq.operands[0] if not isinstance(sq, ir.Block) and _as_op(sq).name == "arith.mulf" else None
@@ -115,6 +121,7 @@ class _TileStats:
         for op, (_, _, x, _, others) in zip(p.tile_stats, p.tile_stat_layouts):
             reads_sum = len(op.operands) == 3  # (x, S, init): the centred sum of squares
             xv = self.summed(op, x, reads_sum)
+            comb = _as_op(pat.yield_op(op).operands[0].owner).name
             text = xv.text if xv.ty == "f32" else f"{xv.text}.to(tl.float32)"
             if set(xv.cls) != {"m", "n"}:
                 text = f"tl.broadcast_to({text}, (BLOCK_M, BLOCK_N))"
@@ -128,9 +135,10 @@ class _TileStats:
                 mean = f"{s_name}[None, :]" if axis == 0 else f"{s_name}[:, None]"
                 body.append(f"{name}_d = tl.where(sel, {text} - {mean} * {1.0 / L!r}, 0.0)")
                 body.append(f"{name} = tl.reduce({name}_d * {name}_d, {axis}, {_body.SUM_COMBINE})")
-            else:
-                body.append(f"{name}_x = tl.where(sel, {text}, 0.0)")
-                body.append(f"{name} = tl.reduce({name}_x, {axis}, {_body.SUM_COMBINE})")
+            else:  # a sum, or a max (min) from -inf (inf), NaN-propagating as torch's
+                ident = {"arith.addf": "0.0", "arith.maximumf": 'float("-inf")', "arith.minimumf": 'float("inf")'}[comb]
+                body.append(f"{name}_x = tl.where(sel, {text}, {ident})")
+                body.append(f"{name} = tl.reduce({name}_x, {axis}, {COMBINE[comb]})")
             sums[op.results[0]] = name
             if r is None:
                 continue
