@@ -153,7 +153,7 @@ class _TileStats:
             mask = self.mask({other}, "e")
             m = f"(chunk < {n_chunks})" + (f" & {mask}" if mask else "")
             body.append(f"tl.store({addr}, {val}, mask={m})")
-        out.append(f"# tile statistics: sums over chunks of {L} rows of {cls.upper()} (passes/tile_stats.py)")
+        out.append(f"# tile statistics: partials over chunks of {L} rows of {cls.upper()} (passes/tile_stats.py)")
         if L & (L - 1):  # one chunk per tile, the tiles L rows apart (contraction_schedule.row_step)
             out.append("for tsj in tl.static_range(1):")
             inner = [f"sel = {rows} < {L}", f"chunk = {pid}"] + body
