@@ -2,9 +2,10 @@
 
 A generic marked `uniorch.tile_stat = L` sums an epilogue value x over chunks of L consecutive
 rows of one tile axis (M, or N: a convolution's batch x height x width), keeping the other dims:
-`S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`; or takes their max or min. Tiles along that axis hold
-whole chunks (the schedule keeps the block a multiple of L), so each program reduces its tile's
-chunks in registers and stores them; no partial is shared between programs. A chunk of no power
+`S[p, ...] = sum x` or, reading S, `Q[p, ...] = sum (x - S / L)²`; or takes their max or min.
+Tiles along that axis hold whole chunks (the schedule keeps the block a multiple of L), so each
+program reduces its tile's chunks in registers and stores them; no partial is shared between
+programs. A chunk of no power
 of two rows (7 x 7 pixels) is one tile's: the tiles step by the chunk, the rest of the block masked. Mixed into
 contraction_emit.py's `_Emitter`.
 """
