@@ -18,6 +18,7 @@ from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autoca
                                    split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .minimum_bytes import input_bytes, spec_input_bytes
+from .runtime import frozen_layouts
 from .runtime.boundary import CheckFailed
 
 from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
@@ -71,9 +72,12 @@ class CompiledModule:
     """What `uniorch.compile` returns: called like the model, compiled once per input spec."""
 
     def __init__(self, model_or_fn: Any, target: Target, fallback: str, cache_size_limit: int,
-                 dynamic: Optional[bool] = None, cuda_graphs: bool = False):
+                 dynamic: Optional[bool] = None, cuda_graphs: bool = False, freeze: bool = False):
         self._model = model_or_fn
         self._cuda_graphs = cuda_graphs
+        self._freeze = freeze
+        if freeze:  # its weights' layout copies are kept (runtime/frozen_layouts.py)
+            frozen_layouts.register_module(model_or_fn)
         self._target = target
         self._fallback = fallback
         self._limit = cache_size_limit
@@ -105,7 +109,7 @@ class CompiledModule:
     def __reduce__(self):
         """Pickled as the model and the options (`torch.save(compiled)`); compiled anew when loaded."""
         return (_rebuild, (type(self), self._model, self._target, self._fallback, self._limit, self._dynamic,
-                           self._cuda_graphs, self.kernel_prefix))
+                           self._cuda_graphs, self.kernel_prefix, self._freeze))
 
     def __deepcopy__(self, memo):
         """A copy of the model, compiled anew at its first call (an EMA copy, a second replica):
@@ -113,7 +117,7 @@ class CompiledModule:
         import copy
 
         twin = type(self)(copy.deepcopy(self._model, memo), self._target, self._fallback, self._limit,
-                          dynamic=self._dynamic, cuda_graphs=self._cuda_graphs)
+                          dynamic=self._dynamic, cuda_graphs=self._cuda_graphs, freeze=self._freeze)
         twin.kernel_prefix = self.kernel_prefix
         return twin
 
@@ -472,7 +476,7 @@ class CompiledModule:
             entry, key = self._last[1]
             if self._in_pieces(entry):
                 return self._pieces_report(entry, args, kwargs)
-            rep = _report(entry, self._target, None, None, spec=key)
+            rep = _report(entry, self._target, None, None, spec=key, freeze=self._freeze)
             rep.recompiles = list(self.recompiles)
             return rep
         entry = self.entry(args, kwargs)
@@ -481,7 +485,7 @@ class CompiledModule:
                                    cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
         if self._in_pieces(entry):
             return self._pieces_report(entry, args, kwargs)
-        rep = _report(entry, self._target, args, kwargs)
+        rep = _report(entry, self._target, args, kwargs, freeze=self._freeze)
         rep.recompiles = list(self.recompiles)
         return rep
 
@@ -520,8 +524,8 @@ def _takes_inputs(model) -> bool:
         return True
 
 
-def _rebuild(cls, model, target, fallback, limit, dynamic, cuda_graphs, kernel_prefix):
-    compiled = cls(model, target, fallback, limit, dynamic=dynamic, cuda_graphs=cuda_graphs)
+def _rebuild(cls, model, target, fallback, limit, dynamic, cuda_graphs, kernel_prefix, freeze=False):
+    compiled = cls(model, target, fallback, limit, dynamic=dynamic, cuda_graphs=cuda_graphs, freeze=freeze)
     compiled.kernel_prefix = kernel_prefix
     return compiled
 
@@ -596,7 +600,7 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
 
 def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
             cache_size_limit: int = DEFAULT_CACHE_LIMIT, dynamic: Optional[bool] = None,
-            cuda_graphs: bool = False) -> CompiledModule:
+            cuda_graphs: bool = False, freeze: bool = False) -> CompiledModule:
     """Returns a callable with the model's signature and outputs, running uniorch's kernels; for
     an nn.Module, an nn.Module (`CompiledModel`, as torch.compile's OptimizedModule: the model is
     its `_orig_mod`; its state dict keeps the model's own keys).
@@ -617,6 +621,9 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     (as torch.compile's mode="reduce-overhead"; runtime/cuda_graphs.py): inputs are copied into
     the graph's buffers unless they stay at one address, and outputs are copies, so they outlive
     later calls. Regions with random ops, symbolic sizes or CPU inputs launch as without it.
+    freeze: the model's parameters and buffers are weights to lay out once (as Inductor's
+    `freezing`): a convolution's filters copied channels-last at the first call, not at each, and
+    again only after an in-place update their version counter sees (runtime/frozen_layouts.py).
     """
     if fallback not in ("eager", "error"):
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
@@ -639,7 +646,7 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     if isinstance(model_or_fn, CompiledModule):  # compiled again (other options): the model anew
         model_or_fn = model_or_fn._model
     cls = CompiledModel if isinstance(model_or_fn, torch.nn.Module) else CompiledModule
-    return cls(model_or_fn, tgt, fallback, cache_size_limit, dynamic, cuda_graphs)
+    return cls(model_or_fn, tgt, fallback, cache_size_limit, dynamic, cuda_graphs, freeze)
 
 
 # -- explain ---------------------------------------------------------------------------------------
@@ -649,19 +656,22 @@ def explain(model_or_fn: Any, *args, target: str = "auto", **kwargs) -> Report:
 
 
 def explain_static(model_or_fn: Any, args: Any = (), kwargs: Optional[dict] = None, target: str = "interpret",
-                   fallback: str = "eager") -> Report:
+                   fallback: str = "eager", freeze: bool = False) -> Report:
     """`explain` without loading or launching a kernel: capture, passes and codegen only, so it is
     fast on the interpreter and works for any target (`cuda:sm_90` on a machine without a GPU).
     A kernel that Triton would reject at its first launch is not found, so `explain` can report
-    more fallbacks; bytes and kernels are those `explain` reports otherwise."""
+    more fallbacks; bytes and kernels are those `explain` reports otherwise (`freeze`: as for a
+    model compiled with freeze=True, parameters' layout copies not counted)."""
     tgt = parse_target(target)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
-    return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False), tgt, args, kwargs)
+    return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False), tgt, args, kwargs,
+                   freeze=freeze)
 
 
-def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
-    """`spec` in place of `args` and `kwargs`: the call's guard key (`_spec`) gives the inputs' sizes."""
+def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = False) -> Report:
+    """`spec` in place of `args` and `kwargs`: the call's guard key (`_spec`) gives the inputs' sizes.
+    `freeze`: parameters' layout copies are made once, not counted per call."""
     from .capture.locations import node_source_loc
 
     cg, program = entry.captured, entry.program
@@ -682,8 +692,9 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None) -> Report:
             planned = region.plan.kernels.get(k.name)
             func = planned.func_op if planned is not None else None
             note = str(getattr(planned.fn, "note", "") or "") if planned is not None else ""
-            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read, k.bytes_written, k.source,
-                                        _compute_types(func), note))
+            once = k.weight_relayout if freeze else 0
+            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read - once, k.bytes_written - once,
+                                        k.source, _compute_types(func), note, k.weight_relayout))
     failed = program.fallbacks + program.launch_failures
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}
@@ -734,14 +745,14 @@ def _where_model() -> str:
     return "every op runs eagerly"
 
 
-BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit", "cuda_graphs")
+BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit", "cuda_graphs", "freeze")
 
 
 def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: dict | None = None,
                   mode: str | None = None, **kwargs):
     """torch.compile(model, backend="uniorch", options={...}): Dynamo's graph is compiled like any
-    function, with `uniorch.compile`'s keywords (target, fallback, cache_size_limit, cuda_graphs)
-    as options.
+    function, with `uniorch.compile`'s keywords (target, fallback, cache_size_limit, cuda_graphs,
+    freeze) as options.
 
     Registered through the `torch_dynamo_backends` entry point. torch.compile passes its `options=`
     dict as one keyword, and `mode=` when given: "reduce-overhead" means CUDA graphs, as for
@@ -751,6 +762,8 @@ def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: di
     opts = {**(options or {}), **kwargs}
     if mode == "reduce-overhead":
         opts.setdefault("cuda_graphs", True)
+    if opts.get("freeze"):  # Dynamo lifts the module's parameters as the graph's inputs
+        frozen_layouts.register(t for t in example_inputs if isinstance(t, torch.nn.Parameter))
     unknown = sorted(k for k in opts if k not in BACKEND_OPTIONS)
     if unknown:
         raise ValueError(f"torch.compile(backend='uniorch'): unknown option(s) {', '.join(map(repr, unknown))}; "

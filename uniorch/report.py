@@ -22,6 +22,9 @@ class KernelReport:
     # how the target runs it where that differs from its own path (the launcher's `note`, e.g. the
     # cpu backend's "runs on Triton's interpreter: <why>"); "" otherwise
     note: str = ""
+    # bytes of parameters' layout copies before it, each way: in bytes_read and bytes_written
+    # unless the model is compiled with freeze=True, which makes them once (runtime/frozen_layouts.py)
+    weight_relayout: int = 0
 
 
 @dataclass

@@ -62,7 +62,7 @@ def _inductor(mode: str | None):
     return wrap
 
 
-def _uniorch(fn, device, cuda_graphs: bool = False):
+def _uniorch(fn, device, cuda_graphs: bool = False, freeze: bool = False):
     import uniorch
     from uniorch.backends.cpu import CpuBackend
 
@@ -70,8 +70,8 @@ def _uniorch(fn, device, cuda_graphs: bool = False):
     # is missing; on a GPU "auto" picks the device's backend
     if device == "cpu":
         return uniorch.compile(fn, target="cpu" if CpuBackend.is_available() else "interpret",
-                               cuda_graphs=cuda_graphs)
-    return uniorch.compile(fn, target="auto", cuda_graphs=cuda_graphs)
+                               cuda_graphs=cuda_graphs, freeze=freeze)
+    return uniorch.compile(fn, target="auto", cuda_graphs=cuda_graphs, freeze=freeze)
 
 
 class FirstCallTuned:
@@ -109,6 +109,8 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in [
     Backend("uniorch_autotune", lambda fn, device: FirstCallTuned(_uniorch(fn, device))),
     # uniorch with its launches replayed as CUDA graphs (as torch.compile's reduce-overhead)
     Backend("uniorch_graphs", lambda fn, device: _uniorch(fn, device, cuda_graphs=True), uniorch=True),
+    # uniorch with the weights' layout copies made once (as Inductor's freezing; inference only)
+    Backend("uniorch_frozen", lambda fn, device: _uniorch(fn, device, freeze=True), uniorch=True),
 ]}
 
 

@@ -288,8 +288,10 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
             user_pos += 1
         elif spec.kind == InputKind.PARAMETER:
             inputs.append(GraphInput("parameter", node.name, spec.target))
+            node.meta["uniorch_weight"] = True  # (runtime/compiler.py WEIGHT_META: explain under freeze=True)
         elif spec.kind == InputKind.BUFFER:
             inputs.append(GraphInput("buffer", node.name, spec.target))
+            node.meta["uniorch_weight"] = True
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             inputs.append(GraphInput("constant", node.name, spec.target))
         elif spec.kind == InputKind.TOKEN:  # orders effectful ops; checks below replace them

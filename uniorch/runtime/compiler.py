@@ -49,6 +49,10 @@ class KernelInfo:
     source: str
     bytes_read: int
     bytes_written: int
+    weight_relayout: int = 0  # of those, bytes of a parameter's layout copy, each way (freeze=True skips it)
+
+
+WEIGHT_META = "uniorch_weight"  # a placeholder the capture found to be a parameter or buffer
 
 
 @dataclass
@@ -123,6 +127,11 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True, ke
                 specs = None  # data-dependent or non-tensor inputs: the first real call checks the kernels
                 break
             specs.append((shape, val.dtype))
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    weights = [i for i, n in enumerate(places) if n.meta.get(WEIGHT_META)]
+    if weights:  # explain's bytes under freeze=True leave their layout copies out
+        with module.context:
+            module.operation.attributes["uniorch.weight_args"] = ir.DenseI64ArrayAttr.get(weights)
     compiled = compile_module(module, target, run, specs, all_nodes, timings, kernel_prefix)
     compiled.input_specs = specs
     out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -263,11 +272,15 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
         bad = [op for op in _main_ops(main) if str(op.location) == err.location]
         nodes = _nodes_in(bad[0]) if bad else []
         raise RegionError("plan", str(err), nodes or all_nodes) from None
+    weights = _weight_operands(module, main, calls)
     for info in infos:  # factors copied to another layout before the kernel, unless written in it
         k = kernels[info.name]
         done = plan.laid_out.get(info.name, set())
         copied = relayout_bytes(k.func_op, [(i, o) for i, o in k.source.relayout if i not in done])
         info.bytes_read, info.bytes_written = info.bytes_read + copied, info.bytes_written + copied
+        # of which a parameter's or buffer's copy, made once under freeze=True (runtime/frozen_layouts.py)
+        info.weight_relayout = relayout_bytes(k.func_op, [(i, o) for i, o in k.source.relayout
+                                                          if i not in done and i in weights.get(info.name, ())])
     timings["codegen"] = time.perf_counter() - t
     if run:
         t = time.perf_counter()
@@ -275,6 +288,23 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
                       lambda kernel: _refit(kernel, str(target), backend.load))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+def _weight_operands(module, main, calls: dict) -> dict[str, set[int]]:
+    """Kernel name -> its inputs that are the graph's parameters or buffers (`uniorch.weight_args`:
+    main's arguments the capture marked so, compile_graph), in every call of it."""
+    if "uniorch.weight_args" not in module.operation.attributes:
+        return {}
+    args = list(main.regions[0].blocks[0].arguments)
+    weights = {args[i] for i in ir.DenseI64ArrayAttr(module.operation.attributes["uniorch.weight_args"])
+               if i < len(args)}
+    out: dict[str, set[int]] = {}
+    for name, ops in calls.items():
+        # the plan's inputs: a symbolic kernel's index operands are not among them (runtime/plan.py)
+        per_call = [{i for i, v in enumerate(w for w in c.operands if isinstance(w.type, ir.ShapedType))
+                     if v in weights} for c in ops]
+        out[name] = set.intersection(*per_call) if per_call else set()
+    return out
 
 
 def fp32_precisions(target: Target) -> dict:

@@ -24,6 +24,8 @@ import torch
 from uniorch.codegen.source import KernelSource
 from uniorch.ir import dims
 
+from . import frozen_layouts
+
 BLOCK = 64
 _LAUNCHERS: dict = {}
 _LOCK = threading.Lock()
@@ -33,6 +35,12 @@ def relaid(t: torch.Tensor, order: list[int], warmup: bool = False) -> torch.Ten
     """`t`'s values with dims `order` (outermost first) laid out contiguously, in `t`'s own dim
     order. `warmup`: only compile the copy (runtime/compiler.py `_compile_ahead` queues every
     kernel's compile at once) and return a tensor of that layout whose values are not set."""
+    if not warmup and frozen_layouts.frozen(t):  # freeze=True: a weight's copy made once
+        return frozen_layouts.copy_of(t, order, lambda: _relaid(t, order))
+    return _relaid(t, order, warmup)
+
+
+def _relaid(t: torch.Tensor, order: list[int], warmup: bool = False) -> torch.Tensor:
     inverse = [order.index(d) for d in range(len(order))]
     src = t.permute(order)
     launch = _launcher(src) if t.is_cuda else None
