@@ -48,9 +48,10 @@ from uniorch.codegen.attention_plan import _plan
 
 from .fuse_common import TILE_STAT, _i64
 from .ir_utils import build_generic as _generic, clone_body as _clone_body, mapped as _mapped
+from .plain_reductions import as_plain_reduction
 from .sink_collapse import _groups, _reassociation
 from .split_reduction import _zeros
-from .plain_reductions import as_plain_reduction
+from .tile_readers import chunk_lengths, read_with_result, summed_whole_beside
 
 MAX_CHUNK = 64  # rows per chunk; the schedule's BLOCK_M is then at least this
 # reduced rows with no power-of-two factor of 16 (7 x 7 pixels, ResNet's last stage at 224 px) are
@@ -150,50 +151,9 @@ def _extremum(op) -> str | None:
     return pat.body_ops(op)[-1].name
 
 
-def _unviewed(v):
-    """`v` before the reshapes it is a view through."""
-    while not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name in ("tensor.expand_shape",
-                                                                           "tensor.collapse_shape"):
-        v = pat.op_of(v.owner).operands[0]
-    return v
-
-
-def _read_with_result(r0, x, depth: int = 4) -> bool:
-    """Whether a reader of `r0`'s result (or of a view of it) also reads `x` (or a view of the
-    value x is a view of)."""
-    base = _unviewed(x)
-    stack = [(r, depth) for r in r0.results]
-    while stack:
-        v, d = stack.pop()
-        for u in v.uses:
-            user = pat.op_of(u.owner)
-            if any(isinstance(w.type, ir.ShapedType) and _unviewed(w) == base for w in user.operands):
-                return True
-            if d and user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
-                stack.append((user.results[0], d - 1))
-    return False
-
-
-def _summed_whole_beside(r0, x, replacing=None, depth: int = 3) -> bool:
-    """Whether another reduction reads `x` (through views and one-input pointwise ops: a
-    widening) and would not read partials itself: a kernel then reads x anyway, and the max
-    rides along in it for free."""
-    stack = [(_unviewed(x), depth)]
-    while stack:
-        v, d = stack.pop()
-        for u in v.uses:
-            user = pat.op_of(u.owner)
-            if user == pat.op_of(r0) or (replacing is not None and user == replacing) or not user.results \
-                    or TILE_STAT in user.attributes:
-                continue  # (partials already: they ride on the contraction)
-            if user.name in ("tensor.expand_shape", "tensor.collapse_shape") and d:
-                stack.append((user.results[0], d))
-            elif pat.is_generic(user) and pat.is_pointwise(user) and pat.num_inputs(user) == 1 and d:
-                stack.append((user.results[0], d - 1))
-            elif pat.is_generic(user) and pat.is_reduction(user) and not pat.is_contraction(user):
-                if not ((_sum_prefix(user) is not None or _extremum(user)) and _match(user) is not None):
-                    return True
-    return False
+def _sibling_match(op) -> _Found | None:
+    """Another reduction's partials, asked by a max of the same activation (not asking back)."""
+    return _match(op, siblings=False) if _sum_prefix(op) is not None or _extremum(op) else None
 
 
 def _sum_of_square(op) -> bool:
@@ -471,16 +431,18 @@ def _rounded(op, depth: int = 8) -> bool:
     return False
 
 
-def _match(r0, replacing=None) -> _Found | None:
+def _match(r0, replacing=None, siblings: bool = True) -> _Found | None:
     """The statistics `r0` starts, if its partials can come from a contraction's epilogue;
-    `replacing`: the op r0 is built to replace (a whole-image pool), not another reader of x."""
+    `replacing`: the op r0 is built to replace (a whole-image pool), not another reader of x;
+    `siblings`: whether a max asks if the other reductions of x get partials (not when asked by
+    one of them: two maxes of one activation would ask each other forever)."""
     x = pat.inputs(r0)[0]
     x_shape = _static_shape(x)
     prefix = _sum_prefix(r0)
     extremum = _extremum(r0)  # a max or min is exact in any type: its partials keep x's
     if x_shape is None or (not _f32(x) and not prefix and not extremum):
         return None
-    if extremum and (_read_with_result(r0, x) or _summed_whole_beside(r0, x, replacing)):
+    if extremum and read_with_result(r0, x):
         # max.dim's index search reads x with the max, or a sum that gets no partials (CBAM's
         # average pool at 14 x 14, chunks of 4) does: one kernel reads x for both
         return None
@@ -513,6 +475,10 @@ def _match(r0, replacing=None) -> _Found | None:
     else:
         return None
     y_m, xdims, L = rows
+    if any(other != L for other in chunk_lengths(anchor)):
+        return None  # one chunk length per kernel (codegen/contraction_stats.py): amax over W beside one over H x W
+    if extremum and siblings and summed_whole_beside(r0, x, L, _sibling_match, replacing):
+        return None
     if L & (L - 1) and not pat.is_convolution(anchor):
         # one chunk of all the rows is for a convolution's pixels per image; a linear layer's rows
         # summed whole (a bias gradient) are its weight gradient's operand sum (passes/fuse_operand_sums.py)

@@ -222,6 +222,57 @@ def test_max_rides_with_a_sum_that_reads_the_activation():
         _check(cm(x), model(x), 1e-2)
 
 
+def test_two_maxes_of_one_activation_with_other_chunks():
+    """An amax over W beside an amin over H x W of the same activation: their chunks differ (16
+    and 64 rows) and a kernel can take one chunk length only, so neither takes partials that
+    would only add a kernel; each asks whether the other would, without asking back forever."""
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 32, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return y.amax(3), y.amin((2, 3))
+
+    torch.manual_seed(5)
+    model = Two().eval()
+    x = torch.randn(2, 8, 16, 16)
+    rep = explain_static(model, (x,))
+    assert not rep.fallbacks and len(rep.kernels) == 3, str(rep)
+    assert not any("tile statistics" in k.source for k in rep.kernels), str(rep)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    x = _inputs(x.shape, torch.float32, 8, True)
+    with torch.no_grad():
+        for got, want in zip(cm(x), model(x)):
+            _check(got, want, 1e-5)
+
+
+def test_a_max_beside_partials_of_another_chunk_length_reads_the_activation():
+    """A sum over W already takes partials of 16 rows from the convolution; an amax over H x W
+    (chunks of 64) then stays a reduction of its own: one kernel's partials have one length."""
+    class SumAndMax(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 32, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y.sum(3), y.amax((2, 3))
+
+    torch.manual_seed(6)
+    model = SumAndMax().eval()
+    x = torch.randn(2, 8, 16, 16)
+    rep = explain_static(model, (x,))
+    assert not rep.fallbacks, str(rep)
+    stats = [k for k in rep.kernels if "tile statistics" in k.source]
+    assert len(stats) == 1 and "_maximumf_combine" not in stats[0].source, str(rep)
+    cm = uniorch.compile(model, target="interpret", fallback="error")
+    with torch.no_grad():
+        for got, want in zip(cm(x), model(x)):
+            _check(got, want, 1e-5)
+
+
 def test_amax_over_two_dims_is_one_reduction():
     """torch-mlir lowers amax over (H, W) as a max per dim; merged, one kernel reads x once."""
     f = lambda x: torch.amin(x * 2.0, (2, 3))  # noqa: E731
