@@ -98,6 +98,23 @@ def test_only_registered_tensors_are_kept():
     assert not frozen_layouts._REGISTERED and not frozen_layouts._COPIES
 
 
+def test_a_weight_dying_inside_the_registrys_lock_does_not_deadlock():
+    """The cycle collector can run a dead weight's callback inside a locked block of the registry
+    (an allocation there starts it): the callback takes the same lock, in the same thread."""
+    import threading
+
+    def scenario():
+        w = nn.Parameter(torch.randn(4, 3))
+        frozen_layouts.register([w])
+        with frozen_layouts._LOCK:
+            del w  # the last reference: its callback runs now, lock held
+    worker = threading.Thread(target=scenario, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "deadlocked"
+    assert not frozen_layouts._REGISTERED
+
+
 def test_explain_leaves_the_filters_copies_out_when_frozen():
     """A bf16 3x3 convolution for sm_90 reads its filters channels-last: a copy each call, read and
     written, unless frozen."""

@@ -22,7 +22,9 @@ from typing import Callable, Iterable
 
 import torch
 
-_LOCK = threading.Lock()
+# reentrant: a registered tensor's death callback (_drop) can run inside a locked block, when an
+# allocation there triggers the cycle collector
+_LOCK = threading.RLock()
 # storage address -> a weak reference to a registered tensor on that storage (alive: the address
 # is that storage's, as no two live storages share one)
 _REGISTERED: dict[int, weakref.ref] = {}
