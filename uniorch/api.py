@@ -18,7 +18,7 @@ from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autoca
                                    split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .minimum_bytes import input_bytes, spec_input_bytes
-from .runtime import frozen_layouts
+from .runtime import frozen_layouts, weight_folding
 from .runtime.boundary import CheckFailed
 
 from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
@@ -64,8 +64,8 @@ def _eager_ops(entry: _Entry) -> int:
                and n.target is not torch.ops.aten.sym_size.int and not _allocated(entry, n.name))
 
 
-def _allocated(entry: _Entry, name: str) -> bool:
-    return name in getattr(entry.program, "allocated_nodes", ())
+def _allocated(entry: _Entry, name: str) -> bool:  # or folded under freeze=True: no ATen call per call
+    return name in entry.program.allocated_nodes or name in entry.program.folded_nodes
 
 
 class CompiledModule:
@@ -218,7 +218,7 @@ class CompiledModule:
                 if entry is not None:
                     return entry
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
-                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix, freeze=self._freeze)
             if key in self._cache:  # kept: the attributes may go back to its values
                 before = self._cache[key]
                 if entry.sets_attributes and before.sets_attributes:
@@ -296,7 +296,7 @@ class CompiledModule:
             return None
         try:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims,
-                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix, freeze=self._freeze)
             guard = SymbolicGuard.of(entry.captured, key) if entry.captured is not None else None
         except Exception as err:  # noqa: BLE001 - a bug of ours in the symbolic path: the static compile still serves
             if self._fallback == "error":
@@ -482,7 +482,7 @@ class CompiledModule:
         entry = self.entry(args, kwargs)
         if entry is None:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
-                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix)
+                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix, freeze=self._freeze)
         if self._in_pieces(entry):
             return self._pieces_report(entry, args, kwargs)
         rep = _report(entry, self._target, args, kwargs, freeze=self._freeze)
@@ -548,10 +548,12 @@ _AGAIN = "; it is captured again when the values it read change"
 
 
 def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: bool = True,
-                   dynamic: Optional[dict] = None, cuda_graphs: bool = False, kernel_prefix: str = "") -> _Entry:
+                   dynamic: Optional[dict] = None, cuda_graphs: bool = False, kernel_prefix: str = "",
+                   freeze: bool = False) -> _Entry:
     """`launch=False` stops each region after codegen: no kernel is loaded or trial-launched.
     `dynamic`: flat argument index -> dims captured with symbolic sizes. `cuda_graphs`: regions
-    replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py)."""
+    replay their launches as CUDA graphs where they can (runtime/cuda_graphs.py). `freeze`: what
+    reads weights alone runs once, outside the kernels (runtime/weight_folding.py)."""
     from .errors import AttributeWriteError, CaptureError, StateWriteError
 
     timings = {}
@@ -584,8 +586,11 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
         from .runtime.compiler import compile_graph
 
         region = functools.partial(compile_graph, run=False)
-    program = compile_program(captured.graph_module, target, fallback, compile_region=region,
-                              kernel_prefix=kernel_prefix)
+    fold = weight_folding.split(captured, captured.flat_inputs(args, kwargs)) if freeze else None
+    program = compile_program(fold.main if fold else captured.graph_module, target, fallback,
+                              compile_region=region, kernel_prefix=kernel_prefix)
+    if fold is not None:
+        program.prelude, program.folded_nodes = fold, fold.nodes
     writes = program_writes(program, captured.mutated_inputs())
     if cuda_graphs and launch:
         from .runtime.cuda_graphs import attach
@@ -621,9 +626,11 @@ def compile(model_or_fn: Any, target: str = "auto", *, fallback: str = "eager",
     (as torch.compile's mode="reduce-overhead"; runtime/cuda_graphs.py): inputs are copied into
     the graph's buffers unless they stay at one address, and outputs are copies, so they outlive
     later calls. Regions with random ops, symbolic sizes or CPU inputs launch as without it.
-    freeze: the model's parameters and buffers are weights to lay out once (as Inductor's
-    `freezing`): a convolution's filters copied channels-last at the first call, not at each, and
-    again only after an in-place update their version counter sees (runtime/frozen_layouts.py).
+    freeze: the model's parameters and buffers are constants between in-place updates (as for
+    Inductor's `freezing`): what the graph computes from them alone (autocast's weight casts, weight
+    norm, an eval BatchNorm's scale) runs once, in PyTorch (runtime/weight_folding.py), and a
+    convolution's filters are copied channels-last once (runtime/frozen_layouts.py); both again
+    after an update their version counter sees (an optimizer step, load_state_dict).
     """
     if fallback not in ("eager", "error"):
         raise ValueError(f"fallback must be 'eager' or 'error', not {fallback!r}")
@@ -665,8 +672,8 @@ def explain_static(model_or_fn: Any, args: Any = (), kwargs: Optional[dict] = No
     tgt = parse_target(target)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
-    return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False), tgt, args, kwargs,
-                   freeze=freeze)
+    return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False, freeze=freeze), tgt,
+                   args, kwargs, freeze=freeze)
 
 
 def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = False) -> Report:
@@ -698,11 +705,14 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = 
     failed = program.fallbacks + program.launch_failures
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}
-    compiled = sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
+    folded = sum(1 for n in aten if n.name in program.folded_nodes)
+    compiled = folded + sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
     if spec is not None:
         minimum = spec_input_bytes(cg, spec)
     else:
         minimum = input_bytes(cg, cg.flat_inputs(args, kwargs))
+    if program.prelude is not None:  # freeze=True: the kernels read the fold's outputs, not what it read
+        minimum = max(0, minimum + program.prelude.minimum_change)
     outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
     outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
     for val in outs_meta:
@@ -721,7 +731,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = 
     boundary += [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
     boundary = [b for b in boundary if b]
     return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
-                  checks, boundary, list(entry.symbols))
+                  checks, boundary, list(entry.symbols), folded_ops=folded)
 
 
 def _state_name(cg, o: int) -> str:

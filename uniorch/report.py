@@ -55,6 +55,8 @@ class Report:
     backward: Optional["Report"] = None  # training: the backward graph's report (this one is the forward's)
     saved_bytes: Optional[int] = None  # training: bytes of activations the forward saves for the backward
     eager_saved_bytes: Optional[int] = None  # and what eager PyTorch's autograd saves for the same call
+    # freeze=True: ops computed from weights alone, once (runtime/weight_folding.py); counted compiled
+    folded_ops: int = 0
 
     @property
     def compiled_fraction(self) -> float:
@@ -64,7 +66,8 @@ class Report:
         lines = [f"uniorch explain (target {self.target}): {len(self.kernels)} kernels, "
                  f"{self.compiled_ops}/{self.captured_ops} ATen ops compiled ({100 * self.compiled_fraction:.0f}%), "
                  f"{len(self.fallbacks)} eager fallbacks"
-                 + (f", {self.allocated_ops} zero-element ops allocated without a kernel" if self.allocated_ops else ""),
+                 + (f", {self.allocated_ops} zero-element ops allocated without a kernel" if self.allocated_ops else "")
+                 + (f", {self.folded_ops} computed from weights once (freeze)" if self.folded_ops else ""),
                  f"bytes moved {_mb(self.bytes_moved)} vs minimum {_mb(self.bytes_minimum)} "
                  f"({self.bytes_moved / max(1, self.bytes_minimum):.2f}x)", "",
                  f"{'kernel':<28} {'kind':<12} {'ops':>4} {'read':>10} {'written':>10}  fused ATen ops"]

@@ -44,8 +44,14 @@ class Program:
     compiled_nodes: set[str]  # allocated ones included: no ATen op runs for them
     timings: dict[str, float] = field(default_factory=dict)
     allocated_nodes: set[str] = field(default_factory=set)
+    # freeze=True: the weight-only nodes split off (runtime/weight_folding.py), run before the
+    # module, which reads their outputs after the graph's inputs
+    prelude: Optional[Callable] = None
+    folded_nodes: set[str] = field(default_factory=set)
 
     def __call__(self, *inputs):
+        if self.prelude is not None:
+            inputs = self.prelude(inputs)
         direct = self.__dict__.get("_direct", False)
         if direct is False:
             direct = self.__dict__["_direct"] = _one_region_call(self.module)
