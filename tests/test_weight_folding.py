@@ -121,7 +121,8 @@ def test_autocast_weight_casts_are_kept_in_bf16():
 
 class Mixed(nn.Module):
     """Weight-only work beside what must stay in the graph: a constant-only mask (cheaper computed
-    in the kernel than read), a weight made larger (repeat), a random draw, an input-dependent op."""
+    in the kernel than read), a weight made larger (repeat), a weight scaled as it is loaded (as
+    many bytes either way), an input-dependent op."""
 
     def __init__(self):
         super().__init__()
@@ -132,7 +133,7 @@ class Mixed(nn.Module):
         mask = torch.arange(8).view(8, 1) >= torch.arange(8).view(1, 8)
         big = self.b.repeat(16).view(16, 8)  # 16x the bytes of b
         w = torch.tanh(self.w) * 2  # folded
-        return (x @ w).masked_fill(~mask[: x.shape[0]], 0.0) + big[: x.shape[0]] + x.sum()
+        return (x @ w).masked_fill(~mask[: x.shape[0]], 0.0) + big[: x.shape[0]] + x.sum() + self.b * 0.5
 
 
 def test_only_weight_work_that_saves_bytes_is_folded():
@@ -147,6 +148,9 @@ def test_only_weight_work_that_saves_bytes_is_folded():
     folded = {targets[n] for n in entry.program.folded_nodes}
     assert any("tanh" in t for t in folded)
     assert not any("arange" in t or "repeat" in t or "ge." in t for t in folded), folded
+    main = entry.program.prelude.main
+    handed = [tuple(p.meta["val"].shape) for p in main.graph.nodes if weight_folding.MARK in p.meta]
+    assert handed == [(8, 8)], handed  # tanh(w) * 2 only: b * 0.5 reads as many bytes as b
 
 
 def test_random_ops_and_updated_buffers_are_not_folded(folds):

@@ -51,8 +51,8 @@ class WeightFold:
         self.nodes = nodes  # names of the captured graph's nodes it computes
         places = [p for p in main.graph.nodes if p.op == "placeholder"]
         # what the kernels read instead of the weights only the fold reads (explain's minimum)
-        self.minimum_change = sum(_nbytes(p) for p in places if MARK in p.meta) - sum(
-            _nbytes(p) for p in places if MARK not in p.meta and not p.users and isinstance(p.meta.get("val"), torch.Tensor))
+        unread = [p for p in places if MARK not in p.meta and not p.users and isinstance(p.meta.get("val"), torch.Tensor)]
+        self.minimum_change = sum(_nbytes(p) for p in places if MARK in p.meta) - sum(_nbytes(p) for p in unread)
         self._lock = threading.Lock()
         self._kept: Optional[tuple[list, list, list[torch.Tensor]]] = None  # (refs, keys, outputs)
 
@@ -89,7 +89,7 @@ class WeightFold:
         return list(outs)
 
 
-def split(captured, values: list, ops: int = 0) -> Optional[WeightFold]:
+def split(captured, values: list) -> Optional[WeightFold]:
     """The weight fold of `captured` (capture/graph.py's CapturedGraph) called with `values` (its
     flat inputs), or None when nothing worth folding reads only weights."""
     gm = captured.graph_module
@@ -99,31 +99,35 @@ def split(captured, values: list, ops: int = 0) -> Optional[WeightFold]:
                if i not in updated and (p.meta.get("uniorch_weight") or _frozen(values, i))}
     if not weights:
         return None
-    folded = _foldable(gm, weights)
-    # a fold output (a node read outside the fold, or by the graph's output) must be worth keeping;
-    # one that is not stays in the graph, and what it reads may then be an output itself
-    changed = True
-    while changed:
-        changed = False
-        for n in [n for n in gm.graph.nodes if n in folded]:
-            if any(u not in folded for u in n.users) and not _worth_keeping(n, weights):
-                folded.discard(n)
-                changed = True
-    outs = _outputs(gm, folded)
-    # each output is cut where its chain of one-input ops is smallest: a weight cast to bf16 and
-    # back to fp32 (CPU autocast's matmul) is kept in bf16, the kernel reads 2 bytes and widens
-    cuts = {_smallest_cut(o, folded) for o in outs}
-    folded = {n for n in folded if n in cuts or any(_reaches(n, c) for c in cuts)}
-    outs = _outputs(gm, folded)
-    if not outs or not all(_worth_keeping(o, weights) for o in outs):
+    eligible = _foldable(gm, weights)
+    # where the graph reads what weights alone compute: there the fold hands over its outputs if
+    # they are worth keeping; one that is not is computed in the graph as before, and then what it
+    # reads is such a place in turn
+    work = [n for n in gm.graph.nodes if n in eligible and any(u not in eligible for u in n.users)]
+    outs: set = set()
+    stays: set = set()
+    while work:
+        n = work.pop()
+        if n in outs or n in stays:
+            continue
+        if _worth_keeping(n, weights):
+            # cut where its chain of one-input ops is smallest: CPU autocast's weight -> bf16 ->
+            # fp32 is kept in bf16, and the kernel reads 2 bytes a weight and widens them itself
+            cut = _smallest_cut(n, eligible)
+            cut = cut if _worth_keeping(cut, weights) else n
+            if not _loads_as_much(cut, weights):
+                outs.add(cut)
+                continue
+        stays.add(n)
+        work.extend(i for i in n.all_input_nodes if i in eligible)
+    if not outs:
         return None
-    main = _main_graph(gm, outs, folded)
-    fold, reads = _fold_graph(gm, outs, folded, places)
-    return WeightFold(main, fold, reads, {n.name for n in folded})
-
-
-def _outputs(gm: fx.GraphModule, folded: set) -> list[fx.Node]:
-    return [n for n in gm.graph.nodes if n in folded and any(u not in folded for u in n.users)]
+    ordered = [n for n in gm.graph.nodes if n in outs]
+    main = _main_graph(gm, ordered)
+    fold, reads = _fold_graph(gm, ordered, places)
+    kept = {n.name for n in main.graph.nodes}
+    nodes = {n.name for n in fold.graph.nodes if n.op == "call_function"} - kept
+    return WeightFold(main, fold, reads, nodes)
 
 
 # one-input ops a kernel does as it loads (a cast, a view, a scale): moved out of the fold when
@@ -143,17 +147,15 @@ def _smallest_cut(o: fx.Node, folded: set) -> fx.Node:
     return best
 
 
-def _reaches(n: fx.Node, target: fx.Node) -> bool:
-    todo, seen = [n], set()
-    while todo:
-        x = todo.pop()
-        if x is target:
-            return True
-        for u in x.users:
-            if u not in seen:
-                seen.add(u)
-                todo.append(u)
-    return False
+def _loads_as_much(n: fx.Node, weights: set) -> bool:
+    """n is a chain of one-input cheap ops on one weight, as large as it (a bias times 1, a
+    contiguous copy): the kernel would read as many bytes, and does the ops as it loads."""
+    x = n
+    while x not in weights:
+        if x.op != "call_function" or _name(x) not in _CHEAP or len(x.all_input_nodes) != 1:
+            return False
+        x = x.all_input_nodes[0]
+    return _nbytes(n) >= _nbytes(x)
 
 
 def _nbytes(n: fx.Node) -> int:
@@ -230,9 +232,9 @@ def _name(n: fx.Node) -> str:
     return n.target.__name__.split(".")[0] if isinstance(n.target, torch._ops.OpOverload) else ""
 
 
-def _main_graph(gm: fx.GraphModule, outs: list[fx.Node], folded: set) -> fx.GraphModule:
-    """gm with each fold output read from a new placeholder (after the graph's own) and the rest of
-    the fold gone."""
+def _main_graph(gm: fx.GraphModule, outs: list[fx.Node]) -> fx.GraphModule:
+    """gm reading each fold output from a new placeholder (after the graph's own); what only the
+    fold outputs read goes with them."""
     g = fx.Graph()
     env: dict = {}
     nodes = list(gm.graph.nodes)
@@ -244,24 +246,28 @@ def _main_graph(gm: fx.GraphModule, outs: list[fx.Node], folded: set) -> fx.Grap
         p.meta.update(val=o.meta["val"], uniorch_weight=True)
         p.meta[MARK] = o.name
     for n in nodes:
-        if n.op != "placeholder" and n not in folded:
+        if n.op != "placeholder" and n not in env:
             env[n] = g.node_copy(n, env.__getitem__)
+    g.eliminate_dead_code()
     return fx.GraphModule(gm, g)
 
 
-def _fold_graph(gm: fx.GraphModule, outs: list[fx.Node], folded: set, places: list) -> tuple[fx.GraphModule, list]:
+def _fold_graph(gm: fx.GraphModule, outs: list[fx.Node], places: list) -> tuple[fx.GraphModule, list]:
+    """The nodes the fold outputs are computed from, reading the graph's inputs at `reads`."""
+    need: set = set()
+    todo = list(outs)
+    while todo:
+        n = todo.pop()
+        if n not in need:
+            need.add(n)
+            todo.extend(n.all_input_nodes)
     g = fx.Graph()
     env: dict = {}
-    reads = []
-    for i, p in enumerate(places):
-        if any(u in folded for u in p.users):
-            env[p] = g.node_copy(p, env.__getitem__)
-            reads.append(i)
+    reads = [i for i, p in enumerate(places) if p in need]
     for n in gm.graph.nodes:
-        if n in folded:
+        if n in need:
             env[n] = g.node_copy(n, env.__getitem__)
     g.output(tuple(env[o] for o in outs))
-    g.eliminate_dead_code()
     return fx.GraphModule(gm, g), reads
 
 
