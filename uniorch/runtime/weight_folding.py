@@ -51,7 +51,8 @@ class WeightFold:
         self.nodes = nodes  # names of the captured graph's nodes it computes
         places = [p for p in main.graph.nodes if p.op == "placeholder"]
         # what the kernels read instead of the weights only the fold reads (explain's minimum)
-        unread = [p for p in places if MARK not in p.meta and not p.users and isinstance(p.meta.get("val"), torch.Tensor)]
+        unread = [p for p in places
+                  if MARK not in p.meta and not p.users and isinstance(p.meta.get("val"), torch.Tensor)]
         self.minimum_change = sum(_nbytes(p) for p in places if MARK in p.meta) - sum(_nbytes(p) for p in unread)
         self._lock = threading.Lock()
         self._kept: Optional[tuple[list, list, list[torch.Tensor]]] = None  # (refs, keys, outputs)
