@@ -80,7 +80,8 @@ class WeightFold:
             t = inputs[i]
             if r() is not t or t._version != k[1] or t.data_ptr() != k[0]:
                 return False
-        return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+        first = inputs[self.reads[0]] if self.reads else None
+        return not (first is not None and first.is_cuda and torch.cuda.is_current_stream_capturing())
 
     def run(self, sources) -> list[torch.Tensor]:
         """The fold's outputs for these weights, computed by PyTorch, outside autograd and autocast
