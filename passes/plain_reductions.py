@@ -115,26 +115,33 @@ def _merge_into(op, combiners):
     return inner
 
 
-def _plain_form(op, combiners) -> bool:
-    """A reduction combining f(in) with one of `combiners`, its one input read in loop order, f
-    reading only it (and constants), its output a projection of its loops."""
-    if not pat.is_generic(op) or not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
-        return False
+def reduced_prefix(op, combiners) -> list | None:
+    """The body ops before the combiner if `op` combines f(in) of its one input, read in loop
+    order, with one of `combiners`, f's ops reading only `in` and constants; else None."""
+    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
+        return None
     maps = pat.indexing_maps(op)
-    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) or not maps[1].is_projected_permutation:
-        return False
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims):
+        return None
     ops = pat.body_ops(op)
     combs = pat.reduction_combiners(op)
     if not ops or ops[-1].name not in combiners or not combs or combs[0][0] != ops[-1].name:
-        return False
+        return None
     blk = pat.body(op)
-    inside = {blk.arguments[0]} | {r for o in ops[:-1] for r in o.results}
-    for o in ops[:-1]:
-        if o.name == "tensor.extract" or any(
-                v not in inside and (isinstance(v.owner, ir.Block) or pat.op_of(v.owner).name != "arith.constant")
-                for v in o.operands):
-            return False
-    return True
+    prefix = ops[:-1]
+    inside = {blk.arguments[0]} | {r for o in prefix for r in o.results}
+    for o in prefix:
+        if len(o.results) != 1 or o.name == "tensor.extract":
+            return None
+        for v in o.operands:  # the accumulator is a block argument: not read before the combiner
+            if not (v in inside or (not isinstance(v.owner, ir.Block) and pat.op_of(v.owner).name == "arith.constant")):
+                return None
+    return prefix if combs[0][1] in inside else None
+
+
+def _plain_form(op, combiners) -> bool:
+    """reduced_prefix's form, with an output that is a projection of the loops."""
+    return reduced_prefix(op, combiners) is not None and pat.indexing_maps(op)[1].is_projected_permutation
 
 
 def _fill_value(v) -> float | None:
@@ -158,4 +165,4 @@ def _fill_value(v) -> float | None:
         return None
 
 
-__all__ = ["as_plain_reduction", "merge_extrema"]
+__all__ = ["as_plain_reduction", "merge_extrema", "reduced_prefix"]

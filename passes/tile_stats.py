@@ -48,7 +48,7 @@ from uniorch.codegen.attention_plan import _plan
 
 from .fuse_common import TILE_STAT, _i64
 from .ir_utils import build_generic as _generic, clone_body as _clone_body, mapped as _mapped
-from .plain_reductions import as_plain_reduction
+from .plain_reductions import as_plain_reduction, reduced_prefix as _prefix
 from .sink_collapse import _groups, _reassociation
 from .split_reduction import _zeros
 from .tile_readers import chunk_lengths, read_with_result, summed_whole_beside
@@ -113,34 +113,6 @@ def _sum_prefix(op) -> list | None:
     an f32 result (f: a 16-bit input's upcast), with f's ops reading only `in` and constants."""
     prefix = _prefix(op, ("arith.addf",))
     return prefix if prefix is not None and _f32(op.results[0]) else None
-
-
-def _prefix(op, combiners) -> list | None:
-    """The body ops before the combiner if `op` combines f(in) of its one input, read in loop
-    order, with one of `combiners`, f's ops reading only `in` and constants; else None."""
-    if not pat.is_reduction(op) or pat.num_inputs(op) != 1 or len(op.results) != 1:
-        return None
-    maps = pat.indexing_maps(op)
-    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims):
-        return None
-    ops = pat.body_ops(op)
-    if not ops or ops[-1].name not in combiners or pat.reduction_combiners(op) is None:
-        return None
-    blk = pat.body(op)
-    out_arg = blk.arguments[1]
-    combined = pat.reduction_combiners(op)[0][1]
-    prefix = ops[:-1]
-    inside = {blk.arguments[0]} | {r for o in prefix for r in o.results}
-    for o in prefix:
-        if len(o.results) != 1 or o.name == "tensor.extract":
-            return None
-        for v in o.operands:
-            if v == out_arg or not (v in inside or (not isinstance(v.owner, ir.Block)
-                                                     and pat.op_of(v.owner).name == "arith.constant")):
-                return None
-    if combined not in inside:
-        return None
-    return prefix
 
 
 def _extremum(op) -> str | None:
