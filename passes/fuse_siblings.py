@@ -106,25 +106,13 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
         for j, c1 in enumerate(anchors):
             if i == j or i in taken or j in taken:
                 continue
-            plain = _plain(block, c0, wide=True) and _plain(block, c1, wide=True) and _same_shape(c0, c1)
-            # or both normalise the same activation in their prologues (Llama's RMSNorm before
-            # gate and up): the kernel computes it once, as for pre-norm q, k and v
-            normed = (not plain and _plain(block, c0, prologue=True, wide=True)
-                      and _plain(block, c1, prologue=True, wide=True) and _same_shape(c0, c1, factor=False))
-            first = c0 if normed and _same_prologue(block, c0, c1) else c1 if normed and _same_prologue(
-                block, c1, c0) else None
-            if not (plain or first is not None):
+            # both read x from memory (a norm before them is a kernel of its own at these widths:
+            # an MLP narrow enough for a row-statistics prologue is one chain kernel anyway)
+            if not (_plain(block, c0, wide=True) and _plain(block, c1, wide=True) and _same_shape(c0, c1)):
                 continue
             g0, g1 = group_of(c0), group_of(c1)
             if not _gates(block, c0, c1) or _reaches(block, g0, g1):
                 continue
-            if first is not None:  # the other reads the first one's normalised tile
-                other = c1 if first == c0 else c0
-                dead = _prologue(block, other)
-                other.operands[0] = first.operands[0]
-                for o in reversed(dead):
-                    if not any(list(r.uses) for r in o.results):
-                        o.erase()
             for o in members(block)[g1]:
                 join(o, g0)
             c1.attributes[SIBLING] = ir.UnitAttr.get()
