@@ -61,7 +61,10 @@ def test_bfloat16_accumulating_scatters_compile_through_fp32(reduce):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("name,fn,min_equal", [
-    ("gelu", F.gelu, 0.95),        # the rest: erf's and x / sqrt(2)'s last fp32 bit against ATen's
+    # the rest: erf's and x / sqrt(2)'s last fp32 bit against ATen's, whose vectorised fp16/bf16
+    # GELU is itself the correctly rounded value only 92% of the time (94.8% equal in fp16 with the
+    # packages of 2026-12-05, 95% before): judged against float64 too, below
+    ("gelu", F.gelu, 0.93),
     ("sigmoid", torch.sigmoid, 0.99),
     ("elu", F.elu, 0.99),
     ("selu", F.selu, 0.99),
@@ -77,6 +80,9 @@ def test_16bit_activations_round_once_as_eager(dtype, name, fn, min_equal):
     got, ref, exact = cm(x), fn(x), fn(x.double())
     assert got.dtype == ref.dtype
     assert float((got == ref).float().mean()) >= min_equal
+    # rounded once from fp32: the float64 value rounded to 16 bits at least as often as eager's
+    rounded = exact.to(dtype)
+    assert float((got == rounded).float().mean()) >= float((ref == rounded).float().mean()) - 0.005
     err, eager_err = (got.double() - exact).abs().max(), (ref.double() - exact).abs().max()
     assert err <= eager_err * 1.01, (float(err), float(eager_err))
 
