@@ -102,13 +102,13 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
     reads the sibling's accumulator, and the up projection's output is never written. Any width:
     the two share each N tile."""
     merged = False
+    # both read x from memory (a norm before them is a kernel of its own at these widths: an MLP
+    # narrow enough for a row-statistics prologue is one chain kernel anyway); a merged group is
+    # not looked at again, so each group's answer holds for the whole loop
+    plain = [i not in taken and _plain(block, c, wide=True) for i, c in enumerate(anchors)]
     for i, c0 in enumerate(anchors):
         for j, c1 in enumerate(anchors):
-            if i == j or i in taken or j in taken:
-                continue
-            # both read x from memory (a norm before them is a kernel of its own at these widths:
-            # an MLP narrow enough for a row-statistics prologue is one chain kernel anyway)
-            if not (_plain(block, c0, wide=True) and _plain(block, c1, wide=True) and _same_shape(c0, c1)):
+            if i == j or i in taken or j in taken or not (plain[i] and plain[j]) or not _same_shape(c0, c1):
                 continue
             g0, g1 = group_of(c0), group_of(c1)
             if not _gates(block, c0, c1) or _reaches(block, g0, g1):
