@@ -22,6 +22,7 @@ half the fp32 weights), kept as long as the compile.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
 import weakref
@@ -279,15 +280,7 @@ def _key(t) -> tuple:
 
 
 def _no_cuda_autocast():
-    return torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else _Nothing()
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    return torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
 
 
 __all__ = ["WeightFold", "split", "MARK"]
