@@ -33,7 +33,7 @@ def _triton_frontend(ks, backend: Backend, options):
 
     from uniorch.runtime import loader
 
-    fn = loader.load(ks, interpret=False)
+    fn = loader.load(ks, interpret=False, shared=False)  # its own name: the stages' files and entry are named by it
     # an AOT kernel's specialization, as Triton's JIT would have made it for these arguments
     attrs = {(i,): tb_divisibility() for i in ks.divisible_args()}
     src = ASTSource(fn, signature=ks.signature(), constexprs=ks.compile_constexprs(), attrs=attrs)
@@ -213,4 +213,19 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
     return ck
 
 
-__all__ = ["compile_kernel", "stage_names", "FRONT_STAGES"]
+def sharing_key(ks) -> tuple:
+    """What a kernel's compile depends on but its name and comments: kernels with one key are the
+    same code (`KernelSource.body_digest`), for backends that compile them once (`shares_kernels`)."""
+    return (ks.body_digest(), repr(sorted(ks.constexprs.items())), repr(ks.signature()), repr(ks.specialization),
+            ks.num_warps, ks.num_stages)
+
+
+def shared_as(ck, ks):
+    """Another kernel's compile of the same code, for `ks`: its binary's entry keeps the first
+    kernel's name, which the metadata gives the launcher. A BackendError is passed on."""
+    if isinstance(ck, BackendError):
+        return ck
+    return CompiledKernel(ks.name, ck.target, ks, {**ck.asm, "triton": ks.source}, ck.metadata)
+
+
+__all__ = ["compile_kernel", "stage_names", "shared_as", "sharing_key", "FRONT_STAGES"]

@@ -94,6 +94,10 @@ class Backend:
     # keeps to its own kernel and its own files): Triton's GPU stages release the GIL in their
     # MLIR passes and ptxas; a plugin's external tools may not tolerate it, so it is opt-in
     compiles_in_threads: ClassVar[bool] = False
+    # whether kernels that are the same code but for their names (a model's repeated layers) may
+    # share one compile: the binary keeps the first kernel's name, which `load_compiled` must
+    # launch by (its metadata's). Not where files are named per kernel for a toolchain to build
+    shares_kernels: ClassVar[bool] = False
 
     def __init__(self, arch: Optional[str] = None):
         self.arch = arch or self.default_arch()

@@ -17,6 +17,7 @@ class TritonGPUBackend(Backend):
     triton_backend: ClassVar[str] = ""  # Triton's name for it: "cuda" | "hip"
     specializes_aot = True
     compiles_in_threads = True
+    shares_kernels = True
 
     def triton_target(self):  # pragma: no cover - subclasses
         raise NotImplementedError

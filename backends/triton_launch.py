@@ -38,6 +38,8 @@ class TritonLauncher:
 
     def __init__(self, kernel, fn: Any):
         self.kernel, self.fn = kernel, fn
+        # another kernel's name where the loader shared that kernel's function (the same code)
+        self.runs_as = getattr(getattr(fn, "fn", fn), "__name__", None) or kernel.fn_name
         self._direct: dict = {}  # specialization key -> the compiled kernel's launch
         self._compiled: dict = {}  # specialization key -> its _Direct (what `bind` writes calls to)
         self._tail = constexpr_tail(fn, kernel)

@@ -699,9 +699,10 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = 
             planned = region.plan.kernels.get(k.name)
             func = planned.func_op if planned is not None else None
             note = str(getattr(planned.fn, "note", "") or "") if planned is not None else ""
+            runs_as = str(getattr(planned.fn, "runs_as", "") or name) if planned is not None else name
             once = k.weight_relayout if freeze else 0
             kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read - once, k.bytes_written - once,
-                                        k.source, _compute_types(func), note, k.weight_relayout))
+                                        k.source, _compute_types(func), note, k.weight_relayout, runs_as))
     failed = program.fallbacks + program.launch_failures
     fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
     eager_now = {n for f in program.launch_failures for n in f.nodes}

@@ -115,11 +115,13 @@ def through_backend(cg, target, all_nodes: list[str]):
 def _compile_all(jobs: list, backend) -> list:
     """Each (KernelSource, linalg text) through the backend's stages: its CompiledKernel, or the
     BackendError it raised. In threads where the backend allows (`compiles_in_threads`): two
-    threads compile gpt2_block's kernels for sm_90 1.7x faster than one on a 2-core machine."""
+    threads compile gpt2_block's kernels for sm_90 1.7x faster than one on a 2-core machine.
+    Kernels that are the same code but for their names (repeated layers) compile once where the
+    backend allows it (`shares_kernels`)."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from .backends.driver import compile_kernel
+    from .backends.driver import compile_kernel, shared_as, sharing_key
     from .backends.sdk import BackendError
 
     def one(job):
@@ -128,11 +130,16 @@ def _compile_all(jobs: list, backend) -> list:
         except BackendError as err:
             return err
 
-    workers = min(8, os.cpu_count() or 1, len(jobs))
+    first: dict = {}  # what a compile depends on, but the kernel's name -> its first job
+    same = [first.setdefault(sharing_key(ks), n) if backend.shares_kernels else n for n, (ks, _) in enumerate(jobs)]
+    todo = sorted(set(same))
+    workers = min(8, os.cpu_count() or 1, len(todo))
     if workers < 2 or not getattr(backend, "compiles_in_threads", False):
-        return [one(job) for job in jobs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, jobs))
+        done = dict(zip(todo, map(one, (jobs[n] for n in todo))))
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = dict(zip(todo, pool.map(one, (jobs[n] for n in todo))))
+    return [done[n] if m == n else shared_as(done[m], jobs[n][0]) for n, m in enumerate(same)]
 
 
 def _fits(ck, limit):

@@ -25,6 +25,9 @@ class KernelReport:
     # bytes of parameters' layout copies before it, each way: in bytes_read and bytes_written
     # unless the model is compiled with freeze=True, which makes them once (runtime/frozen_layouts.py)
     weight_relayout: int = 0
+    # the function a profiler sees it launch as: another kernel's name where the two are the same
+    # code (repeated layers), loaded and compiled once; its own name otherwise
+    runs_as: str = ""
 
 
 @dataclass

@@ -51,6 +51,10 @@ def fallbacks() -> dict[str, str]:
     return dict(_fallbacks)
 
 
+# a model's repeated layers: one compile for kernels that are the same code (`shares_kernels`)
+_compiled: dict = {}
+
+
 class CpuBackend(Backend):
     name = "cpu"
     archs = ("host",)
@@ -58,6 +62,7 @@ class CpuBackend(Backend):
     device_type = "cpu"
     options_class = KernelOptions
     stages_version = _sources_hash()
+    shares_kernels = True  # the launcher calls the entry its metadata names
 
     @classmethod
     def is_available(cls) -> bool:
@@ -95,10 +100,16 @@ class CpuBackend(Backend):
         stages["llmlir"] = make_llmlir
 
     def load(self, kernel) -> Launcher:
-        from ..driver import compile_kernel
+        from ..driver import compile_kernel, shared_as, sharing_key
 
+        key = (self.arch, sharing_key(kernel)) if self.shares_kernels else None
         try:
-            return self.load_compiled(compile_kernel(kernel, self))
+            compiled = _compiled.get(key)
+            if compiled is None:
+                compiled = compile_kernel(kernel, self)
+                if key is not None:
+                    _compiled[key] = compiled
+            return self.load_compiled(shared_as(compiled, kernel))
         except BackendError as err:
             return self._interpreted(kernel, str(err))
 

@@ -83,6 +83,7 @@ class CpuLauncher:
     def __init__(self, kernel, llvm_text: str, entry: str, abi: list[str], serial: bool = False):
         """`serial`: run the programs one after another on one thread (kernels with atomics)."""
         self.kernel, self.entry, self.abi, self.serial = kernel, entry, list(abi), serial
+        self.runs_as = entry  # another kernel's where the backend shared that one's compile (the same code)
         self.engine, self.fn = engine(llvm_text, entry)
         for ty in self.abi:
             if not (ty.startswith("memref<") or ty in _INTS or ty in _FLOATS):

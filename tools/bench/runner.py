@@ -5,6 +5,7 @@ message under `errors`, and the next backend runs: one broken compiler never hid
 """
 from __future__ import annotations
 
+import collections
 import gc
 import re
 import traceback
@@ -243,16 +244,19 @@ def _kernel_times(cm, args, kernels, stats: list[dict], row: dict) -> None:
         row["device_aten_ops"] = [dict(op=n, ms=round(v, 5)) for n, v in
                                   sorted(ops.items(), key=lambda kv: -kv[1])[:10]]
         row["device_ms"] = round(sum(totals.values()), 5)
+        # kernels that are the same code run as the first one's function (`runs_as`, repeated
+        # layers): the profiler's row for it is theirs together, shared evenly (same code, sizes)
+        sharing = collections.Counter(getattr(k, "runs_as", "") or k.name for k in kernels)
         for k, s in zip(kernels, stats):
             # the kernel's own function (a reduction's source defines its combine function
             # first), matched whole: k1_contraction is not k11_contraction. Names are unique in
             # a step: regions (r1_), backward (bw_) and optimizer (opt_) kernels are prefixed
-            fn = k.name
-            if not re.search(rf"def\s+{re.escape(fn)}\s*\(", k.source or ""):
+            if not re.search(rf"def\s+{re.escape(k.name)}\s*\(", k.source or ""):
                 continue
+            fn = getattr(k, "runs_as", "") or k.name
             hits = [v for n, v in totals.items() if n == fn]
             if hits:
-                s["ms"] = sum(hits)
+                s["ms"] = sum(hits) / sharing[fn]
     except Exception as e:  # noqa: BLE001 - the per-kernel view is optional
         row["profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 

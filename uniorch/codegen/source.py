@@ -1,6 +1,7 @@
 """What codegen hands the runtime: one kernel's Triton source and how to launch it."""
 from __future__ import annotations
 
+import functools
 import re
 
 from dataclasses import dataclass, field
@@ -110,6 +111,32 @@ class KernelSource:
 
     def arg_names(self) -> list[str]:
         return tensor_params(self.input_ranks, self.output_ranks) + list(self.symbols)
+
+    def body_digest(self) -> str:
+        """The source's digest without the kernel's name, comments and docstring: two kernels
+        with one digest are the same code (a model's repeated layers: only their names and the
+        source locations in comments differ), which Triton would otherwise compile once each."""
+        return _body_digest(self.source, self.fn_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _body_digest(source: str, fn_name: str) -> str:
+    import hashlib
+    import io
+    import tokenize
+
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING)
+    parts, first = [], True
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in skip:
+            continue
+        if first and tok.type == tokenize.STRING:  # the module docstring names the kernel
+            first = False
+            continue
+        first = False
+        parts.append("\x00kernel" if tok.type == tokenize.NAME and tok.string == fn_name else tok.string)
+        parts.append(str(tok.type))
+    return hashlib.sha256("\x01".join(parts).encode()).hexdigest()[:24]
 
 
 def symbol_dims(op, symbols: list[str], shapes: list[list]) -> list[tuple[int, int]]:

@@ -29,8 +29,27 @@ def cache_dir() -> str:
     return path
 
 
-def load(ks: KernelSource, interpret: bool) -> Any:
-    """The kernel's function object: an InterpretedFunction or a triton JITFunction."""
+def load(ks: KernelSource, interpret: bool, shared: bool = True) -> Any:
+    """The kernel's function object: an InterpretedFunction or a triton JITFunction.
+
+    Kernels that are the same code but for their names and comments (`KernelSource.body_digest`:
+    the same layer repeated, in one model or in blocks compiled apart) get the function loaded
+    first, so Triton compiles it once per specialization, as Inductor defines one kernel for
+    identical source. Its name is the first kernel's: what a profiler shows for all of them.
+    `shared=False`: the kernel's own function (a backend's stages that name files by kernel)."""
+    if not shared:
+        return _load(ks, interpret)
+    key = (ks.body_digest(), interpret)
+    with _LOADING:
+        fn = _SHARED.get(key)
+    if fn is not None:
+        return fn
+    fn = _load(ks, interpret)
+    with _LOADING:
+        return _SHARED.setdefault(key, fn)
+
+
+def _load(ks: KernelSource, interpret: bool) -> Any:
     digest = hashlib.sha256(ks.source.encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"{ks.fn_name}_{digest}.py")
     if not _holds(path, ks.source):  # absent, or a corrupt/stale entry: never run it, rewrite it
@@ -59,6 +78,7 @@ def load(ks: KernelSource, interpret: bool) -> Any:
 
 
 _LOADING = threading.Lock()
+_SHARED: dict = {}  # (body digest, interpreted) -> the function loaded first for it
 
 
 def _holds(path: str, source: str) -> bool:
