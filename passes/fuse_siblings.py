@@ -56,8 +56,9 @@ class FuseSiblings(Pass):
                        and (pat.is_contraction(o.operation) or pat.is_convolution(o.operation))]
             taken: set = set()
             # merging changes only the groups it takes, which are not looked at again
-            plain = [_plain(block, c) for c in anchors]
-            shared = [_plain(block, c, prologue=True) for c in anchors]
+            groups = members(block)
+            plain = [_plain(block, c, groups=groups) for c in anchors]
+            shared = [_plain(block, c, prologue=True, groups=groups) for c in anchors]
             for i, c0 in enumerate(anchors):
                 if i in taken or not (plain[i] or shared[i]):
                     continue
@@ -105,7 +106,8 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
     # both read x from memory (a norm before them is a kernel of its own at these widths: an MLP
     # narrow enough for a row-statistics prologue is one chain kernel anyway); a merged group is
     # not looked at again, so each group's answer holds for the whole loop
-    plain = [i not in taken and _plain(block, c, wide=True) for i, c in enumerate(anchors)]
+    groups = members(block)
+    plain = [i not in taken and _plain(block, c, wide=True, groups=groups) for i, c in enumerate(anchors)]
     for i, c0 in enumerate(anchors):
         for j, c1 in enumerate(anchors):
             if i == j or i in taken or j in taken or not (plain[i] and plain[j]) or not _same_shape(c0, c1):
@@ -201,14 +203,15 @@ def _leads_to(block, op, dst: int) -> bool:
     return False
 
 
-def _plain(block, c, prologue: bool = False, wide: bool = False) -> bool:
+def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | None = None) -> bool:
     """c's group: a contraction reading its first factor from memory (no prologue computes it),
     no row statistics, no pooling, no other reduction, and few enough output columns (any number
     if `wide`: two products tiled along N together). With `prologue`: a prologue may compute the
     first factor, with row statistics (LayerNorm), when nothing else in the group reduces (pre-norm
-    q, k and v: `_same_prologue` decides)."""
+    q, k and v: `_same_prologue` decides). `groups`: `members(block)`, read once by a caller
+    asking for many products."""
     gid = group_of(c)
-    ops = members(block)[gid]
+    ops = (groups if groups is not None else members(block))[gid]
     if SIBLING in c.attributes or any(SIBLING in o.attributes for o in ops):
         return False
     p = _producer(c.operands[0])

@@ -74,12 +74,15 @@ def merge_into_contractions(block, try_merge) -> None:
 
 def merge_each_group(block, try_group) -> None:
     """`try_group(members, gid)` for each group in turn (members as they are by then: earlier
-    calls may have merged it away); group numbers dense again if any returned True."""
+    calls may have merged it away); group numbers dense again if any returned True. A call that
+    returns False must have changed nothing: the members are read again only after a True (once
+    per group, they were quadratic in a model's layers)."""
     changed = False
-    for gid in sorted(members(block)):
-        now = members(block)
-        if gid in now:
-            changed |= try_group(now, gid)
+    now = members(block)
+    for gid in sorted(now):
+        if gid in now and try_group(now, gid):
+            changed = True
+            now = members(block)
     if changed:
         renumber(block)
 

@@ -244,10 +244,7 @@ def _reads(v: ir.Value, target, limit: int = 256) -> bool:
     """Whether `v` is computed from `target`'s results (a bounded walk over producers, which
     skips ops before `target` in its block: none of them reads it; True when the walk is cut
     short, to be safe)."""
-    block_ops = [pat.op_of(o) for o in target.parent.regions[0].blocks[0].operations] \
-        if target.parent is not None and target.parent.name == "func.func" else []
-    order = {o: i for i, o in enumerate(block_ops)}
-    at = order.get(target)
+    func = target.parent if target.parent is not None and target.parent.name == "func.func" else None
     stack, seen = [v], 0
     while stack:
         w = stack.pop()
@@ -256,7 +253,8 @@ def _reads(v: ir.Value, target, limit: int = 256) -> bool:
         op = pat.op_of(w.owner)
         if op == target:
             return True
-        if at is not None and order.get(op, at) < at:
+        # MLIR's own order of the block (cached in it), not an index of the block per call
+        if func is not None and op.parent == func and op.is_before_in_block(target):
             continue
         seen += 1
         if seen > limit:

@@ -95,7 +95,7 @@ def _emit_copy(k: Kernel, sched: dict) -> tuple[str, list[str]]:
     ind = "    "
     emit(f"{ind}# {op.name} at {_short_loc(op)}")
     for i, a in enumerate(k.args):
-        emit(f"{ind}# in{i}: {a.get_name()} : {a.type}")
+        emit(f"{ind}# in{i}: {pat.value_name(a)} : {a.type}")
     emit(f"{ind}pid = {'tl.program_id(0).to(tl.int64)' if idx64 else 'tl.program_id(0)'}")
     emit(f"{ind}offs = pid * BLOCK + tl.arange(0, BLOCK)")
     emit(f"{ind}mask = offs < {size_code(n)}")

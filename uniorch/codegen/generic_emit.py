@@ -97,7 +97,7 @@ class _Emitter:
     def scalar(self, v: ir.Value) -> Val:
         owner = v.owner
         if isinstance(owner, ir.Block) or pat.op_of(owner).name != "arith.constant":
-            raise CodegenError(self.k.func, f"scalar operand {v.get_name()} is not a constant")
+            raise CodegenError(self.k.func, f"scalar operand {pat.value_name(v)} is not a constant")
         return self.constant(pat.op_of(owner))
 
     # -- lanes and masks --------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class _Emitter:
                 if not isinstance(v.owner, ir.Block):
                     raise CodegenError(cat, "tensor.concat inside a kernel must join kernel arguments")
                 val = self.load(scope, self.arg_index[v], exprs, ty,
-                                f"{v.get_name()} at [{off}, {off + n}) of {self.op_label(g)}", (low, zero))
+                                f"{pat.value_name(v)} at [{off}, {off + n}) of {self.op_label(g)}", (low, zero))
                 picks.append((off, off + n, val))
             off += n
         out = picks[-1][2]
@@ -215,7 +215,7 @@ class _Emitter:
         low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
         exprs = self.lay.operand_exprs(g, i)
         return self.load(scope, self.arg_index[src], exprs, ty,
-                         f"{src.get_name()} padded, of {self.op_label(g)}", (low, self.scalar(padv)))
+                         f"{pat.value_name(src)} padded, of {self.op_label(g)}", (low, self.scalar(padv)))
 
     # -- values of tensors --------------------------------------------------------------------------
     def operand(self, scope: _Scope, g: ir.Operation, i: int) -> Val:
@@ -229,13 +229,13 @@ class _Emitter:
             if isinstance(base.owner, ir.Block) or pat.op_of(base.owner).name != "linalg.generic":
                 exprs = D.realign(self.lay.operand_exprs(g, i), _shape(v), _shape(base))
                 if isinstance(base.owner, ir.Block):
-                    return self.load(scope, self.arg_index[base], exprs, ty, f"{base.get_name()} (viewed) of {self.op_label(g)}")
+                    return self.load(scope, self.arg_index[base], exprs, ty, f"{pat.value_name(base)} (viewed) of {self.op_label(g)}")
                 v = base
         if isinstance(v.owner, ir.Block):
             if v.owner != self.k.block:
                 raise CodegenError(g, "operand defined in an enclosing region")
             exprs = self.lay.operand_exprs(g, i)
-            return self.load(scope, self.arg_index[v], exprs, ty, f"{v.get_name()} of {self.op_label(g)}")
+            return self.load(scope, self.arg_index[v], exprs, ty, f"{pat.value_name(v)} of {self.op_label(g)}")
         owner = pat.op_of(v.owner)
         if owner.name == "arith.constant":
             return self.constant(owner)
@@ -466,7 +466,7 @@ class _Emitter:
                   + (f", reduction {[sizes[d] for d in k.order_r]} ({', '.join(k.names[d] for d in k.order_r) or '-'})"
                      if k.reductive else ""))
         for i, a in enumerate(k.args):
-            root.emit(f"# in{i}: {a.get_name()} : {a.type}")
+            root.emit(f"# in{i}: {pat.value_name(a)} : {a.type}")
         for i, v in enumerate(k.ret.operands):
             root.emit(f"# out{i}: {v.type}")
         pid = "tl.program_id(0).to(tl.int64)" if self.idx64 else "tl.program_id(0)"

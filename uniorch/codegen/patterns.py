@@ -37,6 +37,12 @@ def op_of(x) -> ir.Operation:
     return x.operation if hasattr(x, "operation") else x
 
 
+def value_name(v: ir.Value) -> str:
+    """`%arg0`, as the IR prints it: numbered within its own function (a plain `get_name()`
+    numbers the whole module on every call, quadratic in a model's layers)."""
+    return v.get_name(use_local_scope=True)
+
+
 def recorded_schedule(func) -> dict | None:
     """The schedule a pass recorded on a kernel (`uniorch.schedule`), as a dict; None if none."""
     attrs = op_of(func).attributes
