@@ -37,6 +37,7 @@ from .outside_writes import NoOutsideWrites
 from .nested_encoder import NestedEncoderAsEager
 from .rnn_cells import CellsAsMath
 from .scatter_rows import scatter_add_rows
+from .gated_split import split_gated_projections
 from .strided_views import as_strided_as_views
 from .symbolic_views import collapse_symbolic_views, decided_min_max, drop_noop_expands, specialized_sizes_as_ints
 
@@ -153,6 +154,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     cg = _from_exported(ep, traced, t_args, t_kwargs)
     as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
     scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
+    split_gated_projections(cg.graph_module)  # Phi-3's fused gate/up: two products, one gated kernel
     if dynamic:
         specialized_sizes_as_ints(cg.graph_module)
         drop_noop_expands(cg.graph_module)
