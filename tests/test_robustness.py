@@ -77,7 +77,10 @@ def test_threads_compiling_at_once():
 
 
 def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
+    from uniorch.runtime import loader
+
     monkeypatch.setenv("UNIORCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(loader, "_SHARED", {})  # the process's kernels of the same code (loader.load)
 
     def fn(x):
         return F.silu(x) * 3 - 0.5
@@ -93,6 +96,7 @@ def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
 
     for name in [m for m in sys.modules if m.startswith("uniorch_kernel_")]:
         del sys.modules[name]  # as in a fresh process, which reads the files again
+    loader._SHARED.clear()
     x = torch.randn(7, 5)
     torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
 
