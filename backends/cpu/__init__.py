@@ -55,6 +55,11 @@ def fallbacks() -> dict[str, str]:
 _compiled: dict = {}
 
 
+def forget_compiled() -> None:
+    """The kernels compiled so far are not reused by later kernels of the same code (a cold compile)."""
+    _compiled.clear()
+
+
 class CpuBackend(Backend):
     name = "cpu"
     archs = ("host",)
@@ -132,4 +137,4 @@ class CpuBackend(Backend):
         return launcher
 
 
-__all__ = ["CpuBackend", "CpuFallbackWarning", "fallbacks"]
+__all__ = ["CpuBackend", "CpuFallbackWarning", "fallbacks", "forget_compiled"]

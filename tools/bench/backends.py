@@ -41,6 +41,11 @@ def fresh_caches(root: str):
 
 def _reset_in_memory() -> None:
     torch.compiler.reset()
+    from uniorch.backends.cpu import forget_compiled
+    from uniorch.runtime.loader import forget_shared
+
+    forget_shared()  # kernels of the same code as an earlier workload's compile again: cold
+    forget_compiled()
     try:
         from torch._inductor.utils import clear_caches
         clear_caches()
