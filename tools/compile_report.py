@@ -8,9 +8,9 @@ transformers' GPT-2 in its default configuration (width 768, 12 heads), its dept
 
 - the front end, from `explain_static` (no kernel compiled or launched): capture, import and
   lowering to linalg, the fusion passes, codegen;
-- with AOT (default), `compile_aot` for the target with fresh caches: Triton's and the backend's
-  stages for every kernel, how many kernels the model has and how many were compiled (kernels that
-  are the same code compile once: repeated layers).
+- with AOT (default), `compile_aot` for the target with fresh caches (the benchmark's cold
+  compile): Triton's and the backend's stages for every kernel, how many kernels the model has
+  and how many were compiled (kernels that are the same code compile once: repeated layers).
 
 A compiler whose time grows faster than the depth makes large models slow to compile: this is
 the check. Seconds are wall time on the machine that runs it; compare rows of one run only.
@@ -26,6 +26,7 @@ import time
 
 import torch
 
+from .bench.backends import fresh_caches
 from .kernel_report import meta
 
 
@@ -57,20 +58,11 @@ def measure(layers: int, target: str, aot: bool) -> dict:
         row[f"{name}_s"] = _stage(rep.timings, name)
     row["kernels"] = len(rep.kernels)
     if aot:
-        with tempfile.TemporaryDirectory() as cache:
-            saved = {k: os.environ.get(k) for k in ("UNIORCH_CACHE_DIR", "TRITON_CACHE_DIR")}
-            os.environ["UNIORCH_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{cache}/u", f"{cache}/t"
-            try:
-                t = time.perf_counter()
-                with torch.no_grad():
-                    art = uniorch.compile_aot(model, args, target=target, kwargs=kwargs)
-                row["aot_s"] = round(time.perf_counter() - t, 2)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+        with tempfile.TemporaryDirectory() as root, fresh_caches(root):
+            t = time.perf_counter()
+            with torch.no_grad():
+                art = uniorch.compile_aot(model, args, target=target, kwargs=kwargs)
+            row["aot_s"] = round(time.perf_counter() - t, 2)
         row["backend_stages_s"] = _stage(art.timings, "backend stages")
         row["compiled"] = len({k.metadata.get("name", k.name) for k in art.kernels})
     return row

@@ -44,7 +44,7 @@ def _halves(node) -> list | None:
         return None
     items = [None, None]
     for u in node.users:
-        if u.target is not operator.getitem or not isinstance(u.args[1], int) or items[u.args[1]] is not None:
+        if u.target is not operator.getitem or u.args[1] not in (0, 1) or items[u.args[1]] is not None:
             return None
         items[u.args[1]] = u
     return items if all(i is not None for i in items) else None
