@@ -110,9 +110,10 @@ def _libdevice(interpret: bool):
 def _interpreted(fn):
     from triton.runtime.interpreter import InterpretedFunction
 
-    from uniorch.backends.interpret import fixes
+    from uniorch.backends.interpret import fixes, vector_reduce
 
     fixes.apply()  # known bugs of Triton's interpreter (backends/interpret/fixes.py)
+    vector_reduce.apply()  # user-combine reductions and scans a vector at a time, not an element
 
     return InterpretedFunction(fn)
 
