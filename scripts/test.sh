@@ -42,7 +42,7 @@ UNIORCH_COMPAT_RUN=1 "$compat_venv/bin/python" -m pytest -q "${spread[@]}" \
   tests/test_cross_compile_zoo.py tests/test_aot.py tests/test_aot_zoo.py tests/test_bench_smoke.py \
   tests/test_conformance.py tests/test_compile_models.py tests/test_gpu_rehearsal.py \
   tests/test_cann_backend.py tests/test_chain_fusion.py tests/test_sibling_fusion.py tests/test_gated_siblings.py \
-  tests/test_kernel_sharing.py tests/test_gated_split.py tests/test_interpreter_reduce.py \
+  tests/test_kernel_sharing.py tests/test_gated_split.py tests/test_interpreter_fast_paths.py \
   tests/test_triton_launch.py tests/test_bound_launch.py tests/test_shared_memory_fit.py tests/test_compile_ahead.py tests/test_fma_relayout.py \
   tests/test_fp32_precision.py tests/test_causal_bound.py tests/test_aot_specialization.py \
   tests/test_conv_channels_last.py tests/test_gather_prologue.py tests/test_tile_stats.py \

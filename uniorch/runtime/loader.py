@@ -110,10 +110,11 @@ def _libdevice(interpret: bool):
 def _interpreted(fn):
     from triton.runtime.interpreter import InterpretedFunction
 
-    from uniorch.backends.interpret import fixes, vector_reduce
+    from uniorch.backends.interpret import fixes, unchecked_overflow, vector_reduce
 
     fixes.apply()  # known bugs of Triton's interpreter (backends/interpret/fixes.py)
     vector_reduce.apply()  # user-combine reductions and scans a vector at a time, not an element
+    unchecked_overflow.apply()  # checks whose result the interpreter drops unless debugging
 
     return InterpretedFunction(fn)
 
