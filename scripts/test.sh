@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up if needed, then run every test: pytest suites, and the lit/FileCheck suite through pytest.
-# Tests are spread over one worker per core (most time is Triton's single-threaded interpreter);
-# each test file stays in one worker, so module fixtures are built once. UNIORCH_TEST_WORKERS=0 runs
+# Tests are spread over one worker per core (capture and Triton's interpreter are single-threaded);
+# each test file stays in one worker, so module fixtures are built once, the longest files first
+# (tests/conftest.py FIRST). UNIORCH_TEST_WORKERS=0 runs
 # them in this process.
 #
 # Then, with no arguments given, the files that touch Triton's API (codegen, interpreter, cross
@@ -23,7 +24,7 @@ if [ -x "$compat_venv/bin/python" ]; then export UNIORCH_COMPAT_PYTHON=$PWD/$com
 workers=${UNIORCH_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
 if [ "$workers" -gt 4 ]; then workers=4; fi
 spread=()
-if [ "$workers" -gt 1 ]; then spread=(-n "$workers" --dist loadfile); fi
+if [ "$workers" -gt 1 ]; then spread=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
 if [ $# -gt 0 ]; then exec .venv/bin/python -m pytest -q "${spread[@]}" "$@"; fi
 
 set +e

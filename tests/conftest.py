@@ -34,7 +34,21 @@ def _compiles_for_a_gpu(item) -> bool:
     return any(s in src for s in ("cuda:", "sm_90", "sm90", "compile_aot", "rocm:", "ptx"))
 
 
+# The files that take longest on 2 cores (test-seconds, 2026-12-05), handed to workers first
+# (scripts/test.sh passes --no-loadscope-reorder): xdist's own order, by number of tests, left the
+# one-test lit suite (2.5 min) for last, and one worker ran it alone at the end of every run.
+FIRST = ("test_lit.py", "test_transformers_defaults.py", "test_dynamic_shapes.py", "test_training.py",
+         "test_kernel_report.py", "test_tile_stats.py", "test_cpu_backend.py", "test_grouped_mm.py",
+         "test_models.py", "test_norm_linear_fusion.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest as collected
+    _compat_selection(config, items)
+
+
+def _compat_selection(config, items):
     """The second run of the Triton-facing tests, in the GPU machine's Triton (scripts/test.sh sets
     UNIORCH_COMPAT_RUN), checks what that machine compiles: kernels cross-compiled for other
     targets (AMD, older NVIDIA archs) are checked in the main run, with the newest Triton, and so
