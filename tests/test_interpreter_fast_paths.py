@@ -11,11 +11,9 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction, ReduceOps, ScanOps  # noqa: E402
 
-from uniorch.backends.interpret import fixes, unchecked_overflow, vector_reduce  # noqa: E402
+from uniorch.backends.interpret import prepare_interpreter, vector_reduce  # noqa: E402
 
-fixes.apply()
-vector_reduce.apply()
-unchecked_overflow.apply()
+prepare_interpreter()  # as the loader does before the first interpreted kernel
 
 R, C = 8, 16
 jit = InterpretedFunction  # as the loader runs generated kernels on the interpreter (runtime/loader.py)

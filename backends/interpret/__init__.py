@@ -10,6 +10,18 @@ from ..sdk import Backend, CompiledKernel, Launcher
 from ..triton_launch import TritonLauncher
 
 
+def prepare_interpreter() -> None:
+    """Triton's interpreter as uniorch runs kernels on it, set before the first kernel (each step
+    applies once per process): repairs of its bugs (fixes.py), reductions and scans with user
+    combines a vector at a time (vector_reduce.py), no overflow checks whose result it drops
+    unless debugging (unchecked_overflow.py)."""
+    from . import fixes, unchecked_overflow, vector_reduce
+
+    fixes.apply()
+    vector_reduce.apply()
+    unchecked_overflow.apply()
+
+
 class InterpretBackend(Backend):
     name = "interpret"
     archs = ("cpu",)

@@ -23,14 +23,11 @@ same code serves every Triton uniorch supports.
 """
 from __future__ import annotations
 
-_applied = False
+import functools
 
 
+@functools.cache  # once per process: it patches Triton's classes
 def apply() -> None:
-    global _applied
-    if _applied:
-        return
-    _applied = True
     import numpy as np
     import triton.language as tl
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle

@@ -12,15 +12,11 @@ It is turned off only while `debug` is off, so an interpreter run with debugging
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-_applied = False
 
-
+@functools.cache  # once per process: it patches Triton's classes
 def apply() -> None:
-    global _applied
-    if _applied:
-        return
-    _applied = True
     from triton.runtime import interpreter
 
     builder = getattr(interpreter, "interpreter_builder", None)

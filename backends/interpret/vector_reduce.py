@@ -22,14 +22,11 @@ interpreter's own loop runs instead, so the result is never a guess.
 """
 from __future__ import annotations
 
-_applied = False
+import functools
 
 
+@functools.cache  # once per process: it patches Triton's classes
 def apply() -> None:
-    global _applied
-    if _applied:
-        return
-    _applied = True
     from triton.runtime.interpreter import ReduceOps, ScanOps
 
     element_reduce, element_scan = ReduceOps.generic_reduce, ScanOps.generic_scan

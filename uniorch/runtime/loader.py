@@ -110,12 +110,9 @@ def _libdevice(interpret: bool):
 def _interpreted(fn):
     from triton.runtime.interpreter import InterpretedFunction
 
-    from uniorch.backends.interpret import fixes, unchecked_overflow, vector_reduce
+    from uniorch.backends.interpret import prepare_interpreter
 
-    fixes.apply()  # known bugs of Triton's interpreter (backends/interpret/fixes.py)
-    vector_reduce.apply()  # user-combine reductions and scans a vector at a time, not an element
-    unchecked_overflow.apply()  # checks whose result the interpreter drops unless debugging
-
+    prepare_interpreter()  # repairs and fast paths of Triton's interpreter (backends/interpret/)
     return InterpretedFunction(fn)
 
 
