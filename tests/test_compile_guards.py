@@ -273,10 +273,17 @@ def test_hooks_added_after_compiling_a_training_call_run():
                      lambda: model[2].register_full_backward_hook(lambda mod, gin, gout: (gin[0] * 3,))):
         handle = register()
         for got, want in zip(grads(cm), grads(model)):
-            torch.testing.assert_close(got, want, **TOL)
+            torch.testing.assert_close(got, want, **_scaled(want))
         handle.remove()
         for got, want in zip(grads(cm), grads(model)):
-            torch.testing.assert_close(got, want, **TOL)
+            torch.testing.assert_close(got, want, **_scaled(want))
+
+
+def _scaled(want):
+    """TOL with its absolute part scaled by the reference's largest magnitude: the x10 hook makes
+    gradients ~100x larger, and an fp32 element that cancels to near zero among them differed from
+    eager by 1.7e-5 (one CI run in many; identical with and without the interpreter's fast paths)."""
+    return dict(TOL, atol=TOL["atol"] * max(1.0, want.abs().max().item()))
 
 
 class _Masked(nn.Module):
