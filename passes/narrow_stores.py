@@ -9,6 +9,10 @@ widens it. Fusion then puts the widening in whichever kernel reads the value (a 
 the 16-bit tile for `tl.dot` as it is), and the value is stored in 16 bits. Rounding happens at the
 same place as before, so results are bit for bit the same.
 
+A widening read through a reshape (q widened for SDPA's float32 math, then split into grouped-query
+heads) moves below it: the reshape takes the 16-bit tensor and each reshape gets its own widening,
+so the readers see a widening they can take as a cheap producer, and the producer stores 16 bits.
+
 The mirror case: an f32 value every reader rounds to 16 bits first (a matmul's accumulator read by
 `silu(g) * u`, a convolution's by BatchNorm inside a pooling) is rounded by a one-op generic right
 after it and the readers take the 16-bit tensor; fusion puts that rounding in the producer's kernel
@@ -20,6 +24,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
+from uniorch.codegen.domain import is_unit_view
 
 from .ir_utils import iterator_types_attr
 from .split_prologue import _clone_into
@@ -34,6 +39,9 @@ def narrow_stores(func_op: ir.Operation) -> None:
             widened = _widened_results(op)
             if widened:
                 _split(op, widened)
+    for op in [o.operation for o in block.operations if pat.is_cast_only(o.operation, "arith.extf")]:
+        if _identity(op):  # collected first: the sink erases reshapes (and the widening) as it goes
+            _sink_below_reshapes(op)
     changed = True
     while changed:  # readers are rebuilt: look again from the top after each rewrite
         changed = False
@@ -197,6 +205,39 @@ def _split(op: ir.Operation, widened: dict) -> None:
     for res, rep in zip(op.results, replacements):
         res.replace_all_uses_with(rep)
     op.erase()
+
+
+_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+def _identity(op: ir.Operation) -> bool:
+    return all(ir.AffineMapAttr(m).value == ir.AffineMap.get_identity(ir.AffineMapAttr(m).value.n_dims)
+               for m in op.attributes["indexing_maps"])
+
+
+def _sink_below_reshapes(widening: ir.Operation) -> None:
+    """Each static reshape (not a unit view) of `widening`'s result that only generics read becomes a reshape of its
+    16-bit input followed by a widening of its own (the one before is erased once unread). Where
+    the reshape is returned the f32 tensor must be written anyway: left as it is."""
+    src = widening.operands[0]
+    narrow = ir.RankedTensorType(src.type).element_type
+    for u in list(widening.results[0].uses):
+        view = pat.op_of(u.owner)
+        if view.name not in _RESHAPES or u.operand_number != 0 or len(view.operands) != 1 or is_unit_view(view):
+            continue  # fusion reads through unit views (a keepdim); a dynamic expand has more operands
+        res_ty = ir.RankedTensorType(view.results[0].type)
+        if not res_ty.has_static_shape or not list(view.results[0].uses) \
+                or not all(pat.is_generic(pat.op_of(r.owner)) for r in view.results[0].uses):
+            continue
+        attrs = {view.attributes[i].name: view.attributes[i].attr for i in range(len(view.attributes))}
+        with ir.InsertionPoint(view), view.location:
+            moved = ir.Operation.create(view.name, results=[ir.RankedTensorType.get(list(res_ty.shape), narrow)],
+                                        operands=[src], attributes=attrs)
+            wide = _cast(moved.results[0], res_ty, "arith.extf")
+        view.results[0].replace_all_uses_with(wide)
+        view.erase()
+    if not list(widening.results[0].uses):
+        widening.erase()
 
 
 def _cast(v: ir.Value, ty: ir.Type, cast: str) -> ir.Value:

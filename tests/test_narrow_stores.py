@@ -114,3 +114,37 @@ def test_conv_rounded_by_its_reader_stores_bf16():
     rep = _run(model, torch.randn(2, 8, 8, 8))
     conv = [k for k in rep.kernels if k.kind == "contraction"]
     assert len(conv) == 1 and conv[0].bytes_written == 2 * 16 * 4, [(k.name, k.bytes_written) for k in rep.kernels]
+
+
+class _TwoSDPA(nn.Module):
+    """q for two SDPA calls over grouped-query k and v: SDPA's math widens bf16 q to float32, and
+    the widened q is read through the grouped-query reshape by both attentions."""
+
+    def __init__(self, d=32, h=4, kvh=2):
+        super().__init__()
+        self.h, self.kvh, self.dh = h, kvh, d // h
+        self.q, self.kv = nn.Linear(d, d, bias=False), nn.Linear(d, 2 * kvh * self.dh, bias=False)
+
+    def forward(self, x, bias):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.h, self.dh).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, self.kvh, self.dh).permute(2, 0, 3, 1, 4).unbind(0)
+        k, v = (z.repeat_interleave(self.h // self.kvh, dim=1) for z in (k, v))
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        biased = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+        return (causal + biased).transpose(1, 2).reshape(b, t, -1)
+
+
+def test_widening_read_through_a_reshape_leaves_q_in_bf16():
+    """The widening moves below the reshape (narrow_stores), so the q projection stores bf16 and
+    each attention kernel widens on load: it stored q in float32, twice the bytes both ways."""
+    torch.manual_seed(3)
+    rep = _run(_TwoSDPA(), torch.randn(2, 8, 32), torch.randn(2, 1, 8, 8))
+    act = 2 * 8 * 32 * 2
+    assert [k.kind for k in rep.kernels].count("attention") == 2, [k.kind for k in rep.kernels]
+    for k in rep.kernels:
+        assert k.bytes_written <= act, (k.name, k.bytes_written)
+    # bf16 q, k and v, the bias, and the other attention's output (the sum rides on one of them)
+    most = act + 2 * 8 * 32 * 2 + 2 * 8 * 8 * 2 + act
+    assert all(k.bytes_read <= most for k in rep.kernels if k.kind == "attention"), \
+        [(k.name, k.bytes_read) for k in rep.kernels]
