@@ -10,7 +10,7 @@ the 16-bit tile for `tl.dot` as it is), and the value is stored in 16 bits. Roun
 same place as before, so results are bit for bit the same.
 
 A widening read through a reshape (q widened for SDPA's float32 math, then split into grouped-query
-heads) moves below it: the reshape takes the 16-bit tensor and each reshape gets its own widening,
+heads; GroupNorm's input reshaped to its groups) moves below it (`sink_widenings`): the reshape takes the 16-bit tensor and each reshape gets its own widening,
 so the readers see a widening they can take as a cheap producer, and the producer stores 16 bits.
 
 The mirror case: an f32 value every reader rounds to 16 bits first (a matmul's accumulator read by
@@ -39,9 +39,6 @@ def narrow_stores(func_op: ir.Operation) -> None:
             widened = _widened_results(op)
             if widened:
                 _split(op, widened)
-    for op in [o.operation for o in block.operations if pat.is_cast_only(o.operation, "arith.extf")]:
-        if _identity(op):  # collected first: the sink erases reshapes (and the widening) as it goes
-            _sink_below_reshapes(op)
     changed = True
     while changed:  # readers are rebuilt: look again from the top after each rewrite
         changed = False
@@ -210,15 +207,25 @@ def _split(op: ir.Operation, widened: dict) -> None:
 _RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
+def sink_widenings(func_op: ir.Operation) -> None:
+    """Widenings read through reshapes move below them (module doc). After tile_stats: a norm's
+    statistics of a convolution's output are matched through the widening before its reshapes."""
+    block = func_op.regions[0].blocks[0]
+    for op in [o.operation for o in block.operations if pat.is_cast_only(o.operation, "arith.extf")]:
+        if _identity(op):  # collected first: the sink erases reshapes (and the widening) as it goes
+            _sink_below_reshapes(op)
+
+
 def _identity(op: ir.Operation) -> bool:
     return all(ir.AffineMapAttr(m).value == ir.AffineMap.get_identity(ir.AffineMapAttr(m).value.n_dims)
                for m in op.attributes["indexing_maps"])
 
 
 def _sink_below_reshapes(widening: ir.Operation) -> None:
-    """Each static reshape (not a unit view) of `widening`'s result that only generics read becomes a reshape of its
-    16-bit input followed by a widening of its own (the one before is erased once unread). Where
-    the reshape is returned the f32 tensor must be written anyway: left as it is."""
+    """Each static reshape (not a unit view) of `widening`'s result that only generics or reshapes
+    read becomes a reshape of its 16-bit input followed by a widening of its own, moved on below
+    those reshapes too (the widening before is erased once unread). Where the reshape is returned
+    the f32 tensor must be written anyway: left as it is."""
     src = widening.operands[0]
     narrow = ir.RankedTensorType(src.type).element_type
     for u in list(widening.results[0].uses):
@@ -226,8 +233,9 @@ def _sink_below_reshapes(widening: ir.Operation) -> None:
         if view.name not in _RESHAPES or u.operand_number != 0 or len(view.operands) != 1 or is_unit_view(view):
             continue  # fusion reads through unit views (a keepdim); a dynamic expand has more operands
         res_ty = ir.RankedTensorType(view.results[0].type)
-        if not res_ty.has_static_shape or not list(view.results[0].uses) \
-                or not all(pat.is_generic(pat.op_of(r.owner)) for r in view.results[0].uses):
+        readers = [pat.op_of(r.owner) for r in view.results[0].uses]
+        if not res_ty.has_static_shape or not readers \
+                or not all(pat.is_generic(r) or r.name in _RESHAPES for r in readers):
             continue
         attrs = {view.attributes[i].name: view.attributes[i].attr for i in range(len(view.attributes))}
         with ir.InsertionPoint(view), view.location:
@@ -236,6 +244,7 @@ def _sink_below_reshapes(widening: ir.Operation) -> None:
             wide = _cast(moved.results[0], res_ty, "arith.extf")
         view.results[0].replace_all_uses_with(wide)
         view.erase()
+        _sink_below_reshapes(pat.op_of(wide.owner))  # a reshape of the reshape (GroupNorm's groups)
     if not list(widening.results[0].uses):
         widening.erase()
 

@@ -28,7 +28,7 @@ from .epilogue_views import merge_epilogue_dims
 from .extract_operands import extracts_as_operands
 from .gather_casts import extract_before_casts
 from .narrow_compares import narrow_compares
-from .narrow_stores import narrow_stores
+from .narrow_stores import narrow_stores, sink_widenings
 from .pad_views import pad_after_collapse
 from .returned_views import returned_permutes_as_views, returned_values_as_views_of_their_copies
 from .pool_indices import fix_pool_nan_indices
@@ -85,8 +85,10 @@ class Preprocess(Pass):
             split_reductions(main)  # a weight gradient's long sum over the batch: partials, then their sum
             narrow_compares(main)
             narrow_stores(main)  # a 16-bit value leaves its kernel in 16 bits
+            extract_before_casts(main)  # ... and a gather of a widening split off there reads it so
             merge_extrema(main)  # amax over (H, W): one reduction, not one per dim
             tile_stats(main)  # a norm's statistics of a convolution's output: partials in its epilogue
+            sink_widenings(main)  # a widening read through reshapes: each reader widens the 16 bits
             returned_permutes_as_views(main)  # q, k and v saved for the backward: eager's views, no copy
             returned_values_as_views_of_their_copies(main)  # SDPA's output, saved also as its transpose
 

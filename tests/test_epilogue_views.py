@@ -88,3 +88,38 @@ def test_gather_of_a_bf16_tensor_reads_16_bits():
     x = torch.randn(shape, dtype=torch.bfloat16)
     for got, want in zip(cm(x), model(x)):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+class NormSiluBilinear(nn.Module):
+    """GroupNorm and SiLU, then a bilinear upsampling and a second reader (a UNet decoder's
+    output resized to the skip's size): torch computes the interpolation in float32, so the
+    SiLU's bf16 result is widened, and that widening fuses into the SiLU's own generic."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        y = F.silu(self.norm(x))
+        return F.interpolate(y, size=(12, 12), mode="bilinear", align_corners=False), y.amax((2, 3))
+
+
+def test_gather_of_a_widening_split_off_a_pointwise_op_reads_16_bits():
+    """narrow_stores splits the widening off the SiLU after gather_casts ran once: gather_casts
+    runs again, and the SiLU's kernel stores bf16 only (it stored a float32 copy for the gather).
+    GroupNorm's widened input, read through the reshapes to its groups, is widened by each reader
+    (narrow_stores moves the widening below the reshapes), not copied to float32 by a kernel."""
+    _seed()
+    model = NormSiluBilinear().to(torch.bfloat16).eval()
+    shape = (1, 8, 8, 8)
+    cm = uniorch.compile(model, target="interpret")
+    rep = cm.explain(torch.randn(shape, dtype=torch.bfloat16))
+    assert not rep.fallbacks, str(rep)
+    act, out = 8 * 8 * 8 * 2, 8 * 12 * 12 * 2
+    # no float32 copy of the input (GroupNorm's) or of the SiLU's output (the interpolation's) is
+    # written: the SiLU's bf16 output, the upsampled output, and statistics and index tables
+    assert all(k.bytes_written <= act or k.bytes_written == out for k in rep.kernels), str(rep)
+    assert sum(k.bytes_written for k in rep.kernels) <= act + out + 256, str(rep)
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    for got, want in zip(cm(x), model(x)):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
