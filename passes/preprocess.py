@@ -22,6 +22,7 @@ from uniorch.codegen import patterns as pat
 
 from .base import Pass, PassContext
 from .ir_utils import main_func
+from .collapse_contraction import collapse_into_contractions
 from .compose_gathers import compose_gathers
 from .concat_pieces import hoist_concat_pieces
 from .epilogue_views import merge_epilogue_dims
@@ -75,6 +76,7 @@ class Preprocess(Pass):
             assemble_scatter_coords(main)  # a scatter's indices written once, not column by column
             extracts_as_operands(main)  # symbolic broadcasts read by tensor.extract: indexing maps
             split_prologues(main)
+            collapse_into_contractions(main)  # Swin's window scores: q·kᵀ over the collapsed dims
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
             pad_after_collapse(main)  # pads meet the convolutions that read them
