@@ -291,6 +291,10 @@ def _view_atoms(op, atoms: list) -> list | None:
         elif len(nonunit) == len(src_atoms) and [shape[j] for j in nonunit] == [a[1] for a in src_atoms]:
             for j, a in zip(nonunit, src_atoms):
                 out[j] = [a]
+        elif len(nonunit) == 1 and math.prod(sizes) == math.prod(a[1] for a in src_atoms):
+            # only unit dims split off a merged dim (GroupNorm with a channel per group: the
+            # pixels, collapsed, viewed as 1 x pixels): the merged dim's factors stay together
+            out[nonunit[0]] = list(src_atoms)
         else:
             return None
     return out
@@ -559,8 +563,8 @@ def _kept_only(m: ir.AffineMap, xdims: list, reduced: set) -> bool:
     """`m` (over x's dims) reads only dims that survive in the merge: no reduced row dims."""
     for e in m.results:
         if isinstance(e, ir.AffineDimExpr):
-            if xdims[e.position][0] == "S" or (e.position in reduced and xdims[e.position][0] == "U"):
-                return False
+            if xdims[e.position][0] == "S":
+                return False  # (a reduced unit dim reads index 0 wherever it is read: moved_map)
         elif not isinstance(e, ir.AffineConstantExpr):
             return False
     return True
@@ -667,7 +671,10 @@ def _rewrite(f: _Found):
     e_map = ir.AffineMap.get(n, 0, e_res)
 
     def moved_map(m: ir.AffineMap) -> ir.AffineMap:
-        res = [ld[pos[e.position]] if isinstance(e, ir.AffineDimExpr) else e for e in m.results]
+        # a reduced unit dim has no loop here: it is index 0 (GroupNorm's mean of one channel
+        # per group, read back at that unit dim)
+        res = [(ld[pos[e.position]] if e.position in pos else ir.AffineConstantExpr.get(0))
+               if isinstance(e, ir.AffineDimExpr) else e for e in m.results]
         return ir.AffineMap.get(n, 0, res)
 
     its = [t for _, t in loops]

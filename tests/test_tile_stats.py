@@ -58,6 +58,20 @@ class ConvGN(nn.Module):
         return F.silu(self.gn(self.conv(x)))
 
 
+class ConvGNPerChannel1d(nn.Module):
+    """wav2vec2's first feature-extractor layer: a strided conv1d, GroupNorm with a group per
+    channel (its mean read back at the unit channels-per-group dim), GELU, the next conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 16, 10, stride=5, bias=False)
+        self.gn = nn.GroupNorm(16, 16)
+        self.conv2 = nn.Conv1d(16, 16, 3, stride=2, bias=False)
+
+    def forward(self, x):
+        return self.conv2(F.gelu(self.gn(self.conv(x))))
+
+
 class LinearBN(nn.Module):
     """BatchNorm1d over a batch of 128 rows after a linear layer: chunks along the tile's M."""
 
@@ -131,6 +145,7 @@ CASES = {
     "bn-conv": (lambda: ConvBN("conv").train(), (2, 8, 8, 8)),
     "relu-bn": (lambda: ConvReluBN().train(), (2, 8, 8, 8)),
     "groupnorm": (lambda: ConvGN(), (2, 8, 8, 8)),
+    "groupnorm-per-channel-1d": (lambda: ConvGNPerChannel1d(), (2, 1, 400)),
     "bn1d": (lambda: LinearBN().train(), (128, 32)),
     "squeeze-excite": (lambda: SqueezeExcite().eval(), (2, 8, 8, 8)),
     "pooled-head": (lambda: PooledHead().eval(), (2, 8, 8, 8)),
