@@ -287,6 +287,7 @@ def _expand_generic(g: ir.Operation) -> list | None:
     its = pat.iterator_types(g)
     operands = list(pat.inputs(g)) + list(pat.outputs(g))
     split: dict[int, list[int]] = {}
+    unit_broadcast = from_product = False
     for v, m in zip(operands, maps):
         c = _producer(v)
         if c is None or c.name != COLLAPSE or not ir.RankedTensorType(c.operands[0].type).has_static_shape:
@@ -296,14 +297,50 @@ def _expand_generic(g: ir.Operation) -> list | None:
             if len(grp) < 2:
                 continue
             e = m.results[j]
+            if isinstance(e, ir.AffineConstantExpr) and all(src[i] == 1 for i in grp):
+                unit_broadcast = True  # unit dims merged into a dim read as 0 (a mask's one head)
+                continue
             if not isinstance(e, ir.AffineDimExpr) or its[e.position] != "parallel":
                 return None
+            p = _producer(c.operands[0])
+            from_product = from_product or (p is not None and pat.is_contraction(p))
             sizes = [src[i] for i in grp]
             if split.setdefault(e.position, sizes) != sizes:
                 return None
-    if not split:
+    if not split or (unit_broadcast and not from_product):
+        # such a unit view splits nothing, but only the scores of a grouped-query q·kᵀ (Mistral's
+        # sliding-window mask added over (kv head, repeat)) go on past it: elsewhere it was where
+        # the sinking stopped, and attention fusion matches what it leaves
         return None
+    if unit_broadcast:
+        _read_unit_sources(g)
     return _rewrite(g, split)
+
+
+def _read_unit_sources(g: ir.Operation) -> None:
+    """`g` reads the source of each collapse that only merges unit dims into a dim it reads as 0,
+    at 0 in each of them, instead of the view (so the mask's generic, not a view of it, is what
+    the scores' kernel computes inline)."""
+    maps = pat.indexing_maps(g)
+    new_maps = list(maps)
+    for i, (v, m) in enumerate(zip(pat.inputs(g), maps)):
+        c = _producer(v)
+        if c is None or c.name != COLLAPSE or not ir.RankedTensorType(c.operands[0].type).has_static_shape:
+            continue
+        src = _shape(c.operands[0])
+        exprs = []
+        for j, grp in enumerate(_groups(c)):
+            e = m.results[j]
+            if len(grp) == 1:
+                exprs.append(e)
+            elif isinstance(e, ir.AffineConstantExpr) and all(src[k] == 1 for k in grp):
+                exprs += [ir.AffineConstantExpr.get(0)] * len(grp)
+            else:
+                break
+        else:
+            g.operands[i] = c.operands[0]
+            new_maps[i] = ir.AffineMap.get(m.n_dims, 0, exprs)
+    g.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
 
 
 def _rewrite(g: ir.Operation, split: dict[int, list[int]]) -> list | None:
