@@ -48,7 +48,8 @@ def _fold(c: ir.Operation) -> int:
     if p is None or not pat.is_generic(p) or len(p.results) != 1 or pat.num_inputs(p) != 2 \
             or "reduction" not in pat.iterator_types(p) or not res_ty.has_static_shape:
         return 0
-    if any(pat.op_of(u.owner) != c for u in p.results[0].uses) or any(o.name == "linalg.index" for o in pat.body_ops(p)):
+    if any(pat.op_of(u.owner) != c for u in p.results[0].uses) \
+            or any(o.name == "linalg.index" for o in pat.body_ops(p)):
         return 0
     maps = [_dims(m) for m in pat.indexing_maps(p)]
     if any(m is None for m in maps):

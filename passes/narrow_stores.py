@@ -10,8 +10,9 @@ the 16-bit tile for `tl.dot` as it is), and the value is stored in 16 bits. Roun
 same place as before, so results are bit for bit the same.
 
 A widening read through a reshape (q widened for SDPA's float32 math, then split into grouped-query
-heads; GroupNorm's input reshaped to its groups) moves below it (`sink_widenings`): the reshape takes the 16-bit tensor and each reshape gets its own widening,
-so the readers see a widening they can take as a cheap producer, and the producer stores 16 bits.
+heads; GroupNorm's input reshaped to its groups) moves below it (`sink_widenings`): the reshape
+takes the 16-bit tensor and each reshape gets its own widening, so the readers see a widening they
+can take as a cheap producer, and the producer stores 16 bits.
 
 The mirror case: an f32 value every reader rounds to 16 bits first (a matmul's accumulator read by
 `silu(g) * u`, a convolution's by BatchNorm inside a pooling) is rounded by a one-op generic right
