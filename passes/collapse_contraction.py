@@ -15,6 +15,8 @@ alone are sink_collapse.py's: that keeps grouped-query repeats as index maps.
 """
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
@@ -119,11 +121,6 @@ def _shape(v: ir.Value) -> list[int]:
 
 def _collapsed(v: ir.Value, groups: list[list[int]]) -> ir.Value:
     shape = _shape(v)
-    out = []
-    for g in groups:
-        size = 1
-        for i in g:
-            size *= shape[i]
-        out.append(size)
+    out = [math.prod(shape[i] for i in g) for g in groups]
     t = ir.RankedTensorType.get(out, ir.RankedTensorType(v.type).element_type)
     return tensor.CollapseShapeOp(t, v, reassociation_attr(groups)).result

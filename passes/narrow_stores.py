@@ -27,6 +27,7 @@ from torch_mlir.dialects import tensor
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.domain import is_unit_view
 
+from .gather_casts import _widening_generic
 from .ir_utils import iterator_types_attr
 from .split_prologue import _clone_into
 
@@ -212,14 +213,11 @@ def sink_widenings(func_op: ir.Operation) -> None:
     """Widenings read through reshapes move below them (module doc). After tile_stats: a norm's
     statistics of a convolution's output are matched through the widening before its reshapes."""
     block = func_op.regions[0].blocks[0]
-    for op in [o.operation for o in block.operations if pat.is_cast_only(o.operation, "arith.extf")]:
-        if _identity(op):  # collected first: the sink erases reshapes (and the widening) as it goes
+    # collected first: the sink erases reshapes (and the widening) as it goes
+    for op in [o.operation for o in block.operations if pat.is_generic(o.operation)]:
+        cast = _widening_generic(op)
+        if cast is not None and cast.name == "arith.extf":
             _sink_below_reshapes(op)
-
-
-def _identity(op: ir.Operation) -> bool:
-    return all(ir.AffineMapAttr(m).value == ir.AffineMap.get_identity(ir.AffineMapAttr(m).value.n_dims)
-               for m in op.attributes["indexing_maps"])
 
 
 def _sink_below_reshapes(widening: ir.Operation) -> None:

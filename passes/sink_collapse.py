@@ -297,8 +297,8 @@ def _expand_generic(g: ir.Operation) -> list | None:
             if len(grp) < 2:
                 continue
             e = m.results[j]
-            if isinstance(e, ir.AffineConstantExpr) and all(src[i] == 1 for i in grp):
-                unit_broadcast = True  # unit dims merged into a dim read as 0 (a mask's one head)
+            if _unit_broadcast(e, grp, src):
+                unit_broadcast = True
                 continue
             if not isinstance(e, ir.AffineDimExpr) or its[e.position] != "parallel":
                 return None
@@ -317,6 +317,12 @@ def _expand_generic(g: ir.Operation) -> list | None:
     return _rewrite(g, split)
 
 
+def _unit_broadcast(e, grp: list[int], src: list[int]) -> bool:
+    """Unit dims of a collapse's source merged into a dim its reader reads at a constant (a
+    mask's one head)."""
+    return isinstance(e, ir.AffineConstantExpr) and all(src[i] == 1 for i in grp)
+
+
 def _read_unit_sources(g: ir.Operation) -> None:
     """`g` reads the source of each collapse that only merges unit dims into a dim it reads as 0,
     at 0 in each of them, instead of the view (so the mask's generic, not a view of it, is what
@@ -333,7 +339,7 @@ def _read_unit_sources(g: ir.Operation) -> None:
             e = m.results[j]
             if len(grp) == 1:
                 exprs.append(e)
-            elif isinstance(e, ir.AffineConstantExpr) and all(src[k] == 1 for k in grp):
+            elif _unit_broadcast(e, grp, src):
                 exprs += [ir.AffineConstantExpr.get(0)] * len(grp)
             else:
                 break

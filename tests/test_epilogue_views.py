@@ -65,6 +65,22 @@ def test_bias_add_behind_a_head_view_is_the_matmul_epilogue(dtype):
     torch.testing.assert_close(cm(*xs), model(*xs), **tol)
 
 
+def _compiled_bf16(model, shape):
+    """(the bf16 model, its compiled form, explain's report for a fresh input), with no fallback."""
+    _seed()
+    model = model.to(torch.bfloat16).eval()
+    cm = uniorch.compile(model, target="interpret")
+    rep = cm.explain(torch.randn(shape, dtype=torch.bfloat16))
+    assert not rep.fallbacks, str(rep)
+    return model, cm, rep
+
+
+def _matches_eager(cm, model, shape):
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    for got, want in zip(cm(x), model(x)):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
 class ConvAdaptivePool(nn.Module):
     def __init__(self):
         super().__init__()
@@ -76,18 +92,11 @@ class ConvAdaptivePool(nn.Module):
 
 
 def test_gather_of_a_bf16_tensor_reads_16_bits():
-    _seed()
-    model = ConvAdaptivePool().to(torch.bfloat16).eval()
-    shape = (2, 4, 10, 10)
-    cm = uniorch.compile(model, target="interpret")
-    rep = cm.explain(torch.randn(shape, dtype=torch.bfloat16))
-    assert not rep.fallbacks, str(rep)
+    model, cm, rep = _compiled_bf16(ConvAdaptivePool(), (2, 4, 10, 10))
     conv = [k for k in rep.kernels if k.kind == "contraction"]
     assert len(conv) == 1, str(rep)
     assert conv[0].bytes_written == 2 * 6 * 10 * 10 * 2, str(rep)  # the bf16 output alone
-    x = torch.randn(shape, dtype=torch.bfloat16)
-    for got, want in zip(cm(x), model(x)):
-        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    _matches_eager(cm, model, (2, 4, 10, 10))
 
 
 class NormSiluBilinear(nn.Module):
@@ -109,17 +118,10 @@ def test_gather_of_a_widening_split_off_a_pointwise_op_reads_16_bits():
     runs again, and the SiLU's kernel stores bf16 only (it stored a float32 copy for the gather).
     GroupNorm's widened input, read through the reshapes to its groups, is widened by each reader
     (narrow_stores moves the widening below the reshapes), not copied to float32 by a kernel."""
-    _seed()
-    model = NormSiluBilinear().to(torch.bfloat16).eval()
-    shape = (1, 8, 8, 8)
-    cm = uniorch.compile(model, target="interpret")
-    rep = cm.explain(torch.randn(shape, dtype=torch.bfloat16))
-    assert not rep.fallbacks, str(rep)
+    model, cm, rep = _compiled_bf16(NormSiluBilinear(), (1, 8, 8, 8))
     act, out = 8 * 8 * 8 * 2, 8 * 12 * 12 * 2
     # no float32 copy of the input (GroupNorm's) or of the SiLU's output (the interpolation's) is
     # written: the SiLU's bf16 output, the upsampled output, and statistics and index tables
     assert all(k.bytes_written <= act or k.bytes_written == out for k in rep.kernels), str(rep)
     assert sum(k.bytes_written for k in rep.kernels) <= act + out + 256, str(rep)
-    x = torch.randn(shape, dtype=torch.bfloat16)
-    for got, want in zip(cm(x), model(x)):
-        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    _matches_eager(cm, model, (1, 8, 8, 8))

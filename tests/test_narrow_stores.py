@@ -2,6 +2,9 @@
 leaving a widening to the kernel that reads it): a LayerNorm, a matmul's epilogue or a residual
 sum stores 16-bit values, not fp32 copies of them, and the reader widens on load. Bytes from
 `uniorch.explain`, numerics against eager on fresh inputs, attention still one flash kernel."""
+import importlib.util
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -116,30 +119,22 @@ def test_conv_rounded_by_its_reader_stores_bf16():
     assert len(conv) == 1 and conv[0].bytes_written == 2 * 16 * 4, [(k.name, k.bytes_written) for k in rep.kernels]
 
 
-class _TwoSDPA(nn.Module):
-    """q for two SDPA calls over grouped-query k and v: SDPA's math widens bf16 q to float32, and
-    the widened q is read through the grouped-query reshape by both attentions."""
-
-    def __init__(self, d=32, h=4, kvh=2):
-        super().__init__()
-        self.h, self.kvh, self.dh = h, kvh, d // h
-        self.q, self.kv = nn.Linear(d, d, bias=False), nn.Linear(d, 2 * kvh * self.dh, bias=False)
-
-    def forward(self, x, bias):
-        b, t, _ = x.shape
-        q = self.q(x).view(b, t, self.h, self.dh).transpose(1, 2)
-        k, v = self.kv(x).view(b, t, 2, self.kvh, self.dh).permute(2, 0, 3, 1, 4).unbind(0)
-        k, v = (z.repeat_interleave(self.h // self.kvh, dim=1) for z in (k, v))
-        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        biased = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
-        return (causal + biased).transpose(1, 2).reshape(b, t, -1)
+def _two_sdpa():
+    """q for two SDPA calls over grouped-query k and v (the FileCheck test's model,
+    tests/filecheck/Inputs/sdpa_twice_bf16.py): SDPA's math widens bf16 q to float32, and the
+    widened q is read through the grouped-query reshape by both attentions."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck", "Inputs", "sdpa_twice_bf16.py")
+    spec = importlib.util.spec_from_file_location("sdpa_twice_bf16", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.M()
 
 
 def test_widening_read_through_a_reshape_leaves_q_in_bf16():
     """The widening moves below the reshape (narrow_stores), so the q projection stores bf16 and
     each attention kernel widens on load: it stored q in float32, twice the bytes both ways."""
     torch.manual_seed(3)
-    rep = _run(_TwoSDPA(), torch.randn(2, 8, 32), torch.randn(2, 1, 8, 8))
+    rep = _run(_two_sdpa(), torch.randn(2, 8, 32), torch.randn(2, 1, 8, 8))
     act = 2 * 8 * 32 * 2
     assert [k.kind for k in rep.kernels].count("attention") == 2, [k.kind for k in rep.kernels]
     for k in rep.kernels:
