@@ -82,11 +82,12 @@ def _try_merge(block, c2) -> bool:
             # GQA: softmax over the merged heads, split into (key-value group, repeat) for P·v
             split, p = p, _producer(p.operands[0])
         prologue: list = []
-        if moved is None and split is None and p is not None and group_of(p) == g_c and p != c2:
+        if split is None and p is not None and group_of(p) == g_c and p != c2:
             # P = exp(S - lse) in P·v's prologue, lse a reduction of its own group (a training
-            # forward whose backward recomputes P: runtime/attention_recompute.py): the prologue
-            # belongs to the softmax, whose group is the log-sum-exp's
-            prologue, p = _probs_prologue(p, c2, g_c)
+            # forward whose backward recomputes P: runtime/attention_recompute.py), or softmax's
+            # division there (Bloom's, rounded to bf16 and widened again): the prologue belongs
+            # to the softmax, whose group is the reductions'
+            prologue, p = _probs_prologue(p, c2, g_c, [moved] if moved is not None else [])
             members[g_c] = [o for o in members[g_c] if not any(o == q for q in prologue)]
         g_b = group_of(p) if p is not None else None
         if g_b is None or g_b == g_c:
@@ -103,13 +104,16 @@ def _try_merge(block, c2) -> bool:
         g_a = group_of(c1) if c1 is not None else None
         if s_op is None or g_a is None or g_a in (g_b, g_c) or kind_of(c1) != "contraction":
             continue
-        if group_of(s_op) == g_b and _widens(s_op):
+        widened = _producer(s_op.operands[0]) if _widens(s_op) else None
+        if group_of(s_op) == g_b and widened is not None and group_of(widened) != g_b:
             # bf16 scores widened for the softmax: fusion leaves the widening to the softmax's
             # kernel (so a stored value stays 16-bit); here it belongs to the scores' epilogue
+            # (unless the epilogue is the softmax's too: Bloom's ALiBi and mask behind a view)
             members = {g: [o for o in ops_ if o != s_op] for g, ops_ in members.items()}
             members[g_a] = members[g_a] + [s_op]
         b_ops = members[g_b] + _views(block, sm.ops) + ([split] if split is not None else [])
         b_ops += _merges(members[g_a], b_ops)
+        b_ops = _unshared(b_ops, members[g_a] + members[g_c])
         if not _only_used_by(members[g_a], None, b_ops):
             continue
         lse = _lse_outputs(b_ops, probs, c2, sm, in_b)
@@ -130,7 +134,7 @@ def _try_merge(block, c2) -> bool:
     return False
 
 
-def _probs_prologue(p, c2, g_c):
+def _probs_prologue(p, c2, g_c, readers: list):
     """([the pointwise ops of P·v's group computing its factor P], the op of another group with a
     reduction that they read: the log-sum-exp's); ([], p) where that is not so."""
     ops, stack = [], [p]
@@ -150,7 +154,7 @@ def _probs_prologue(p, c2, g_c):
                 stack.append(q)
             elif pat.is_generic(q) and "reduction" in pat.iterator_types(q):
                 outside = q if outside is None or outside == q else outside
-    if outside is None or any(not any(top_level(u) == q for q in ops + [c2])
+    if outside is None or any(not any(top_level(u) == q for q in ops + [c2] + readers)
                               for o in ops for r in o.results for u in _users(r)):
         return [], p
     return ops, outside
@@ -208,6 +212,22 @@ def _merges(a_ops, b_ops) -> list:
                 if (u.name == "tensor.collapse_shape" and group_of(u) is None
                         and all(any(x == b for b in b_ops) for x in _users(u.results[0]))):
                     out.append(u)
+    return out
+
+
+def _unshared(b_ops, others) -> list:
+    """`b_ops` less the ungrouped unit views of a tensor from outside that other kernels read too
+    (Bloom's ALiBi bias, viewed once for every layer's scores): the kernel reads it through the
+    view, as each of the others does, and the view stays no kernel's."""
+    inside = [pat.op_of(o) for o in b_ops + others]
+    is_in = lambda o: any(o == i for i in inside)  # noqa: E731
+    out = []
+    for o in b_ops:
+        src = _producer(o.operands[0]) if o.name in _UNIT_VIEWS else None
+        if (group_of(o) is None and o.name in _UNIT_VIEWS and not (src is not None and is_in(top_level(src)))
+                and any(not is_in(top_level(u)) for u in _users(o.results[0]))):
+            continue
+        out.append(o)
     return out
 
 

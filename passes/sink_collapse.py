@@ -102,6 +102,12 @@ def _bubble(e: ir.Operation) -> list | None:
         return None
     if any(pat.op_of(u.owner) != e for u in p.results[0].uses):
         return None
+    if p.name == COLLAPSE:  # a merge split again (the view of the scores another view made)
+        made = _swap(p, e)
+        if made is None:
+            return None
+        p.erase()
+        return [q for q in (_producer(c.operands[0]) for c in made) if q is not None and q.name == EXPAND]
     groups, out = _groups(e), _shape(e.results[0])
     split = {j: [out[i] for i in g] for j, g in enumerate(groups) if len(g) > 1}
     if (p.name != "tensor.concat" and not any(sum(n != 1 for n in sizes) > 1 for sizes in split.values())
@@ -458,13 +464,14 @@ def _swap(c: ir.Operation, e: ir.Operation) -> list | None:
         e.results[0].replace_all_uses_with(c.operands[0])
         e.erase()
         return []
-    if any(len(a) > 1 and len(b) > 1 for a, b in zip(rc, re)):
-        return None
     x = c.operands[0]
     xs, es = _shape(x), _shape(e.results[0])
     ex_groups, shape, co_groups = [], [], []
     for a, b in zip(rc, re):
-        if len(a) == 1:  # x's dim a[0] split as the expand splits it; each piece its own group after
+        if len(a) > 1 and len(b) > 1:  # merged, then split otherwise: one reshape between the two
+            if not _regroup([xs[i] for i in a], [es[i] for i in b], ex_groups, shape, co_groups):
+                return None
+        elif len(a) == 1:  # x's dim a[0] split as the expand splits it; each piece its own group after
             start = len(shape)
             ex_groups.append(list(range(start, start + len(b))))
             shape += [es[i] for i in b]
@@ -479,8 +486,54 @@ def _swap(c: ir.Operation, e: ir.Operation) -> list | None:
         return None
     with ir.InsertionPoint(e), e.location:
         t = ir.RankedTensorType.get(shape, ir.RankedTensorType(x.type).element_type)
-        ex = tensor.ExpandShapeOp(t, x, _reassociation(ex_groups), [], shape).result
+        ex = x if len(ex_groups) == len(shape) else tensor.ExpandShapeOp(t, x, _reassociation(ex_groups), [],
+                                                                         shape).result
+        if len(co_groups) == len(shape):  # (Bloom's scores: [b * h * 1] split as [b, h] drops a unit dim)
+            e.results[0].replace_all_uses_with(ex)
+            e.erase()
+            return []
         new = tensor.CollapseShapeOp(e.results[0].type, ex, _reassociation(co_groups))
     e.results[0].replace_all_uses_with(new.result)
     e.erase()
     return [pat.op_of(new.operation)]
+
+
+def _runs(src: list[int], dst: list[int]) -> list[list[int]] | None:
+    """Runs of consecutive `src` dims whose sizes multiply to each `dst` dim in turn (trailing unit
+    dims join the last run), or None."""
+    runs, i = [], 0
+    for n in dst:
+        if i >= len(src):
+            return None
+        run, p = [i], src[i]
+        i += 1
+        while p < n and i < len(src):
+            run.append(i)
+            p *= src[i]
+            i += 1
+        if p != n:
+            return None
+        runs.append(run)
+    if any(n != 1 for n in src[i:]) or not runs:
+        return None
+    runs[-1] += list(range(i, len(src)))
+    return runs
+
+
+def _regroup(xs: list[int], es: list[int], ex_groups: list, shape: list, co_groups: list) -> bool:
+    """Dims `xs` of x that a collapse merged and an expand split again as `es`, appended to
+    `_swap`'s expand-then-collapse: split where `es` is finer, merged where it is coarser."""
+    start = len(shape)
+    down = _runs(xs, es) if len(xs) >= len(es) else None
+    if down is not None:
+        ex_groups += [[start + j] for j in range(len(xs))]
+        shape += xs
+        co_groups += [[start + j for j in run] for run in down]
+        return True
+    up = _runs(es, xs)
+    if up is None:
+        return False
+    ex_groups += [[start + j for j in run] for run in up]
+    shape += es
+    co_groups += [[start + j] for j in range(len(es))]
+    return True
