@@ -313,6 +313,11 @@ def _expand_generic(g: ir.Operation) -> list | None:
             sizes = [src[i] for i in grp]
             if split.setdefault(e.position, sizes) != sizes:
                 return None
+    if pat.is_contraction(g) and pat.num_inputs(g) == 2 and any(
+            sum(n != 1 for n in sizes) > 1 and d not in pat.map_dims(maps[0]) for d, sizes in split.items()):
+        # a dim only the second factor reads: keys of q·kᵀ (SegFormer's, pixels of a strided
+        # convolution) stay one dim, as flash attention and the softmax over them need
+        return None
     if not split or (unit_broadcast and not from_product):
         # such a unit view splits nothing, but only the scores of a grouped-query q·kᵀ (Mistral's
         # sliding-window mask added over (kv head, repeat)) go on past it: elsewhere it was where
