@@ -83,8 +83,8 @@ def _cheap_source(v) -> ir.Operation | None:
 
 
 def _gather_like(g: ir.Operation) -> bool:
-    """A gather, an index table (no tensor inputs), or a conversion of a gather (a 16-bit pad
-    widens between its two gathers). Other cheap generics (a mask's conversion to bool) stay: the
+    """A gather, an index table (no tensor inputs), a copy moving an argument's elements, or a
+    conversion of a gather (a 16-bit pad widens between its two gathers). Other cheap generics (a mask's conversion to bool) stay: the
     passes after this one read them as plain inputs, which fusion handles better than gathers."""
     ops = [o.operation.name for o in pat.body(g).operations]
     if "tensor.extract" in ops:
@@ -92,6 +92,8 @@ def _gather_like(g: ir.Operation) -> bool:
     tensors = [v for v in pat.inputs(g) if isinstance(v.type, ir.RankedTensorType)]
     if not tensors:
         return True
+    if len(tensors) == 1 and ops == ["linalg.yield"] and isinstance(tensors[0].owner, ir.Block):
+        return True  # a transposed or broadcast argument (MoE experts' weights transposed for grouped_mm)
     if len(tensors) == 1 and set(ops) <= {"arith.extf", "arith.truncf", "linalg.yield"} \
             and not isinstance(tensors[0].owner, ir.Block):
         src = pat.op_of(tensors[0].owner)
