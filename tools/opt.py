@@ -182,7 +182,7 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
                 where = args.dump_dir if len(chunks) == 1 else os.path.join(args.dump_dir, f"split-{i}")
                 _dump(module, where, target, chunk, ctx, timing)
             if args.emit in ("fused", "scheduled") or per_kernel:
-                _kernel_stage(module, "fused" if args.emit == "fused" else "scheduled", target, chunk, timing)
+                _kernel_stage(module, "fused" if args.emit == "fused" else "scheduled", target, chunk, timing, inst)
             _run_pipeline(module, elements, inst, args, chunk)
             if args.emit in KERNEL_TEXT_STAGES:
                 outputs.append(_kernel_text(module, args.emit, target, chunk, timing))
@@ -256,12 +256,12 @@ def _write_binary(path: str, stage: str, blobs: list[tuple[str, bytes]]) -> None
         raise CliError(Diagnostic(f"could not write output file '{path}': {err.strerror}")) from None
 
 
-def _kernel_stage(module, stage, target, chunk, timing) -> None:
+def _kernel_stage(module, stage, target, chunk, timing, inst=None) -> None:
     from uniorch.runtime.compiler import to_kernel_stage
 
     with _timed(timing, stage):
         try:
-            to_kernel_stage(module, stage, target)
+            to_kernel_stage(module, stage, target, instrumentation=inst)
         except LoweringError as err:
             raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
         except UniorchError as err:

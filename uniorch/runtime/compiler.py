@@ -484,13 +484,15 @@ def _compile_then_launcher(fn, args, kwargs):
     return kernel
 
 
-def to_kernel_stage(module: ir.Module, stage: str, target: Target, kernel_prefix: str = "") -> ir.Module:
-    """linalg → `fused` (groups marked) or `scheduled` (kernels outlined, buffers planned), in place."""
+def to_kernel_stage(module: ir.Module, stage: str, target: Target, kernel_prefix: str = "",
+                    instrumentation=None) -> ir.Module:
+    """linalg → `fused` (groups marked) or `scheduled` (kernels outlined, buffers planned), in place.
+    `instrumentation` (passes.Instrumentation): uniorch-opt's --print-ir-before/after, --timing."""
     from uniorch.passes import PassContext, parse_pipeline, run_pipeline
 
     text = PIPELINES[stage].format(target=target)
     pctx = PassContext(target=str(target), kernel_prefix=kernel_prefix, fp32_dots=fp32_precisions(target))
-    run_pipeline(module, parse_pipeline(text, module.context), pctx)
+    run_pipeline(module, parse_pipeline(text, module.context), pctx, instrumentation)
     return module
 
 
