@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 
 import uniorch
@@ -113,3 +114,33 @@ def test_symbolic_lengths_and_training():
     ref.train()(x).square().mean().backward()
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_gpt2_fused_qkv_with_a_cache_is_a_product_per_part(monkeypatch):
+    # GPT-2's c_attn computes q, k and v as one product split in three; with the cache on, k and v
+    # are returned transposed to (batch, heads, tokens, dim), which a kernel of its own copied out
+    # of the fused output every layer. Split at capture, the k and v products store the cache's
+    # layout from their epilogues (as sibling products of one kernel at this width).
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        ids = torch.randint(0, 96, (2, 8))
+        with torch.no_grad():
+            got, want = cm(ids), model(ids)
+        torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
+        for g, w in zip(pytree.tree_leaves(got.past_key_values), pytree.tree_leaves(want.past_key_values)):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    split = explain_static(model, (ids,), target="interpret")
+    _unsplit(monkeypatch)
+    fused = explain_static(model, (ids,), target="interpret")
+    copies = lambda rep: [k for k in rep.kernels if {op for op, _ in k.ops} <= {"aten.permute.default"}]  # noqa: E731
+    assert copies(fused) and not copies(split), str(split)
+    assert not split.fallbacks and len(split.kernels) < len(fused.kernels)
+    assert _bytes(split) < _bytes(fused)
+    # without the cache nothing is returned: the product stays whole
+    cg = trace.capture(model, (ids,), {"use_cache": False})
+    mms = [n for n in cg.graph_module.graph.nodes if n.target is torch.ops.aten.mm.default]
+    assert len(mms) == 2 * 4 + 1  # per layer c_attn, c_proj, c_fc, mlp c_proj; the tied lm_head
