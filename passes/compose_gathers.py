@@ -84,8 +84,9 @@ def _cheap_source(v) -> ir.Operation | None:
 
 def _gather_like(g: ir.Operation) -> bool:
     """A gather, an index table (no tensor inputs), a copy moving an argument's elements, or a
-    conversion of a gather (a 16-bit pad widens between its two gathers). Other cheap generics (a mask's conversion to bool) stay: the
-    passes after this one read them as plain inputs, which fusion handles better than gathers."""
+    conversion of a gather (a 16-bit pad widens between its two gathers). Other cheap generics (a
+    mask's conversion to bool) stay: the passes after this one read them as plain inputs, which
+    fusion handles better than gathers."""
     ops = [o.operation.name for o in pat.body(g).operations]
     if "tensor.extract" in ops:
         return True
