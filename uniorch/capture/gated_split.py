@@ -10,10 +10,11 @@ is written.
 
 A split in two equal halves of a product read by nothing else, whose halves meet in one
 multiplication a few elementwise steps on. A fused q/k/v projection split in three or more
-(GPT-2's `c_attn`) stays one product, unless parts of it are returned as views (a cache's keys and
-values, transposed): the fused output then needs a copy kernel writing them in the cache's
-layout, where a product per part writes them from its epilogue (`_returned_parts` weighs that
-against reading x once more per product; products up to MAX_SIBLING_N wide share x's tiles).
+(GPT-2's `c_attn`) stays one product, unless parts of it are returned concatenated (a cache's
+keys and values, transposed and appended to the past ones): the fused output then needs a copy
+kernel writing them into the cache, where a product per part writes them from its epilogue
+(`_returned_parts` weighs that against reading x once more per product; products up to
+MAX_SIBLING_N wide share x's tiles).
 """
 from __future__ import annotations
 
@@ -223,33 +224,36 @@ def _parts(node):
 
 
 # what a returned part reaches the output through: views, and a cache's concatenation with the
-# past keys (which concat_in_place lets a product's epilogue write into)
+# past keys (which concat_in_place lets a product's epilogue write into). Only a part that is
+# concatenated counts: one returned as a view alone is a view of the fused output in the compiled
+# call too (passes/returned_views.py), no copy and eager's aliasing, which a split would lose
 _VIEWS = (aten.view.default, aten.permute.default, aten.transpose.int, aten.clone.default, aten.expand.default,
           aten.unsqueeze.default, aten._unsafe_view.default, aten.alias.default, aten.cat.default)
 
 
 def _returned_parts(items, ranges, prod) -> bool:
-    """Whether splitting saves bytes: parts returned as views of the product (a cache's keys and
-    values, returned transposed to (batch, heads, tokens, dim)) are copied out of the fused output
-    by a kernel of their own, which separate products write directly from their epilogues; the cost
-    is reading the input once more per extra product (MAX_SIBLING_N-wide products share it)."""
+    """Whether splitting saves bytes: parts returned concatenated (a cache's keys and values,
+    transposed to (batch, heads, tokens, dim) and appended to the past ones) are copied out of the
+    fused output by a kernel of their own, which separate products write from their epilogues;
+    the cost is reading the input once more per extra product (MAX_SIBLING_N-wide products
+    share it)."""
     from uniorch.passes.fuse_siblings import MAX_SIBLING_N, MAX_SIBLINGS
 
     returned = 0
     for item, (lo, hi) in zip(items, ranges):
-        frontier, seen = [item], set()
+        frontier, seen = [(item, False)], set()
         while frontier:
-            n = frontier.pop()
+            n, copied = frontier.pop()
             if n in seen:
                 continue
             seen.add(n)
             for u in n.users:
-                if u.op == "output":
+                if u.op == "output" and copied:
                     returned += hi - lo
                     frontier = []
                     break
                 if u.op == "call_function" and u.target in _VIEWS:
-                    frontier.append(u)
+                    frontier.append((u, copied or u.target is aten.cat.default))
     if not returned:
         return False
     if len(ranges) <= MAX_SIBLINGS and all(hi - lo <= MAX_SIBLING_N for lo, hi in ranges):
