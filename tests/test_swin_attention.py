@@ -19,7 +19,12 @@ def _swin(dtype):
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
 def test_swin_window_attention_is_one_flash_kernel_per_stage(dtype, tol):
-    model = _swin(dtype)
+    assert_two_flash_stages_match_eager(_swin(dtype), dtype, tol)
+
+
+def assert_two_flash_stages_match_eager(model, dtype, tol):
+    """A two-stage vision model on 2 x 3 x 32 x 32 images: two attention kernels, no softmax outside
+    them, the last hidden state against eager on two fresh inputs (also test_segformer_attention)."""
     cm = uniorch.compile(model, target="interpret")
     x = torch.randn(2, 3, 32, 32, dtype=dtype)
     rep = cm.explain(x)
