@@ -36,6 +36,7 @@ from .pool_indices import fix_pool_nan_indices
 from .scatter_coords import assemble_scatter_coords
 from .seed_input import seeds_as_input
 from .sink_collapse import bubble_expands, sink_collapses
+from .split_products import split_sliced_products
 from .split_reduction import split_reductions
 from .split_prologue import split_prologues
 from .stack_pieces import stacks_as_selects
@@ -75,10 +76,12 @@ class Preprocess(Pass):
             compose_gathers(main)  # a gather of a gather (reflect pad: one per dim) reads the source
             assemble_scatter_coords(main)  # a scatter's indices written once, not column by column
             extracts_as_operands(main)  # symbolic broadcasts read by tensor.extract: indexing maps
+            split_sliced_products(main)  # q, k and v sliced off one product: a product each, before their views sink
             split_prologues(main)
             collapse_into_contractions(main)  # Swin's window scores: q·kᵀ over the collapsed dims
             sink_collapses(main)  # grouped-query attention keeps one batch layout
             rewrite_views(main)
+            split_sliced_products(main)  # a fused q/k/v read in slices: a product per slice
             pad_after_collapse(main)  # pads meet the convolutions that read them
             stacks_as_selects(main)  # stack of computed pieces: one generic, no copy
             hoist_concat_pieces(main)  # rotate_half's negation moves after its concatenation

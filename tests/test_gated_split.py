@@ -13,6 +13,7 @@ from torch import nn
 import uniorch
 from uniorch.api import explain_static
 from uniorch.capture import gated_split, trace
+from uniorch.passes import preprocess
 
 
 class FusedGateUp(nn.Module):
@@ -32,7 +33,9 @@ def _bytes(rep) -> int:
 
 
 def _unsplit(monkeypatch):
+    # both the capture rewrite and its MLIR counterpart (a product read in slices, passes/split_products.py)
     monkeypatch.setattr(trace, "split_gated_projections", lambda gm: 0)
+    monkeypatch.setattr(preprocess, "split_sliced_products", lambda func_op: 0)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -65,7 +68,8 @@ def test_transformers_phi3_default_settings(monkeypatch):
     split = explain_static(model, (ids,), target="interpret")
     _unsplit(monkeypatch)
     fused = explain_static(model, (ids,), target="interpret")
-    assert not split.fallbacks and len(split.kernels) == len(fused.kernels) - cfg.num_hidden_layers
+    # a kernel less per layer from the gated MLP (and one more from q, k and v sliced off qkv_proj)
+    assert not split.fallbacks and len(split.kernels) <= len(fused.kernels) - cfg.num_hidden_layers
     assert _bytes(fused) - _bytes(split) >= cfg.num_hidden_layers * 24 * 864 * 4
 
 
