@@ -1,25 +1,30 @@
 """A product read only in slices becomes a product per slice, part of `uniorch-preprocess`.
 
-GPT-NeoX (Pythia), Bloom and Falcon compute q, k and v with one projection and take them apart
-after a head-split view: `qkv.view(B, T, H, 3 * d).chunk(3, -1)`. The parts interleave per head,
-so each is a strided slice of the product's output; the cache returns k and v transposed to
-(batch, heads, tokens, dim), and rotary embeddings read q and k in pieces. Kept whole, the
-product writes the fused output and copy kernels write each part again in the layout its readers
-take (GPT-NeoX: three permute copies and a concatenation per layer, 17 % of its bytes).
+GPT-NeoX (Pythia), Bloom, Falcon and Phi-3 compute q, k and v with one projection and take them
+apart, often after a head-split view: `qkv.view(B, T, H, 3 * d).chunk(3, -1)` interleaves the parts
+per head, so each is a strided slice of the product's output. The cache returns k and v
+transposed to (batch, heads, tokens, dim) and rotary embeddings read q and k in pieces; kept
+whole, the product writes the fused output and copy kernels write each part again in the layout
+its readers take (GPT-NeoX: three permute copies a layer, 17 % of its bytes).
 
 Each slice is a box of the product's parallel loops. Taken up through the elementwise steps
-between the product and the slices (a bias add), it becomes a product over that box: the
-operands that read the sliced loops are read in slices (the weight's rows of one part, as a
-view), the others whole. Each part is then an ordinary product, the way Llama's separate q, k and
-v projections are, whose epilogue writes its part where its readers want it.
+between the product and the slices (a bias add), it becomes a product over that box: operands
+that read the sliced loops are read in slices (the weight's rows of one part, a view), the others
+whole. A view splitting the output's dims before the slices (Bloom's `view(b, t, h, 3, d)`), or
+after a part (its heads), moves into the product's loops first (`sink_collapse.split_loops`), so a
+transpose of the part meets the product's own dims and becomes its epilogue's store, the way
+Llama's separate q, k and v projections store theirs.
 
 The cost is reading the operands that do not depend on the sliced loops (the input rows) once
-per part. Parts at most MAX_SIBLING_N columns wide, at most MAX_SIBLINGS of them, share those
-reads again as one sibling kernel (passes/fuse_siblings.py). Wider parts are split only where
-some parts reach @main's results (a cache's keys and values), which needs a copy per part when
-the product stays whole, and only when those parts, written and read once more, outweigh the
-extra reads (the rule of capture/gated_split.py `_returned_parts`). A single slice (the last
-token's logits) always computes only its box.
+per kernel. A single slice (the last token's logits) always splits: less of everything. Several
+split where that reads nothing more: equal parts become siblings of one kernel
+(passes/fuse_siblings.py: at most MAX_SIBLINGS products of at most MAX_SIBLING_N columns, counting
+those already sharing the input), as does a gated MLP's gate/up pair at any width. Otherwise only
+where the parts a transpose copies out of the whole output (no contraction folds that transpose
+into its indexing), written and read, outweigh the extra reads. Never where two parts meet again
+in one concatenation (RoPE's rotated and passed dims of a head: the whole product holds them
+together), or where eager returns a part as a view of the whole output: passes/returned_views.py
+keeps that view, with the storage the parts share.
 """
 from __future__ import annotations
 
@@ -29,10 +34,11 @@ from torch_mlir.dialects import tensor
 from uniorch.codegen import patterns as pat
 
 from .fuse_siblings import MAX_SIBLING_N, MAX_SIBLINGS
-from .ir_utils import contiguous_strides, erase_dead_pure_ops, iterator_types_attr, reassociation_groups
+from .ir_utils import (contiguous_strides, erase_dead_pure_ops, iterator_types_attr, reassociation_attr,
+                       reassociation_groups)
 from .returned_views import LAYOUTS
-from .sink_collapse import _swap, split_loops
-from .view_rewrites import _is_constant_fill, _static_slice
+from .sink_collapse import _bubble, _can_split, _swap, split_loops
+from .view_rewrites import _is_constant_fill
 
 
 def split_sliced_products(func_op: ir.Operation) -> int:
@@ -61,19 +67,85 @@ def _loop_dims(m: ir.AffineMap) -> list[int] | None:
     return dims if len(set(dims)) == len(dims) else None
 
 
-def _chain(product: ir.Operation) -> list[ir.Operation] | None:
-    """The product and the elementwise steps that follow it, each the only reader of the one before
-    and reading it element for element, up to a value read only by extract_slices."""
+def _chain(product: ir.Operation):
+    """(chain, view): the product and the elementwise steps that follow it, each the only reader of
+    the one before and reading it element for element, up to a value read only by extract_slices
+    (view None); or up to a view splitting the last one's dims (Bloom's `qkv.view(b, t, h, 3, d)`)
+    with slices further on, which `_expanded_chain` moves into the chain. None if neither."""
     chain = [product]
     while True:
-        users = [pat.op_of(u.owner) for u in chain[-1].results[0].uses]
+        users = _readers(chain[-1].results[0])
         if not users:
             return None
         if all(u.name == "tensor.extract_slice" for u in users):
-            return chain
+            return chain, None
+        if len(users) == 1 and users[0].name == "tensor.expand_shape" and _sliced_later(users[0].results[0]):
+            return chain, users[0]
         if len(users) != 1 or not _elementwise_over(users[0], chain[-1].results[0]):
             return None
         chain.append(users[0])
+
+
+def _sliced_later(v: ir.Value) -> bool:
+    """Whether `v`, through elementwise steps each the only reader of the one before, is read only
+    by extract_slices."""
+    while True:
+        users = _readers(v)
+        if users and all(u.name == "tensor.extract_slice" for u in users):
+            return True
+        if len(users) != 1 or not _elementwise_over(users[0], v):
+            return False
+        v = users[0].results[0]
+
+
+def _readers(v: ir.Value) -> list[ir.Operation]:
+    """The ops reading `v`, but views nothing reads (leftovers of earlier rewrites)."""
+    out = []
+    for u in v.uses:
+        op = pat.op_of(u.owner)
+        if op.name in _VIEWS and not list(op.results[0].uses):
+            continue
+        if not any(op == o for o in out):
+            out.append(op)
+    return out
+
+
+def _expanded_chain(chain: list, view: ir.Operation) -> list | None:
+    """`chain` computing over the loops `view` splits its result into, `view` gone: the new product;
+    None (and nothing changed) where a loop it splits is not parallel or an op cannot be rewritten."""
+    shape = ir.RankedTensorType(view.results[0].type).shape
+    split = {j: [shape[i] for i in g] for j, g in enumerate(reassociation_groups(view)) if len(g) > 1}
+    out_dims = _loop_dims(pat.indexing_maps(chain[0])[-1])
+    its = pat.iterator_types(chain[0])
+    if (not split or out_dims is None or not ir.RankedTensorType(view.results[0].type).has_static_shape
+            or any(its[out_dims[j]] != "parallel" for j in split)
+            or not all(_can_split(op, split if i else {out_dims[j]: n for j, n in split.items()})
+                       for i, op in enumerate(chain))):
+        return None
+    for i, op in enumerate(chain):
+        for u in list(op.results[0].uses):  # dead views of the value: they would keep the old op
+            r = pat.op_of(u.owner)
+            if r.name in _VIEWS and not list(r.results[0].uses):
+                r.erase()
+    new, made = [], None
+    for i, op in enumerate(chain):
+        done = split_loops(op, split if i else {out_dims[j]: n for j, n in split.items()})
+        new.append(done[0])
+        made = done[1]
+        for i, x in enumerate(list(done[0].operands)):
+            v = None if isinstance(x.owner, ir.Block) else pat.op_of(x.owner)
+            src = None if v is None or v.name != "tensor.expand_shape" else v.operands[0].owner
+            if src is None or isinstance(src, ir.Block) or not pat.is_generic(pat.op_of(src)):
+                continue
+            fill = _constant_fill(v)
+            if fill is not None:  # the accumulator's zeros: a fill of the split shape
+                with ir.InsertionPoint(done[0]), done[0].location:
+                    done[0].operands[i] = _fill_of(fill, ir.RankedTensorType(x.type))
+                _erase_unread([v])
+            elif pat.is_data_movement(pat.op_of(src)):  # a weight's transpose: the view moves before it
+                _bubble(v)
+    _swap(made[0], view)  # the view undoes the collapse split_loops left
+    return new[0]
 
 
 def _elementwise_over(op: ir.Operation, v: ir.Value) -> bool:
@@ -90,6 +162,37 @@ def _elementwise_over(op: ir.Operation, v: ir.Value) -> bool:
     return all(_loop_dims(m) is not None for m in maps)
 
 
+def _slice_box(op: ir.Operation) -> tuple[list[int], list[int]] | None:
+    """(offsets, sizes) of a static unit-stride extract_slice, which may drop unit dims (Bloom's
+    `qkv.view(b, t, h, 3, d)[..., 0, :]`)."""
+    if op.name != "tensor.extract_slice" or len(op.operands) != 1:
+        return None
+    offs = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+    if any(st != 1 for st in strides) or any(v < 0 for v in offs + sizes):
+        return None  # strided, or dynamic markers
+    return offs, sizes
+
+
+def _dropping_units(v: ir.Value, t: ir.RankedTensorType) -> ir.Value:
+    """`v` collapsed to `t` where a rank-reducing slice dropped unit dims (each joins the kept dim
+    after it, or the last one)."""
+    src = list(ir.RankedTensorType(v.type).shape)
+    if len(src) == t.rank:
+        return v
+    groups, pending, j = [], [], 0
+    for i, n in enumerate(src):
+        keep = j < t.rank and n == t.shape[j] and len(src) - i >= t.rank - j and (n != 1 or len(src) - i == t.rank - j)
+        pending.append(i)
+        if keep:
+            groups.append(pending)
+            pending, j = [], j + 1
+    if pending:
+        groups[-1] += pending
+    return tensor.CollapseShapeOp(t, v, reassociation_attr(groups)).result
+
+
 def _boxes(value: ir.Value, out_map: ir.AffineMap, n_loops: int):
     """Per slice of `value`: (slice op, loop offsets, loop sizes), or None when the slices are
     not disjoint boxes of the loops."""
@@ -99,7 +202,7 @@ def _boxes(value: ir.Value, out_map: ir.AffineMap, n_loops: int):
     boxes = []
     for u in value.uses:
         s = pat.op_of(u.owner)
-        box = _static_slice(s)
+        box = _slice_box(s)
         if box is None:
             return None
         offs, sizes = [0] * n_loops, [None] * n_loops
@@ -116,9 +219,23 @@ def _boxes(value: ir.Value, out_map: ir.AffineMap, n_loops: int):
 def _split(product: ir.Operation) -> bool:
     if len(product.results) != 1 or not ir.RankedTensorType(product.results[0].type).has_static_shape:
         return False
-    chain = _chain(product)
-    if chain is None:
-        return False
+    changed = False
+    while True:
+        found = _chain(product)
+        if found is None:
+            return changed
+        chain, view = found
+        if view is None:
+            break
+        product = _expanded_chain(chain, view)
+        if product is None:
+            return changed
+        changed = True
+    return _split_chain(chain) or changed
+
+
+def _split_chain(chain: list) -> bool:
+    product = chain[0]
     last = chain[-1]
     sizes = pat.loop_sizes(product)
     if any(not isinstance(s, int) for s in sizes):
@@ -127,7 +244,7 @@ def _split(product: ir.Operation) -> bool:
     if out_dims is None:
         return False
     # the chain's ops share the product's result dims; boxes over the product's loops
-    boxes = _boxes(last.results[0], _as_product_map(last, out_dims, len(sizes)), len(sizes))
+    boxes = _boxes(last.results[0], _as_product_map(out_dims, len(sizes)), len(sizes))
     if not boxes or any(_indexes(op) for op in chain):
         return False
     sliced = {d for _, offs, szs in boxes for d in range(len(sizes))
@@ -146,11 +263,15 @@ def _split(product: ir.Operation) -> bool:
             for before, op in zip(chain, chain[1:]):  # their loops are the product's result dims
                 made.append(_sliced_op(op, [offs[d] for d in out_dims], [full[d] for d in out_dims],
                                        replace=(before.results[0], made[-1].results[0])))
-        s.results[0].replace_all_uses_with(made[-1].results[0])
+        with ir.InsertionPoint(s), s.location:
+            part = _dropping_units(made[-1].results[0], ir.RankedTensorType(s.results[0].type))
+        s.results[0].replace_all_uses_with(part)
         s.erase()
         views = [pat.op_of(u.owner) for u in made[-1].results[0].uses]
         if len(views) == 1 and views[0].name == "tensor.expand_shape":
-            _fold_expand(made, views[0], out_dims)
+            # a part viewed as heads computes over the split loops, as the whole product did when
+            # the view followed it: its transpose to (batch, heads, tokens, dim) becomes its epilogue
+            _expanded_chain(made, views[0])
     feeds = [o.owner for op in chain for o in op.operands
              if not isinstance(o.owner, ir.Block) and not any(pat.op_of(o.owner) == c for c in chain)]
     for op in reversed(chain):
@@ -174,26 +295,7 @@ def _erase_unread(ops: list) -> None:
             op.erase()
 
 
-def _fold_expand(ops: list, view: ir.Operation, out_dims: list[int]) -> None:
-    """A part read only through a view splitting its dims (into heads) computes over the split
-    loops, as the whole product did when the view followed it directly: its readers (a transpose
-    to (batch, heads, tokens, dim)) then meet the product's own dims and become its epilogue."""
-    shape = ir.RankedTensorType(view.results[0].type).shape
-    split = {j: [shape[i] for i in g] for j, g in enumerate(reassociation_groups(view)) if len(g) > 1}
-    its = pat.iterator_types(ops[0])
-    if not split or not ir.RankedTensorType(view.results[0].type).has_static_shape or any(
-            its[out_dims[j]] != "parallel" for j in split):
-        return
-    done = split_loops(ops[0], {out_dims[j]: sizes for j, sizes in split.items()})
-    for op in ops[1:]:  # each reads the collapse split_loops left after the one before
-        if done is None:
-            return
-        done = split_loops(op, split)
-    if done is not None and len(done[1]) == 1:
-        _swap(done[1][0], view)  # the view undoes the collapse
-
-
-def _as_product_map(last: ir.Operation, out_dims: list[int], n: int) -> ir.AffineMap:
+def _as_product_map(out_dims: list[int], n: int) -> ir.AffineMap:
     """The chain's last op indexes the product's result dims in order: as a map of the product's
     loops, the product's own output map."""
     return ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in out_dims])
