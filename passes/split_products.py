@@ -122,11 +122,8 @@ def _expanded_chain(chain: list, view: ir.Operation) -> list | None:
             or not all(_can_split(op, split if i else {out_dims[j]: n for j, n in split.items()})
                        for i, op in enumerate(chain))):
         return None
-    for i, op in enumerate(chain):
-        for u in list(op.results[0].uses):  # dead views of the value: they would keep the old op
-            r = pat.op_of(u.owner)
-            if r.name in _VIEWS and not list(r.results[0].uses):
-                r.erase()
+    for op in chain:
+        _erase_unread_views(op)  # they would keep the old op
     new, made = [], None
     for i, op in enumerate(chain):
         done = split_loops(op, split if i else {out_dims[j]: n for j, n in split.items()})
@@ -200,8 +197,7 @@ def _boxes(value: ir.Value, out_map: ir.AffineMap, n_loops: int):
     if out_dims is None:
         return None
     boxes = []
-    for u in value.uses:
-        s = pat.op_of(u.owner)
+    for s in _readers(value):
         box = _slice_box(s)
         if box is None:
             return None
@@ -275,10 +271,19 @@ def _split_chain(chain: list) -> bool:
     feeds = [o.owner for op in chain for o in op.operands
              if not isinstance(o.owner, ir.Block) and not any(pat.op_of(o.owner) == c for c in chain)]
     for op in reversed(chain):
+        _erase_unread_views(op)
         if not list(op.results[0].uses):
             op.erase()
     _erase_unread(feeds)
     return True
+
+
+def _erase_unread_views(op: ir.Operation) -> None:
+    """Views of `op`'s result that nothing reads (leftovers of earlier rewrites)."""
+    for u in list(op.results[0].uses):
+        r = pat.op_of(u.owner)
+        if r.name in _VIEWS and not list(r.results[0].uses):
+            r.erase()
 
 
 def _erase_unread(ops: list) -> None:

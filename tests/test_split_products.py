@@ -19,7 +19,8 @@ from uniorch.api import explain_static
 from uniorch.passes import preprocess
 
 _MOVES = {"aten.permute.default", "aten.transpose.int", "<built-in function getitem>", "aten.cat.default",
-          "aten.view.default", "aten.split.Tensor", "aten.chunk.default"}
+          "aten.view.default", "aten.split.Tensor", "aten.chunk.default", "aten.slice.Tensor", "aten.select.int",
+          "aten.unbind.int"}
 
 
 def _unsplit(monkeypatch):
@@ -127,6 +128,40 @@ def test_transformers_bloom_with_its_cache(monkeypatch):
     split = explain_static(model, (ids,), kwargs, target="interpret")
     _unsplit(monkeypatch)
     whole = explain_static(model, (ids,), kwargs, target="interpret")
+    assert _copies(whole) and not _copies(split), str(split)
+    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
+    assert _bytes(split) < _bytes(whole)
+
+
+class UnbindQKV(nn.Module):
+    """ModernBERT's attention projection: one linear layer viewed as (3, heads, dim), the heads
+    moved before the tokens, then unbound into q, k and v; k and v returned as a cache's copies."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.h = heads
+        self.wqkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.wqkv(x).view(b, t, 3, self.h, -1).transpose(3, 1).unbind(dim=2)
+        o = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.out(o.transpose(1, 2).reshape(b, t, -1)), k.contiguous(), v.contiguous()
+
+
+def test_unbind_of_a_transposed_head_view_is_products_of_their_own(monkeypatch):
+    torch.manual_seed(0)
+    model = UnbindQKV().eval()
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        x = torch.randn(2, 9, 32)
+        with torch.no_grad():
+            for g, w in zip(cm(x), model(x)):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    split = explain_static(model, (x,), target="interpret")
+    _unsplit(monkeypatch)
+    whole = explain_static(model, (x,), target="interpret")
     assert _copies(whole) and not _copies(split), str(split)
     assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
     assert _bytes(split) < _bytes(whole)
