@@ -20,7 +20,8 @@ COMPILE_CHECKS_ONLY = {
     f"test_{name}.py" for name in (
         "chain_fusion", "sibling_fusion", "fma_relayout", "fp32_precision", "causal_bound", "conv_channels_last",
         "gather_prologue", "tile_stats", "chain_lead", "conv_views", "scatter_updates", "chain_depthwise",
-        "depthwise_prologue", "shared_memory_fit", "grouped_mm")
+        "depthwise_prologue", "shared_memory_fit", "grouped_mm", "gated_split", "gated_siblings", "attention_lse",
+        "attention_band_split", "relayout_copy")
 }
 
 
