@@ -37,32 +37,49 @@ def _bytes(rep):
     return sum(k.bytes_read + k.bytes_written for k in rep.kernels)
 
 
-def _interleaved_qkv():
-    """tests/filecheck/Inputs/interleaved_qkv.py's module: GPT-NeoX's attention written out."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck", "Inputs", "interleaved_qkv.py")
-    spec = importlib.util.spec_from_file_location("interleaved_qkv", path)
+def _input_module(name: str):
+    """A model file of tests/filecheck/Inputs, as a module."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck", "Inputs", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.InterleavedQKV
+    return module
+
+
+def _matches_eager(model, fresh, tol):
+    """Compiled against eager on two fresh inputs (`fresh()` -> (args, kwargs)), every returned
+    tensor (logits and each cached key and value); the last inputs."""
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        args, kwargs = fresh()
+        with torch.no_grad():
+            got, want = cm(*args, **kwargs), model(*args, **kwargs)
+        for g, w in zip(pytree.tree_leaves(got), pytree.tree_leaves(want)):
+            torch.testing.assert_close(g, w, **tol)
+    return args, kwargs
+
+
+def _split_beats_whole(monkeypatch, model, args, kwargs):
+    """The copies of the parts gone, fewer kernels and bytes than with the pass switched off."""
+    split = explain_static(model, args, kwargs, target="interpret")
+    _unsplit(monkeypatch)
+    whole = explain_static(model, args, kwargs, target="interpret")
+    assert _copies(whole) and not _copies(split), str(split)
+    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
+    assert _bytes(split) < _bytes(whole)
+    return split
+
+
+_FP32 = dict(rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_interleaved_qkv_parts_are_products_of_their_own(monkeypatch, dtype):
     torch.manual_seed(0)
-    model = _interleaved_qkv()().eval().to(dtype)
-    cm = uniorch.compile(model, target="interpret")
-    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for _ in range(2):
-        x = torch.randn(2, 9, 32, dtype=dtype)
-        with torch.no_grad():
-            for g, w in zip(cm(x), model(x)):
-                torch.testing.assert_close(g, w, **tol)
-    split = explain_static(model, (x,), target="interpret")
-    _unsplit(monkeypatch)
-    whole = explain_static(model, (x,), target="interpret")
-    assert _copies(whole) and not _copies(split), str(split)
-    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
-    assert _bytes(split) < _bytes(whole)
+    model = _input_module("interleaved_qkv").InterleavedQKV().eval().to(dtype)
+    tol = _FP32 if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    args, kwargs = _matches_eager(model, lambda: ((torch.randn(2, 9, 32, dtype=dtype),), {}), tol)
+    split = _split_beats_whole(monkeypatch, model, args, kwargs)
     assert [k.kind for k in split.kernels].count("contraction") == 1  # the three parts: siblings
 
 
@@ -78,9 +95,7 @@ def test_a_single_slice_computes_only_its_columns():
 
     torch.manual_seed(0)
     model = LastRow().eval()
-    x = torch.randn(2, 9, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(uniorch.compile(model, target="interpret")(x), model(x), rtol=1e-5, atol=1e-5)
+    (x,), _ = _matches_eager(model, lambda: ((torch.randn(2, 9, 32),), {}), _FP32)
     rep = explain_static(model, (x,), target="interpret")
     assert len(rep.kernels) == 1
     assert rep.kernels[0].bytes_written == 2 * 48 * 4
@@ -92,45 +107,17 @@ def test_transformers_gpt_neox_with_its_cache(monkeypatch):
     cfg = transformers.GPTNeoXConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, max_position_embeddings=64)
     model = transformers.GPTNeoXForCausalLM(cfg).eval()
-    cm = uniorch.compile(model, target="interpret")
-    for _ in range(2):
-        ids = torch.randint(0, 96, (2, 8))
-        with torch.no_grad():
-            got, want = cm(ids), model(ids)
-        torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
-        for g, w in zip(pytree.tree_leaves(got.past_key_values), pytree.tree_leaves(want.past_key_values)):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    split = explain_static(model, (ids,), target="interpret")
-    _unsplit(monkeypatch)
-    whole = explain_static(model, (ids,), target="interpret")
-    assert _copies(whole) and not _copies(split), str(split)
-    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
-    assert _bytes(split) < _bytes(whole)
+    args, kwargs = _matches_eager(model, lambda: ((torch.randint(0, 96, (2, 8)),), {}), _FP32)
+    _split_beats_whole(monkeypatch, model, args, kwargs)
 
 
 def test_transformers_bloom_with_its_cache(monkeypatch):
     # Bloom views its fused q/k/v as (batch, tokens, heads, 3, dim) and selects q, k and v: the
     # view moves into the product's loops, and each part is a product of its own
     pytest.importorskip("transformers")
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck", "Inputs", "bloom_tiny.py")
-    spec = importlib.util.spec_from_file_location("bloom_tiny", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model, (ids,), kwargs = module.make()
-    cm = uniorch.compile(model, target="interpret")
-    for _ in range(2):
-        ids = torch.randint(0, 96, ids.shape)
-        with torch.no_grad():
-            got, want = cm(ids, **kwargs), model(ids, **kwargs)
-        torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
-        for g, w in zip(pytree.tree_leaves(got.past_key_values), pytree.tree_leaves(want.past_key_values)):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    split = explain_static(model, (ids,), kwargs, target="interpret")
-    _unsplit(monkeypatch)
-    whole = explain_static(model, (ids,), kwargs, target="interpret")
-    assert _copies(whole) and not _copies(split), str(split)
-    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
-    assert _bytes(split) < _bytes(whole)
+    model, (ids,), mask = _input_module("bloom_tiny").make()
+    args, kwargs = _matches_eager(model, lambda: ((torch.randint(0, 96, ids.shape),), mask), _FP32)
+    _split_beats_whole(monkeypatch, model, args, kwargs)
 
 
 class UnbindQKV(nn.Module):
@@ -153,15 +140,5 @@ class UnbindQKV(nn.Module):
 def test_unbind_of_a_transposed_head_view_is_products_of_their_own(monkeypatch):
     torch.manual_seed(0)
     model = UnbindQKV().eval()
-    cm = uniorch.compile(model, target="interpret")
-    for _ in range(2):
-        x = torch.randn(2, 9, 32)
-        with torch.no_grad():
-            for g, w in zip(cm(x), model(x)):
-                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    split = explain_static(model, (x,), target="interpret")
-    _unsplit(monkeypatch)
-    whole = explain_static(model, (x,), target="interpret")
-    assert _copies(whole) and not _copies(split), str(split)
-    assert not split.fallbacks and len(split.kernels) < len(whole.kernels)
-    assert _bytes(split) < _bytes(whole)
+    args, kwargs = _matches_eager(model, lambda: ((torch.randn(2, 9, 32),), {}), _FP32)
+    _split_beats_whole(monkeypatch, model, args, kwargs)
