@@ -94,7 +94,7 @@ def through_backend(cg, target, all_nodes: list[str]):
             # the trial launch does against the driver's limit (runtime/resources.py)
             resized = False
             while limit is not None and int(ck.metadata.get("shared") or 0) > limit:
-                if refit(kernel, str(target)) is None:
+                if refit(kernel, str(target), need=int(ck.metadata.get("shared") or 0), limit=limit) is None:
                     raise BackendError(f"{target}: kernel {info.name} needs {ck.metadata.get('shared')} bytes of "
                                        f"shared memory at its smallest tiles; {target.arch} has {limit}")
                 info.source, info.schedule = kernel.source.source, schedule_text(kernel.func_op)

@@ -285,7 +285,7 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
     if run:
         t = time.perf_counter()
         _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type,
-                      lambda kernel: _refit(kernel, str(target), backend.load))
+                      lambda kernel, need=None, limit=None: _refit(kernel, str(target), backend.load, need, limit))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
 
@@ -364,10 +364,11 @@ def _device_name(device_type: str) -> str:
     return device_type
 
 
-def _refit(kernel: Kernel, target: str, load) -> Optional[dict]:
+def _refit(kernel: Kernel, target: str, load, need: Optional[int] = None,
+           limit: Optional[int] = None) -> Optional[dict]:
     from .resources import refit
 
-    return refit(kernel, target, load)
+    return refit(kernel, target, load, need=need, limit=limit)
 
 
 def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable] = None) -> None:
@@ -382,7 +383,7 @@ def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str, refit: Opti
 
 
 def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable]) -> None:
-    from .resources import out_of_shared_memory
+    from .resources import out_of_shared_memory, shared_need
 
     inputs = []
     for shape, dtype in specs:
@@ -411,7 +412,7 @@ def _trial_launch_forked(plan: LaunchPlan, specs, infos: dict, device: str, refi
             if not failed or refit is None or not out_of_shared_memory(failed[0][1]):
                 raise
             kernel = failed[0][0]
-            if refit(kernel) is None:
+            if refit(kernel, *shared_need(failed[0][1])) is None:
                 raise
             info = infos.get(kernel.name)
             if info is not None:
