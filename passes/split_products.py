@@ -28,17 +28,19 @@ keeps that view, with the storage the parts share.
 """
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
 from uniorch.codegen import patterns as pat
 
 from .fuse_siblings import MAX_SIBLING_N, MAX_SIBLINGS
-from .ir_utils import (contiguous_strides, erase_dead_pure_ops, iterator_types_attr, reassociation_attr,
+from .ir_utils import (contiguous_strides, erase_dead_pure_ops, reassociation_attr,
                        reassociation_groups)
 from .returned_views import LAYOUTS
 from .sink_collapse import _bubble, _can_split, _swap, split_loops
-from .view_rewrites import _is_constant_fill
+from .view_rewrites import _is_constant_fill, refill
 
 
 def split_sliced_products(func_op: ir.Operation) -> int:
@@ -381,10 +383,7 @@ def _kernels(product: ir.Operation, boxes) -> int:
 
 
 def _elements(v: ir.Value) -> int:
-    n = 1
-    for s in ir.RankedTensorType(v.type).shape:
-        n *= s
-    return n
+    return math.prod(ir.RankedTensorType(v.type).shape)
 
 
 def _moved_outweigh(boxes, extra: int) -> bool:
@@ -532,11 +531,4 @@ def _constant_fill(op):
 
 def _fill_of(fill: ir.Operation, t: ir.RankedTensorType) -> ir.Value:
     """A fill of type `t` with `fill`'s scalar."""
-    empty = tensor.EmptyOp(list(t.shape), t.element_type).result
-    new = pat.op_of(fill.clone())
-    new.operands[pat.num_inputs(new)] = empty
-    new.results[0].set_type(t)
-    maps = [ir.AffineMap.get(t.rank, 0, []) for _ in pat.inputs(new)] + [ir.AffineMap.get_identity(t.rank)]
-    new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-    new.attributes["iterator_types"] = iterator_types_attr(["parallel"] * t.rank)
-    return new.results[0]
+    return refill(fill, tensor.EmptyOp(list(t.shape), t.element_type).result).results[0]

@@ -79,22 +79,28 @@ def _fill_through_reshape(view: ir.Operation) -> None:
     if not _is_constant_fill(fill):
         return
     t = ir.RankedTensorType(view.results[0].type)
-    n = t.rank
     with ir.InsertionPoint(view), view.location:
         try:  # symbolic sizes: the view's own, as expressions over @main's arguments
             empty = _empty_like(t, view.results[0], view)
         except UnknownSize:
             return
-        new = pat.op_of(fill.clone())
-    new.operands[pat.num_inputs(new)] = empty
-    new.results[0].set_type(t)
-    maps = [ir.AffineMap.get(n, 0, []) for _ in pat.inputs(new)] + [ir.AffineMap.get_identity(n)]
-    new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-    new.attributes["iterator_types"] = iterator_types_attr(["parallel"] * n)
+        new = refill(fill, empty)
     view.results[0].replace_all_uses_with(new.results[0])
     view.erase()
     if not list(fill.results[0].uses):
         fill.erase()
+
+
+def refill(fill: ir.Operation, empty: ir.Value) -> ir.Operation:
+    """Constant fill `fill` cloned at the insertion point to fill `empty` (another shape)."""
+    n = ir.RankedTensorType(empty.type).rank
+    new = pat.op_of(fill.clone())
+    new.operands[pat.num_inputs(new)] = empty
+    new.results[0].set_type(empty.type)
+    maps = [ir.AffineMap.get(n, 0, []) for _ in pat.inputs(new)] + [ir.AffineMap.get_identity(n)]
+    new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+    new.attributes["iterator_types"] = iterator_types_attr(["parallel"] * n)
+    return new
 
 
 def _static_slice(op: ir.Operation) -> tuple[list[int], list[int]] | None:
