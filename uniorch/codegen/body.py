@@ -511,3 +511,25 @@ def _pow(op, args, arg_types, result_type, const_of, fill) -> str:
     if low:
         return f"_powf({x}.to(tl.float32), {nf}.to(tl.float32)).to({fill['T']})"
     return f"_powf({x}, {nf})"
+
+
+def affine_code(e, dims: list[str], syms: list[str]) -> str:
+    """Triton text of an affine expression over index values (floor semantics for div/mod)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return syms[e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return f"tl.full([], {e.value}, tl.int64)"
+    a, b = affine_code(e.lhs, dims, syms), affine_code(e.rhs, dims, syms)
+    if isinstance(e, ir.AffineAddExpr):
+        return f"({a} + {b})"
+    if isinstance(e, ir.AffineMulExpr):
+        return f"({a} * {b})"
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return f"_floordiv({a}, {b})"
+    if isinstance(e, ir.AffineModExpr):
+        return f"_floormod({a}, {b})"
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return f"(-_floordiv(-{a}, {b}))"
+    raise CodegenError(None, f"affine expression {e}")

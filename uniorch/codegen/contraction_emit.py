@@ -482,6 +482,10 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
             if lin.is_const():
                 return _Val(str(lin.const), ty, frozenset(), const=lin.const)
             return emit(self.lin_text(lin, ctx), ty, frozenset(self.lin_cls(lin)))
+        if name == "affine.apply":  # a gather's flattened index (DeBERTa's relative positions)
+            amap = ir.AffineMapAttr(d.attributes["map"]).value
+            texts = [v.text for v in ins]
+            return emit(_body.affine_code(amap.results[0], texts[:amap.n_dims], texts[amap.n_dims:]))
         folded = _fold(name, d, ins, ty)
         if folded is not None:
             return _Val(_lit(folded, ty), ty, frozenset(), const=folded)

@@ -360,7 +360,7 @@ class _Emitter:
             amap = ir.AffineMapAttr(op.attributes["map"]).value
             args = [self.body_value(scope, g, env, x) for x in op.operands]
             names = [a.code for a in args]
-            expr = _affine_code(amap.results[0], names[: amap.n_dims], names[amap.n_dims:])
+            expr = B.affine_code(amap.results[0], names[: amap.n_dims], names[amap.n_dims:])
             var = self.fresh("t")
             scope.emit(f"{var} = {expr}  # affine.apply {amap}")
             lanes = frozenset().union(*[a.lanes for a in args]) if args else frozenset()
@@ -728,28 +728,6 @@ def _fold(op, vals: list, rty: str):
     except (TypeError, ValueError):
         return None
     return None
-
-
-def _affine_code(e, dims: list[str], syms: list[str]) -> str:
-    """Triton text of an affine expression over index values (floor semantics for div/mod)."""
-    if isinstance(e, ir.AffineDimExpr):
-        return dims[e.position]
-    if isinstance(e, ir.AffineSymbolExpr):
-        return syms[e.position]
-    if isinstance(e, ir.AffineConstantExpr):
-        return f"tl.full([], {e.value}, tl.int64)"
-    a, b = _affine_code(e.lhs, dims, syms), _affine_code(e.rhs, dims, syms)
-    if isinstance(e, ir.AffineAddExpr):
-        return f"({a} + {b})"
-    if isinstance(e, ir.AffineMulExpr):
-        return f"({a} * {b})"
-    if isinstance(e, ir.AffineFloorDivExpr):
-        return f"_floordiv({a}, {b})"
-    if isinstance(e, ir.AffineModExpr):
-        return f"_floormod({a}, {b})"
-    if isinstance(e, ir.AffineCeilDivExpr):
-        return f"(-_floordiv(-{a}, {b}))"
-    raise CodegenError(None, f"affine expression {e}")
 
 
 def _float(n) -> str:

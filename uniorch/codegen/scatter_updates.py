@@ -18,7 +18,6 @@ from . import body as B
 from . import patterns as pat
 from .domain import VIEW_OPS
 from .generic_copy import _known_type
-from .generic_emit import _affine_code
 from .source import CodegenError
 
 
@@ -139,7 +138,7 @@ class UpdateEmitter:
         m = pat.indexing_maps(self.g)[i]
         if a is None:
             return self.computed(v, m)
-        terms = [f"({_affine_code(e, self.idx, [])}) * in{a}_s{j}"
+        terms = [f"({B.affine_code(e, self.idx, [])}) * in{a}_s{j}"
                  for j, (e, n) in enumerate(zip(m.results, _shape(v))) if n != 1]
         var = self.fresh("x")
         terms = terms or ["lin * 0"]  # a 0-d operand: every lane loads its one element
@@ -152,7 +151,7 @@ class UpdateEmitter:
         q = None if isinstance(v.owner, ir.Block) else pat.op_of(v.owner)
         if q is None or not pat.is_generic(q) or not pat.is_pointwise(q):
             raise CodegenError(self.g, "the updates' generic reads a value computed in the kernel")
-        return self.evaluate(q, list(q.results).index(v), [_affine_code(e, self.idx, []) for e in m.results],
+        return self.evaluate(q, list(q.results).index(v), [B.affine_code(e, self.idx, []) for e in m.results],
                              self.mask)
 
     def evaluate(self, q: ir.Operation, r: int, loops: list[str], mask: str) -> tuple[str, str]:
