@@ -150,6 +150,62 @@ def test_a_forward_setting_python_attributes_runs_them_as_eager_does():
     assert cm.explain(x).fallbacks == []  # initialised: compiled from the second call
 
 
+class _HookedOnce(nn.Module):
+    """transformers' output capturing: at the first call, hooks on the layers and a flag that did
+    not exist before (`_output_capturing_hooks_installed`, LLaVA's vision tower)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.seen = nn.Linear(4, 4), nn.Linear(4, 4), []
+
+    def forward(self, x):
+        if not getattr(self, "_hooked", False):
+            self.a.register_forward_hook(lambda m, i, o: self.seen.append(o))
+            self._hooked = True
+        self.seen.clear()
+        y = self.b(torch.relu(self.a(x)))
+        return y, self.seen[0] * 2
+
+
+class _ActNormByHasattr(_ActNorm):
+    def __init__(self, c):
+        super().__init__(c)
+        del self.initialized
+
+    def forward(self, x):
+        if not hasattr(self, "initialized"):
+            self.loc.copy_(-x.mean(0))
+            self.scale.copy_(1 / (x.std(0) + 1e-6))
+            self.initialized = True
+        return (x + self.loc) * self.scale
+
+
+@torch.no_grad()
+def test_a_lazy_initialisation_setting_new_attributes_compiles_at_the_first_call():
+    # the trace itself ran it (export restores attributes that existed, not new ones): a second
+    # trace finds it done, so the first call is compiled instead of running in PyTorch
+    model = _HookedOnce()
+    twin = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(3, 4)
+    rep = cm.explain(x)
+    assert not rep.fallbacks and rep.kernels, str(rep)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        for got, want in zip(cm(x), twin(x)):
+            torch.testing.assert_close(got, want, **TOL)
+    assert cm.cache_size == 1 and not cm.recompiles, cm.recompiles
+    # an initialisation that also writes tensors in place has effects only running it has: eager
+    # at the first call, as before
+    model = nn.Sequential(nn.Linear(4, 4), _ActNormByHasattr(4))
+    twin = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for i in range(3):
+        x = torch.randn(8, 4) * (i + 1)
+        torch.testing.assert_close(cm(x), twin(x), **TOL)
+    assert model[1].initialized and cm.explain(x).fallbacks == []
+
+
 class _Branchy(nn.Module):
     def __init__(self):
         super().__init__()

@@ -133,6 +133,29 @@ def test_a_branch_on_a_tensors_value_is_split_there_or_raises_with_fallback_erro
         uniorch.compile(model, target="interpret", fallback="error")(x)
 
 
+def test_explain_reports_a_piece_between_graph_breaks_that_takes_no_inputs():
+    """Qwen2-VL's M-RoPE positions break the graph (`.tolist()`), and one piece between the breaks
+    computes from constants alone: explain asked that piece for its last inputs and raised."""
+    class Pieces(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            rows = y.tolist()  # a graph break
+            pos = torch.arange(6.0).view(3, 2).cumsum(0).sum(-1, keepdim=True)  # no inputs
+            print(len(rows), end="")  # a second one
+            return y + pos
+
+    model = Pieces()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cm(x), model(x))
+    rep = cm.explain(x)
+    assert len(rep.graph_breaks) == 2 and rep.kernels and not rep.fallbacks, str(rep)
+
+
 def test_non_tensor_arguments_export_cannot_take_are_constants():
     def fn(x, dtype, device):
         return torch.softmax(x, -1, dtype=dtype).to(device) * 2

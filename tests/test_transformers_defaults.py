@@ -1,8 +1,9 @@
 """transformers decoders in their default settings (KV cache returned, SDPA attention), built from
 tiny random configs: captured whole (the cache is a pytree of graph outputs, capture/
 library_pytrees.py; views after SDPA valid, capture/sdpa_layout.py), compiled with no eager
-fallback, logits and every cached key and value equal to eager's. 70 architectures: 25 decoders with
-their cache, 45 others (encoders, encoder-decoders, state-space and hybrid, MoE, vision, audio). CI
+fallback, logits and every cached key and value equal to eager's. 72 architectures: 25 decoders with
+their cache, 47 others (encoders, encoder-decoders, state-space and hybrid, MoE, vision, audio,
+vision-language). CI
 runs three families; the rest with UNIORCH_SLOW_TESTS=1."""
 import pytest
 import torch
@@ -179,6 +180,16 @@ OTHERS = {
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)),
     "yolos": lambda T: T.YolosModel(T.YolosConfig(image_size=[32, 32], patch_size=8, num_detection_tokens=4,
                                                   **_VISION)),
+    # vision-language: LLaVA (CLIP tower, projector, Llama), Qwen2-VL (its own vision tower, M-RoPE: the
+    # positions are computed in Python from the token types, where Dynamo breaks the graph)
+    "llava": lambda T: T.LlavaForConditionalGeneration(T.LlavaConfig(
+        vision_config=T.CLIPVisionConfig(image_size=16, patch_size=4, **_VISION),
+        text_config=T.LlamaConfig(num_key_value_heads=2, **_SMALL), image_token_index=95, image_seq_length=16)),
+    "qwen2_vl": lambda T: T.Qwen2VLForConditionalGeneration(T.Qwen2VLConfig(
+        text_config=dict(num_key_value_heads=2, rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}, **_SMALL),
+        vision_config=dict(depth=2, embed_dim=16, hidden_size=32, num_heads=2, patch_size=4, spatial_merge_size=2,
+                           temporal_patch_size=2, in_chans=3),
+        image_token_id=95, video_token_id=94, vision_start_token_id=93)),
     "dpt": lambda T: T.DPTModel(T.DPTConfig(image_size=32, patch_size=8, backbone_out_indices=[0, 1],
                                             neck_hidden_sizes=[8, 16], fusion_hidden_size=16, readout_type="project",
                                             **_VISION)),
@@ -198,6 +209,15 @@ def _inputs(name):
         return (torch.randn(2, 3, 40, 40),), {}
     if name in ("wav2vec2", "hubert", "wavlm"):  # raw audio samples
         return (torch.randn(2, 400),), {}
+    if name == "llava":  # 16 image tokens, one per patch of a 16 px image
+        ids = torch.randint(0, 90, (2, 24))
+        ids[:, 2:18] = 95
+        return (), {"input_ids": ids, "pixel_values": torch.randn(2, 3, 16, 16)}
+    if name == "qwen2_vl":  # 4 x 4 patches merged 2 x 2 into 4 image tokens
+        ids = torch.randint(0, 90, (1, 12))
+        ids[0, 3], ids[0, 4:8] = 93, 95
+        return (), {"input_ids": ids, "pixel_values": torch.randn(16, 3 * 2 * 4 * 4),
+                    "image_grid_thw": torch.tensor([[1, 4, 4]]), "mm_token_type_ids": (ids == 95).long()}
     decoder = {"decoder_input_ids": torch.randint(0, 96, (2, 5))}
     if name == "whisper":  # log-mel features: (batch, mel bins, 2 * max_source_positions)
         return (torch.randn(2, 8, 32),), decoder

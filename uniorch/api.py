@@ -518,6 +518,8 @@ def _takes_inputs(model) -> bool:
     """Whether the model's forward (or the function) has parameters at all."""
     import inspect
 
+    if isinstance(model, torch.fx.GraphModule):  # its forward reads `*args` once recompiled lazily
+        return any(n.op == "placeholder" for n in model.graph.nodes)
     try:
         return bool(inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model).parameters)
     except (TypeError, ValueError):  # a builtin without a signature
@@ -559,7 +561,15 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
     timings = {}
     t = time.perf_counter()
     try:
-        captured = capture(model, args, kwargs, dynamic=dynamic)
+        try:
+            captured = capture(model, args, kwargs, dynamic=dynamic)
+        except AttributeWriteError as err:
+            if not err.lazy_init:
+                raise
+            # a lazy initialisation (transformers installs its output-capturing hooks and sets
+            # `_output_capturing_hooks_installed` at the first call): the trace ran it on the
+            # model, so a second trace finds it done and writes nothing
+            captured = capture(model, args, kwargs, dynamic=dynamic)
     except AttributeWriteError as err:
         if fallback == "error":
             raise

@@ -17,11 +17,21 @@ class CaptureError(UniorchError):
 class AttributeWriteError(CaptureError):
     """The traced forward set Python attributes of the model (a call counter, a lazy
     initialisation's flag): a graph cannot, so the call runs eagerly. `reads` are the attribute
-    values the trace read, which guard that decision like a compile's."""
+    values the trace read, which guard that decision like a compile's; `changed` the writes, as
+    'where.name: before -> after' ('unset' before a lazy initialisation)."""
 
-    def __init__(self, message: str, reads: dict):
+    def __init__(self, message: str, reads: dict, changed: tuple = (), mutates: bool = True):
         super().__init__(message)
         self.reads = reads
+        self.changed = tuple(changed)
+        self.mutates = mutates  # the traced graph also writes tensors in place
+
+    @property
+    def lazy_init(self) -> bool:
+        """Every write set an attribute the model did not have, and nothing else changed: a lazy
+        initialisation the trace itself did once (export restores attributes that existed, not
+        new ones), which a second trace skips."""
+        return bool(self.changed) and not self.mutates and all(": unset -> " in c for c in self.changed)
 
 
 class StateWriteError(CaptureError):

@@ -215,6 +215,23 @@ def attribute_writes(writes: dict, model: nn.Module) -> list[str]:
     return out
 
 
+def undo_writes(writes: dict, reads: dict) -> None:
+    """Puts back the plain values a traced forward set on the model (export puts back only the
+    entries that existed before), so the eager run of the call makes the writes itself: a lazy
+    initialisation's flag set by the trace alone would have told the eager run that the
+    initialisation was done. The values before become reads, so the guard sees the eager run's
+    writes and the next call is captured again."""
+    for obj, name, before, after in writes.values():
+        if not _plain(after) or not (before is _GONE or _plain(before)):
+            continue
+        state = object.__getattribute__(obj, "__dict__")
+        if before is _GONE:
+            state.pop(name, None)
+        else:
+            state[name] = before
+        reads[(id(obj), name)] = (obj, name, before)
+
+
 def tensor_writes(writes: dict, model: nn.Module) -> list[str]:
     """The attributes (not parameters or buffers) a traced forward set to a tensor on the model's
     own modules, as 'where.name': state the module carries between calls (RecurrentGemma's
@@ -387,19 +404,22 @@ class AttributeGuard:
         for _, _, expected, attrs, where, obj in self.checks + self.written:
             olds = expected if len(attrs) > 1 else (expected,)
             for name, old in zip(attrs, olds):
-                new = getattr(obj, name, "<deleted>")
+                new = getattr(obj, name, _GONE)
                 if new != old:
-                    out.append(f"{where + '.' if where else ''}{name}: {old!r} -> {new!r}")
+                    shown = ["unset" if v is _GONE else repr(v) for v in (old, new)]
+                    out.append(f"{where + '.' if where else ''}{name}: {shown[0]} -> {shown[1]}")
         return ", ".join(out[:3]) + (f" and {len(out) - 3} more" if len(out) > 3 else "")
 
 
 def _same(checks: list) -> bool:
-    for state, get, expected, _, _, _ in checks:
+    for state, get, expected, attrs, _, _ in checks:
         try:
             if get(state) != expected:
                 return False
-        except KeyError:  # deleted since
-            return False
+        except KeyError:  # deleted since, or still unset (`undo_writes`)
+            now = tuple(state.get(a, _GONE) for a in attrs)
+            if (now if len(attrs) > 1 else now[0]) != expected:
+                return False
     return True
 
 

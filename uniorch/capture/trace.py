@@ -142,10 +142,13 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     changed = attribute_guard.attribute_writes(writes, module)
     if changed:
-        raise AttributeWriteError(
+        err = AttributeWriteError(
             f"the forward sets Python attributes of the model ({', '.join(changed[:3])}"
             f"{' and more' if len(changed) > 3 else ''}), which compiled kernels cannot set: the call runs in "
-            f"PyTorch", reads)
+            f"PyTorch", reads, changed, mutates=_mutates_state(ep))
+        if not err.lazy_init:  # else the writes stay, done once (api.py captures again at once)
+            attribute_guard.undo_writes(writes, reads)
+        raise err
     kept = attribute_guard.tensor_writes(writes, module)
     if kept:
         raise StateWriteError(
@@ -410,6 +413,13 @@ def _reordered(args: tuple, kwargs: dict, in_spec) -> tuple:
     from torch.export._tree_utils import reorder_kwargs
 
     return (args, reorder_kwargs(kwargs, in_spec)) if kwargs else (args, {})
+
+
+def _mutates_state(ep) -> bool:
+    """Whether the traced program writes the model's tensors or its inputs in place (an ActNorm's
+    first-batch initialisation): effects only a run of the graph, not the trace, has."""
+    sig = ep.graph_signature
+    return bool(sig.buffers_to_mutate or sig.user_inputs_to_mutate or getattr(sig, "parameters_to_mutate", None))
 
 
 def _describe(obj: Any) -> str:
