@@ -60,6 +60,8 @@ def test_convolution_backward_rewrite_is_exact(nd, groups, transposed, stride, p
     ("transposed", lambda: nn.ConvTranspose2d(4, 8, 2, stride=2), (2, 4, 5, 5)),
     ("transposed_depthwise", lambda: nn.ConvTranspose2d(6, 6, 3, stride=2, padding=1, groups=6), (2, 6, 5, 5)),
     ("grouped_1d", lambda: nn.Conv1d(4, 8, 3, padding=1, groups=4), (2, 4, 9)),
+    # MViT's pooling of q, k and v: torch-mlir lowers no 3-d depthwise convolution
+    ("depthwise_3d", lambda: nn.Conv3d(8, 8, 3, stride=(1, 2, 2), padding=1, groups=8), (2, 8, 4, 6, 6)),
 ])
 def test_grouped_and_transposed_convolutions_train_in_kernels(name, make, shape):
     torch.manual_seed(3)
@@ -79,6 +81,23 @@ def test_depthwise_transposed_convolution_inference():
     with torch.no_grad():
         assert _rel(cm(x), conv(x)) <= 1e-5
     assert not cm.explain(x).fallbacks
+
+
+@pytest.mark.parametrize("channels", [8, 7])
+def test_depthwise_3d_convolution_inference(channels):
+    """torch-mlir leaves a 3-d depthwise convolution unlowered (the whole op ran in PyTorch): channel
+    pairs become groups of two with a block-diagonal weight, an odd count a zero second output
+    channel per group (capture/conv_backward.py `_convolution`)."""
+    torch.manual_seed(5)
+    conv = nn.Conv3d(channels, channels, (3, 3, 3), stride=(1, 2, 2), padding=1, groups=channels).eval()
+    x = torch.randn(2, channels, 4, 7, 7)
+    cm = uniorch.compile(conv, "interpret")
+    with torch.no_grad():
+        assert _rel(cm(x), conv(x)) <= 1e-5
+        x = torch.randn(2, channels, 4, 7, 7)
+        assert _rel(cm(x), conv(x)) <= 1e-5
+    rep = cm.explain(x)
+    assert not rep.fallbacks and any(k.kind == "contraction" for k in rep.kernels), str(rep)
 
 
 @pytest.mark.parametrize("act", [nn.SiLU, nn.Mish])

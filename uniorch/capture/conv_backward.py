@@ -14,8 +14,10 @@ backward to PyTorch. Each gradient is itself a convolution:
 - the bias's: dy summed over every dim but the channels.
 
 torch-mlir's transposed convolution fails when each group has one output channel (a depthwise
-one, as the input gradient of a depthwise convolution is): there each group gets a second output
-channel of zero weights, and every other channel of the result is kept.
+one, as the input gradient of a depthwise convolution is), and so does its plain 3-d depthwise
+convolution (one input and one output channel per group: MViT's pooling of q, k and v; 1-d and
+2-d ones go to linalg's depthwise ops): there each group gets a second output channel of zero
+weights, and every other channel of the result is kept.
 """
 from __future__ import annotations
 
@@ -66,10 +68,20 @@ def _convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation
 
 
 def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if not (transposed and groups > 1 and weight.shape[1] == 1):
+    depthwise_3d = not transposed and weight.dim() == 5 and weight.shape[1] == 1 and weight.shape[0] == groups > 1
+    if depthwise_3d and groups % 2 == 0:
+        # channel pairs: groups of 2 input and 2 output channels, each output's weight zero at the
+        # other's channel (block diagonal): every output computed once, no slice after
+        own = torch.arange(groups, device=weight.device).reshape(groups, 1, 1, 1, 1) % 2
+        paired = torch.where(own == torch.arange(2, device=weight.device).reshape(1, 2, 1, 1, 1), weight, 0.0)
+        return aten.convolution(x, paired, bias, stride, padding, dilation, False, output_padding, groups // 2)
+    if groups > 1 and weight.shape[1] == 1 and transposed:
+        wide = torch.cat([weight, torch.zeros_like(weight)], 1)
+    elif depthwise_3d:  # output channel 2c is channel c, 2c + 1 a zero one: (C, 1, k) -> (2C, 1, k)
+        wide = torch.stack([weight, torch.zeros_like(weight)], 1).flatten(0, 1)
+    else:
         return NotImplemented
-    wide = torch.cat([weight, torch.zeros_like(weight)], 1)
-    out = aten.convolution(x, wide, None, stride, padding, dilation, True, output_padding, groups)[:, ::2]
+    out = aten.convolution(x, wide, None, stride, padding, dilation, transposed, output_padding, groups)[:, ::2]
     return out if bias is None else out + bias.reshape(-1, *[1] * (out.dim() - 2))
 
 
