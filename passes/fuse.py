@@ -592,8 +592,19 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
         for owner, i, r in redirected:
             owner.operands[i] = x.results[r]
         readers = {self.top(owner) for owner, _, _ in redirected}
+        self.forget(y)
         y.erase()
         self.rebuild_graph(readers)
+
+    def forget(self, *ops: ir.Operation) -> None:
+        """Drops ops about to be erased from the groups' layouts: a trial layout's op infos are
+        the group's own dict (Layout.copy shares it), so a refused trial leaves its ops there, and
+        the next rehash would hash an erased op (MViT-v2's relative positions: 'the operation has
+        been invalidated')."""
+        for g in self.groups:
+            for op in ops:
+                g.layout.infos.pop(op, None)
+                g.layout.loops.pop(op, None)
 
     def _adopt(self, g: _Group, x: ir.Operation) -> bool:
         g.ops.append(x)
@@ -635,6 +646,7 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
         ok = ok and not self.creates_cycle(g, x, [view])
         if not ok:
             if cloned is not None:  # point x back at the original view, drop the clone
+                self.forget(cloned)
                 for i in redirected:
                     x.operands[i] = original.results[0]
                 cloned.erase()
@@ -666,6 +678,7 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
         trial.views.add(v2)
         ok = trial.try_add(x2, allow_growth=g.kind == "pointwise") is None and not self.creates_cycle(g, x2, [v2])
         if not ok:
+            self.forget(v2, x2)
             for o, i in uses:
                 o.operands[i] = view.results[0]
             v2.erase()
