@@ -280,7 +280,8 @@ def test_decoder_with_cache_compiles_whole(name):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "opt", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "opt", "mistral", "gpt_bigcode", "persimmon", "nemotron",
+                                  "codegen", "biogpt", "xglm", "smollm3"])
 def test_generate_matches_eager_token_for_token(name):
     """`uniorch.compile(model).generate(...)`: the prefill and every decode step (a DynamicCache in
     and out) are captured and compiled, and greedy decoding gives eager's tokens. Mistral's cache
