@@ -537,8 +537,28 @@ def _regroup(xs: list[int], es: list[int], ex_groups: list, shape: list, co_grou
         return True
     up = _runs(es, xs)
     if up is None:
-        return False
+        return _with_units(xs, es, ex_groups, shape, co_groups)
     ex_groups += [[start + j for j in run] for run in up]
     shape += es
     co_groups += [[start + j] for j in range(len(es))]
+    return True
+
+
+def _with_units(xs: list[int], es: list[int], ex_groups: list, shape: list, co_groups: list) -> bool:
+    """`_regroup` where the split ends in unit dims the merged dims do not have: SDPA's keepdim max
+    over a cross-attention's scores, whose queries are a UNet's pixels (rows, columns), reads them
+    merged to [b, h, 16] and split again as [b, h, 16, 1]. x's last dim takes the unit dims in the
+    expand, and the collapse merges the rest as the split says; without this the max stayed over
+    the merged queries, a group apart from the rest of the softmax, and no flash kernel formed."""
+    units = 0
+    while units < len(es) - 1 and es[-1 - units] == 1:
+        units += 1
+    down = _runs(xs, es[:-units]) if units and len(xs) >= len(es) - units else None
+    if down is None:
+        return False
+    start = len(shape)
+    last = start + len(xs) - 1
+    ex_groups += [[start + j] for j in range(len(xs) - 1)] + [list(range(last, last + 1 + units))]
+    shape += xs + [1] * units
+    co_groups += [[start + j for j in run] for run in down] + [[last + 1 + u] for u in range(units)]
     return True
