@@ -60,8 +60,6 @@ def test_convolution_backward_rewrite_is_exact(nd, groups, transposed, stride, p
     ("transposed", lambda: nn.ConvTranspose2d(4, 8, 2, stride=2), (2, 4, 5, 5)),
     ("transposed_depthwise", lambda: nn.ConvTranspose2d(6, 6, 3, stride=2, padding=1, groups=6), (2, 6, 5, 5)),
     ("grouped_1d", lambda: nn.Conv1d(4, 8, 3, padding=1, groups=4), (2, 4, 9)),
-    # MViT's pooling of q, k and v: torch-mlir lowers no 3-d depthwise convolution
-    ("depthwise_3d", lambda: nn.Conv3d(8, 8, 3, stride=(1, 2, 2), padding=1, groups=8), (2, 8, 4, 6, 6)),
 ])
 def test_grouped_and_transposed_convolutions_train_in_kernels(name, make, shape):
     torch.manual_seed(3)

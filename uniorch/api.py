@@ -517,7 +517,6 @@ class CompiledModel(ModuleFacade, CompiledModule):
 def _takes_inputs(model) -> bool:
     """Whether the model's forward (or the function) has parameters at all."""
     import inspect
-
     if isinstance(model, torch.fx.GraphModule):  # its forward reads `*args` once recompiled lazily
         return any(n.op == "placeholder" for n in model.graph.nodes)
     try:
