@@ -118,8 +118,11 @@ class _ActNorm(nn.Module):
         self.loc, self.scale = nn.Parameter(torch.zeros(c)), nn.Parameter(torch.ones(c))
         self.initialized = False
 
+    def uninitialised(self) -> bool:
+        return not self.initialized
+
     def forward(self, x):
-        if not self.initialized:
+        if self.uninitialised():
             self.loc.copy_(-x.mean(0))
             self.scale.copy_(1 / (x.std(0) + 1e-6))
             self.initialized = True
@@ -172,12 +175,8 @@ class _ActNormByHasattr(_ActNorm):
         super().__init__(c)
         del self.initialized
 
-    def forward(self, x):
-        if not hasattr(self, "initialized"):
-            self.loc.copy_(-x.mean(0))
-            self.scale.copy_(1 / (x.std(0) + 1e-6))
-            self.initialized = True
-        return (x + self.loc) * self.scale
+    def uninitialised(self) -> bool:
+        return not hasattr(self, "initialized")
 
 
 @torch.no_grad()
