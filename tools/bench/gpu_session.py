@@ -45,7 +45,7 @@ TILES_BENCH = ("--device cuda --quick --dtype fp32,bf16 --backends uniorch_autot
 # (`--bench-args`, README)
 GPU_BENCH = ("--device cuda --quick --dtype bf16,fp32 --backends eager,inductor,uniorch --models "
              "mlp,matmul_bias_gelu,gpt2_block,attention,bert_layer,llama_block,layernorm,softmax,gelu_silu_chain,"
-             "add_layernorm,resnet_stack,gpt2_block_train,nanogpt_block_train,moe_experts")
+             "add_layernorm,decode_attention,resnet_stack,gpt2_block_train,nanogpt_block_train,moe_experts")
 REHEARSAL = {"models": "mlp", "dtypes": "fp32,bf16",
              "bench": "--device cpu --models gelu_silu_chain --dtype fp32,bf16 --backends eager,uniorch --quick",
              "host": "--device cpu --models layernorm --dtype fp32 --calls 3 --profile-calls 1",

@@ -157,6 +157,11 @@ def manual_attention(q, k, v):
     return s.softmax(-1) @ v
 
 
+def decode_attention(q, k, v):
+    """One new token per sequence against its cache, grouped-query heads (k and v have fewer)."""
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
 def matmul_bias_gelu(x, w, b):
     return F.gelu(x @ w + b)
 

@@ -88,6 +88,12 @@ def _attention(p, randn):
     return M.manual_attention, (randn(*shape), randn(*shape), randn(*shape))
 
 
+def _decode(p, randn):
+    b, d = p["b"], p["d"]
+    kv = (b, p["kv_heads"], p["t"], d)
+    return M.decode_attention, (randn(b, p["heads"], 1, d), randn(*kv), randn(*kv))
+
+
 def _mm_gelu(p, randn):
     k = p["k"]
     return M.matmul_bias_gelu, (randn(p["m"], k), randn(k, p["n"], scale=k ** -0.5), randn(p["n"]))
@@ -120,6 +126,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              dict(b=1, heads=2, t=8, d=16), _attention),
     Workload("matmul_bias_gelu", "micro", dict(m=8192, k=4096, n=4096), dict(m=16, k=32, n=32), _mm_gelu),
     Workload("add_layernorm", "micro", dict(m=16384, n=4096), dict(m=8, n=64), _add_ln),
+    # a decode step's attention at Llama-3-8B's heads: memory-bound on the 4096-token cache
+    Workload("decode_attention", "micro", dict(b=4, heads=32, kv_heads=8, t=4096, d=128),
+             dict(b=1, heads=4, kv_heads=2, t=8, d=16), _decode),
     # one training step each (tools/bench/training.py): forward, backward, AdamW
     Workload("gpt2_block_train", "train", dict(b=8, t=1024, dim=768, heads=12),
              dict(b=1, t=8, dim=32, heads=2), _gpt2, ("fp32",)),
