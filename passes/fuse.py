@@ -31,7 +31,7 @@ for batch norm) are erased: kernels cannot raise.
 
 Parts: fuse_common.py (the group record, annotation names, cast predicates), fuse_factors.py (what a
 contraction computes in its factor tiles: pads, concatenations, stuffed inputs, prologues),
-fuse_windows.py (poolings on a contraction's epilogue).
+fuse_windows.py (poolings on a contraction's epilogue), fuse_graph.py (the dependency graph and the cycle check).
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
 from .base import Pass, PassContext
 from .fuse_common import DOMAIN, GROUP, KIND, TILE_STAT, _Group, _i64, _moves_or_widens, _rounds, _size_attr, _static, _widens
 from .fuse_factors import FactorJoins
+from .fuse_graph import DependencyGraph
 from .fuse_scatter import ScatterJoins
 from .fuse_windows import WindowJoins
 from .ir_utils import main_func
@@ -94,97 +95,13 @@ class Fuse(Pass):
             _Fusion(main, self.max_ops, self.views).run()
 
 
-class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
+class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
     def __init__(self, main, max_ops: int, views: bool = True):
         self.main = main
         self.block = main.regions[0].blocks[0]
         self.max_ops = max_ops
         self.views = views
         self.take_widening = False  # admissible: a pure widening may join its producer's kernel
-
-    # -- the dependency graph between top-level ops ------------------------------------------------
-    def top(self, op) -> ir.Operation | None:
-        op = pat.op_of(op)
-        while op.parent is not None and op.parent != self.main:
-            op = op.parent
-        return op if op.parent == self.main else None
-
-    def _producers(self, op: ir.Operation) -> set:
-        out = set()
-
-        def visit(inner):
-            for v in inner.operation.operands:
-                if isinstance(v.owner, ir.Block):
-                    continue
-                t = self.top(v.owner)
-                if t is not None and t != op and t in self.preds:
-                    out.add(t)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
-        return out
-
-    def build_graph(self) -> None:
-        ops = [o.operation for o in self.block.operations]
-        self.ops = [o for o in ops if o.name not in ("tensor.empty", "arith.constant", "func.return")]
-        self._index = {o: i for i, o in enumerate(self.ops)}
-        self.preds = {o: set() for o in self.ops}
-        self.succs = {o: set() for o in self.ops}
-        for o in self.ops:
-            ps = self._producers(o)
-            self.preds[o] = ps
-            for p in ps:
-                self.succs[p].add(o)
-        self.group_of: dict = {}
-
-    def _refresh_graph(self, changed) -> bool:
-        """build_graph's result, walking only `changed` for producers (a full walk of every op
-        per cloned producer was quadratic in a model's layers: 124 walks of a 12-layer GPT-2).
-        An op whose operands did not change keeps its hash, so its entry is found again; the sets
-        are made anew, their members hashed as they are now. False, having changed nothing, where
-        an op's kept producers are gone from the block."""
-        again = set(changed)
-        ops = [o.operation for o in self.block.operations]
-        ops = [o for o in ops if o.name not in ("tensor.empty", "arith.constant", "func.return")]
-        kept = set(ops)
-        old = {o: self.preds.get(o) for o in ops if o not in again}
-        if any(ps is None or any(p not in kept for p in ps) for ps in old.values()):
-            return False
-        self.ops = ops
-        self._index = {o: i for i, o in enumerate(ops)}
-        self.preds = {o: set(old[o]) if o in old else set() for o in ops}
-        for o in again:
-            if o in self.preds:
-                self.preds[o] = self._producers(o)
-        self.succs = {o: set() for o in ops}
-        for o, ps in self.preds.items():
-            for p in ps:
-                self.succs[p].add(o)
-        self.group_of = {}
-        return True
-
-    def creates_cycle(self, g: _Group, x: ir.Operation, extra=()) -> bool:
-        """Would a path leave g ∪ {x} (∪ extra) and come back once x joins g?"""
-        inside = set(g.ops) | {x} | set(extra)
-
-        def reaches(starts) -> bool:
-            seen, stack = set(), list(starts)
-            while stack:
-                o = stack.pop()
-                if o in seen:
-                    continue
-                seen.add(o)
-                if o in inside:
-                    return True
-                gid = self.group_of.get(o)
-                group_ops = self.groups[gid].ops if gid is not None and gid >= 0 else [o]
-                for m in group_ops:
-                    seen.add(m)
-                    stack.extend(s for s in self.succs[m] if s not in seen)
-            return False
-
-        starts = [s for m in inside for s in self.succs[m] if s not in inside]
-        return reaches(starts)
 
     # -- growing groups -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -409,10 +326,6 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
                     out.append((p, "producer", v))
         return out
 
-    def _pos(self, op) -> int:
-        i = self._index.get(op)  # a miss (not a top-level op, or its hash changed) looks in the list
-        return i if i is not None else self.ops.index(op) if op in self.ops else 0
-
     @staticmethod
     def _direct_user(m, s) -> bool:
         """s reads a result of m as an operand (not inside its body)."""
@@ -574,27 +487,27 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
                                                and pat.op_of(u.owner) in g.ops for r in x.results for u in r.uses)
 
     def clone_for(self, members: set, x: ir.Operation):
-        """A clone of x before it, read by `members` instead of x; and the (user, operand number,
-        result number) of each use moved, so a caller can move them back."""
+        """A clone of x before it, read by `members` instead of x, and in the graph; and the (user,
+        operand number, result number) of each use moved, so `undo_clone` can move them back."""
+        uses = [(pat.op_of(u.owner), u.operand_number, r) for r, res in enumerate(x.results) for u in res.uses]
+        redirected = [(owner, i, r) for owner, i, r in uses if self.top(owner) in members]
+        saved = self.detach(self.top(owner) for owner, _, _ in redirected)
         with ir.InsertionPoint(x):
             y = pat.op_of(x.clone())
-        redirected = []
-        for r, res in enumerate(x.results):
-            for u in list(res.uses):
-                owner = pat.op_of(u.owner)
-                if self.top(owner) in members:
-                    owner.operands[u.operand_number] = y.results[r]
-                    redirected.append((owner, u.operand_number, r))
+        for owner, i, r in redirected:
+            owner.operands[i] = y.results[r]
+        self.attach(saved, [(y, self._index.get(x, len(self.ops)))])
         return y, redirected
 
     def undo_clone(self, x: ir.Operation, y: ir.Operation, redirected: list) -> None:
         """Takes back `clone_for`: the moved uses read x again and the clone y is erased."""
+        saved = self.detach([y] + [self.top(owner) for owner, _, _ in redirected])
         for owner, i, r in redirected:
             owner.operands[i] = x.results[r]
-        readers = {self.top(owner) for owner, _, _ in redirected}
+        self.ops = [o for o in self.ops if o != y]
         self.forget(y)
         y.erase()
-        self.rebuild_graph(readers)
+        self.attach([entry for entry in saved if entry[0] is not y])
 
     def forget(self, *ops: ir.Operation) -> None:
         """Drops ops about to be erased from the groups' layouts: a trial layout's op infos are
@@ -701,7 +614,6 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
     def join_clone(self, g: _Group, x: ir.Operation, trial: Layout) -> bool:
         """Clones cheap producer x for g's members; the original keeps its other users."""
         y, redirected = self.clone_for(set(g.ops), x)
-        self.rebuild_graph({y} | {self.top(owner) for owner, _, _ in redirected})
         lay = g.layout.copy()
         err = lay.try_add(y, allow_growth=g.kind == "pointwise")
         if err or self.creates_cycle(g, y):
@@ -714,18 +626,6 @@ class _Fusion(FactorJoins, WindowJoins, ScatterJoins):
             self.dead.append(x)  # erased after annotation: erasing now could recycle its address
             self.group_of[x] = -1
         return True
-
-    def rebuild_graph(self, changed=None) -> None:
-        """After operands changed. `hash(ir.Operation)` depends on the op's operands, so every
-        dict and set keyed by ops is rebuilt, not just the edges. `changed`: the only top-level
-        ops whose operands changed (or that are new), the others' producers kept."""
-        dead = [o for o, gid in self.group_of.items() if gid == -1]
-        if changed is None or not self._refresh_graph(changed):
-            self.build_graph()
-        self.group_of = {o: i for i, g in enumerate(self.groups) for o in g.ops}
-        self.group_of.update({o: -1 for o in dead})
-        for g in self.groups:
-            g.layout.rehash()
 
     # -- annotations --------------------------------------------------------------------------------
     def adopt_empty_views(self) -> None:

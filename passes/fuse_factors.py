@@ -69,7 +69,6 @@ class FactorJoins:
         # the op, which costs nothing here, and the original keeps its other readers; only the
         # copy's paths count (the original's other readers may lead back into this kernel)
         y, redirected = self.clone_for(members, x)
-        self.rebuild_graph()
         if self.creates_cycle(g, y):
             self.undo_clone(x, y, redirected)
             return False
@@ -133,7 +132,6 @@ class FactorJoins:
             # takes a copy of the fill, a constant in its kernel, so no buffer is written and read
             shared = fill
             fill, moved = self.clone_for({x}, fill)
-            self.rebuild_graph()
             if self.creates_cycle(g, x, [fill]):
                 self.undo_clone(shared, fill, moved)
                 return False
@@ -201,7 +199,6 @@ class FactorJoins:
             return False
         if outside:  # a clone for the prologue; the original stays with its other readers
             y, redirected = self.clone_for(members, x)
-            self.rebuild_graph()
             if self.creates_cycle(g, y):
                 self.undo_clone(x, y, redirected)
                 return False
