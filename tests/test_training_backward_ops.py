@@ -51,6 +51,8 @@ def test_convolution_backward_rewrite_is_exact(nd, groups, transposed, stride, p
     got = _convolution_backward(dy, x, w, [cout], *conf, [True] * 3)
     for g, r in zip(got, want):
         assert g.shape == r.shape
+        # ATen's layout (size-1 dims aside: any stride lays them out alike): ops after it may assume it
+        assert [s for s, n in zip(g.stride(), g.shape) if n > 1] == [s for s, n in zip(r.stride(), r.shape) if n > 1]
         assert _rel(g, r) < 1e-12
 
 
@@ -60,6 +62,10 @@ def test_convolution_backward_rewrite_is_exact(nd, groups, transposed, stride, p
     ("transposed", lambda: nn.ConvTranspose2d(4, 8, 2, stride=2), (2, 4, 5, 5)),
     ("transposed_depthwise", lambda: nn.ConvTranspose2d(6, 6, 3, stride=2, padding=1, groups=6), (2, 6, 5, 5)),
     ("grouped_1d", lambda: nn.Conv1d(4, 8, 3, padding=1, groups=4), (2, 4, 9)),
+    # wav2vec 2.0's and HuBERT's positional convolution: its weight-normed weight's gradient (a
+    # transposed view) reached weight norm's eager backward, which read it as contiguous
+    ("weight_norm_grouped_1d", lambda: nn.utils.parametrizations.weight_norm(
+        nn.Conv1d(8, 8, 4, padding=2, groups=2), name="weight", dim=2), (2, 8, 9)),
 ])
 def test_grouped_and_transposed_convolutions_train_in_kernels(name, make, shape):
     torch.manual_seed(3)

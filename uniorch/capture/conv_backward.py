@@ -40,6 +40,17 @@ def _weight_grad(x, dy, kernel, stride, padding, dilation, groups):
     return crop.transpose(0, 1)  # (G·Co, Ci, *kernel)
 
 
+def _like_weight(gw, weight):
+    """gw laid out as ATen's `convolution_backward` returns it: in the weight's memory format. A
+    transposed view escaped to the ops after it, and an eager op there may assume the layout
+    (`_weight_norm_interface_backward`'s CPU kernel read a transposed gradient as contiguous:
+    HuBERT's and wav2vec 2.0's weight-normed grouped positional convolution trained on wrong
+    gradients)."""
+    from torch._prims_common import suggest_memory_format
+
+    return gw.contiguous(memory_format=suggest_memory_format(weight))
+
+
 def _output_padding(in_sizes, out_sizes, kernel, stride, padding, dilation):
     return [i - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
             for i, o, k, s, p, d in zip(in_sizes, out_sizes, kernel, stride, padding, dilation)]
@@ -60,8 +71,8 @@ def _convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation
             pad_out = _output_padding(x.shape[2:], grad.shape[2:], kernel, stride, padding, dilation)
             gx = aten.convolution(grad, weight, None, stride, padding, dilation, True, pad_out, groups)
     if output_mask[1]:
-        gw = (_weight_grad(grad, x, kernel, stride, padding, dilation, groups) if transposed
-              else _weight_grad(x, grad, kernel, stride, padding, dilation, groups))
+        gw = _like_weight(_weight_grad(grad, x, kernel, stride, padding, dilation, groups) if transposed
+                          else _weight_grad(x, grad, kernel, stride, padding, dilation, groups), weight)
     if output_mask[2]:
         gb = grad.sum([0, *range(2, grad.dim())])
     return gx, gw, gb

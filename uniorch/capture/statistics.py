@@ -60,7 +60,18 @@ def _std_mean(x, dim=None, *, correction=None, keepdim=False):
     return out if out is NotImplemented else (torch.sqrt(out[0]), out[1])
 
 
+def _weight_norm_backward(grad_w, v, g, norms, dim):
+    """Weight norm's backward (w = g · v / ‖v‖, norms over every dim but `dim`), as PyTorch's own
+    differentiable formula: otherwise an eager call between kernels, whose CPU kernel also takes
+    its gradient as contiguous whatever its strides."""
+    keep = [d for d in range(v.dim()) if d != dim % v.dim()] if dim != -1 else list(range(v.dim()))
+    sums = (grad_w * v).sum(keep, keepdim=True)
+    grad_v = (g / norms) * (grad_w - v * (sums / (norms * norms)))
+    return grad_v.to(v.dtype), (sums / norms).to(g.dtype)
+
+
 TABLE = {
+    aten._weight_norm_interface_backward.default: _weight_norm_backward,
     aten.var_mean.correction: _var_mean,
     aten.var.correction: _var,
     aten.std.correction: _std,
