@@ -347,20 +347,18 @@ def test_softmaxes_over_different_dims_share_a_converted_input():
     _numerics(lambda x: (torch.softmax(x, 0), torch.softmax(x, 2)), (x,), rtol=1e-2, atol=1e-2)
 
 
-class _Graph:
-    """A dependency graph of named ops, for uniorch-fuse's cycle check alone."""
+def _graph(order, edges, groups):
+    """uniorch-fuse's dependency graph over named ops, for its cycle check alone."""
+    from types import SimpleNamespace
 
-    def __new__(cls, order, edges, groups):
-        from types import SimpleNamespace
+    from uniorch.passes.fuse_graph import DependencyGraph
 
-        from uniorch.passes.fuse_graph import DependencyGraph
-
-        g = type("G", (DependencyGraph,), {})()
-        g.ops, g._index = list(order), {o: i for i, o in enumerate(order)}
-        g.succs = {o: {b for a, b in edges if a == o} for o in order}
-        g.groups = [SimpleNamespace(ops=list(ops)) for ops in groups]
-        g.group_of = {o: i for i, ops in enumerate(groups) for o in ops}
-        return g
+    g = DependencyGraph()
+    g.ops, g._index = list(order), {o: i for i, o in enumerate(order)}
+    g.succs = {o: {b for a, b in edges if a == o} for o in order}
+    g.groups = [SimpleNamespace(ops=list(ops)) for ops in groups]
+    g.group_of = {o: i for i, ops in enumerate(groups) for o in ops}
+    return g
 
 
 def test_cycle_check_follows_a_group_back_across_the_last_member():
@@ -369,9 +367,9 @@ def test_cycle_check_follows_a_group_back_across_the_last_member():
     check's walk stops at a block position only past every group straddling it."""
     order = ["a0", "a1", "a2", "a3", "a4", "a5"]
     edges = [("a1", "a5"), ("a0", "a2"), ("a1", "a2"), ("a3", "a4")]
-    g = _Graph(order, edges, [["a1"], ["a0", "a5"]])
+    g = _graph(order, edges, [["a1"], ["a0", "a5"]])
     assert g.creates_cycle(g.groups[0], "a2")
-    g = _Graph(order, edges, [["a1"], ["a5"]])
+    g = _graph(order, edges, [["a1"], ["a5"]])
     assert not g.creates_cycle(g.groups[0], "a2")
-    g = _Graph(order, edges + [("a1", "a3")], [["a1"], ["a5"]])  # a1 -> a3 -> a4, before the bound
+    g = _graph(order, edges + [("a1", "a3")], [["a1"], ["a5"]])  # a1 -> a3 -> a4, before the bound
     assert g.creates_cycle(g.groups[0], "a4")

@@ -22,6 +22,7 @@ weights, and every other channel of the result is kept.
 from __future__ import annotations
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 aten = torch.ops.aten
 
@@ -46,8 +47,6 @@ def _like_weight(gw, weight):
     (`_weight_norm_interface_backward`'s CPU kernel read a transposed gradient as contiguous:
     HuBERT's and wav2vec 2.0's weight-normed grouped positional convolution trained on wrong
     gradients)."""
-    from torch._prims_common import suggest_memory_format
-
     return gw.contiguous(memory_format=suggest_memory_format(weight))
 
 
