@@ -57,8 +57,18 @@ class FuseSiblings(Pass):
             taken: set = set()
             # merging changes only the groups it takes, which are not looked at again
             groups = members(block)
+            # block positions and each anchor's prologue, made once (each was a walk of the whole
+            # block per pair of anchors: most of RegNet's compile) and again after a merge erases ops
+            at = _positions(block)
+            prologues: dict = {}
+
+            def prologue(k: int) -> list:
+                if k not in prologues:
+                    prologues[k] = _prologue(block, anchors[k], at)
+                return prologues[k]
+
             plain = [_plain(block, c, groups=groups) for c in anchors]
-            shared = [_plain(block, c, prologue=True, groups=groups) for c in anchors]
+            shared = [_plain(block, c, prologue=True, groups=groups, at=at) for c in anchors]
             for i, c0 in enumerate(anchors):
                 if i in taken or not (plain[i] or shared[i]):
                     continue
@@ -73,21 +83,21 @@ class FuseSiblings(Pass):
                     if plain[i] and plain[j]:
                         if not _same_shape(c0, c1):
                             continue
-                    elif shared[i] and shared[j] and _same_prologue(block, c0, c1):
-                        if not _same_shape(c0, c1, factor=False):
-                            continue
-                    else:
+                    elif not (shared[i] and shared[j] and _same_shape(c0, c1, factor=False)
+                              and _same_prologue(c0, c1, prologue(i), prologue(j), at)):
                         continue
                     if _reaches(block, g0, g1) or _reaches(block, g1, g0):
                         continue
                     if c0.operands[0] != c1.operands[0]:  # one prologue feeds both products
-                        dead = _prologue(block, c1)
+                        dead = prologue(j)
                         c1.operands[0] = c0.operands[0]
                         for o in reversed(dead):
                             if not any(list(r.uses) for r in o.results):
                                 o.erase()
+                        at = _positions(block)
                     for o in members(block)[g1]:
                         join(o, g0)
+                    prologues.clear()  # the groups' ids changed
                     c1.attributes[SIBLING] = ir.UnitAttr.get()
                     taken.add(j)
                     n += 1
@@ -107,13 +117,14 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
     # narrow enough for a row-statistics prologue is one chain kernel anyway); a merged group is
     # not looked at again, so each group's answer holds for the whole loop
     groups = members(block)
+    at = _positions(block)
     plain = [i not in taken and _plain(block, c, wide=True, groups=groups) for i, c in enumerate(anchors)]
     for i, c0 in enumerate(anchors):
         for j, c1 in enumerate(anchors):
             if i == j or i in taken or j in taken or not (plain[i] and plain[j]) or not _same_shape(c0, c1):
                 continue
             g0, g1 = group_of(c0), group_of(c1)
-            if not _gates(block, c0, c1) or _reaches(block, g0, g1):
+            if not _gates(block, c0, c1, at) or _reaches(block, g0, g1):
                 continue
             for o in members(block)[g1]:
                 join(o, g0)
@@ -123,14 +134,13 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
     return merged
 
 
-def _gates(block, c0, c1) -> bool:
+def _gates(block, c0, c1, at: dict) -> bool:
     """c0's epilogue reads c1's result where c0's accumulator holds the same element (a pointwise
     op of c0's group after c0, through identity maps), and nothing else of c1's group leads into
     c0's group."""
     g0, g1 = group_of(c0), group_of(c1)
     ready, own = _epilogue_values(block, c1), _epilogue_values(block, c0)
-    before = {o for o in _prologue(block, c0)}
-    at = {o.operation: k for k, o in enumerate(block.operations)}
+    before = {o for o in _prologue(block, c0, at)}
     direct, others = False, []
     for o in members(block)[g1]:
         for r in o.results:
@@ -203,13 +213,14 @@ def _leads_to(block, op, dst: int) -> bool:
     return False
 
 
-def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | None = None) -> bool:
+def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | None = None,
+           at: dict | None = None) -> bool:
     """c's group: a contraction reading its first factor from memory (no prologue computes it),
     no row statistics, no pooling, no other reduction, and few enough output columns (any number
     if `wide`: two products tiled along N together). With `prologue`: a prologue may compute the
     first factor, with row statistics (LayerNorm), when nothing else in the group reduces (pre-norm
     q, k and v: `_same_prologue` decides). `groups`: `members(block)`, read once by a caller
-    asking for many products."""
+    asking for many products. `at`: `_positions(block)`, likewise (needed with `prologue`)."""
     gid = group_of(c)
     ops = (groups if groups is not None else members(block))[gid]
     if SIBLING in c.attributes or any(SIBLING in o.attributes for o in ops):
@@ -218,7 +229,7 @@ def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | 
     computed = p is not None and group_of(p) == gid and not (pat.is_cast_only(p, "arith.extf") and _outside(p, gid))
     if computed != prologue:
         return False  # a prologue computes it (a 16-bit input widened on load is the same in each)
-    before = _prologue(block, c) if prologue else []
+    before = _prologue(block, c, at if at is not None else _positions(block)) if prologue else []
     for o in ops:
         if o == c or not pat.is_generic(o):
             continue
@@ -237,31 +248,35 @@ def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | 
     return wide or n <= MAX_SIBLING_N
 
 
-def _prologue(block, c) -> list:
-    """The ops of c's group that its first factor is computed from, in block order."""
-    at = {o.operation: i for i, o in enumerate(block.operations)}
+def _positions(block) -> dict:
+    """Each top-level op's place in the block (keyed by Operation)."""
+    return {o.operation: i for i, o in enumerate(block.operations)}
+
+
+def _prologue(block, c, at: dict) -> list:
+    """The ops of c's group that its first factor is computed from, in block order (`at`)."""
     gid = group_of(c)
-    out, stack = [], [c.operands[0]]
+    out, seen, stack = [], set(), [c.operands[0]]
     while stack:
         p = _producer(stack.pop())
         if p is None or group_of(top_level(p)) != gid:
             continue
         p = top_level(p)
-        if any(p == o for o in out):
+        if p.operation in seen:
             continue
+        seen.add(p.operation)
         out.append(p)
         stack.extend(p.operands)
-    return sorted(out, key=at.__getitem__)
+    return sorted(out, key=lambda o: at[o.operation])
 
 
-def _same_prologue(block, c0, c1) -> bool:
-    """c0's and c1's first factors are computed by equal ops from the same tensors (fusion cloned
-    one prologue into each group), and c0's comes first in the block (c1 can read it)."""
-    p0, p1 = _prologue(block, c0), _prologue(block, c1)
+def _same_prologue(c0, c1, p0: list, p1: list, at: dict) -> bool:
+    """c0's and c1's first factors (prologues p0, p1) are computed by equal ops from the same
+    tensors (fusion cloned one prologue into each group), and c0's comes first in the block (c1
+    can read it)."""
     if not p0 or len(p0) != len(p1):
         return False
-    at = {o.operation: i for i, o in enumerate(block.operations)}
-    if at[p0[-1]] > at[c1]:
+    if at[p0[-1].operation] > at[c1.operation]:
         return False
     return _same_value(c0.operands[0], c1.operands[0], group_of(c0), group_of(c1))
 
