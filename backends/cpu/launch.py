@@ -15,11 +15,13 @@ import ctypes
 import hashlib
 import os
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from ..sdk import BackendError, tensor_args
+from . import object_cache
 from .lowering import grid_name
 
 # Threads pay off once a launch moves this many bytes (measured: below it, handing programs to a
@@ -27,6 +29,8 @@ from .lowering import grid_name
 PARALLEL_BYTES = 1 << 18
 
 _engines: dict[str, tuple] = {}
+# where this process's kernels came from: "library" (linked by an earlier process) or "engine"
+compiled_by: Counter = Counter()
 _engines_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
@@ -43,12 +47,22 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def engine(llvm_text: str, entry: str):
-    """(ExecutionEngine, the grid function's packed entry), compiled once per process per text."""
+    """(what keeps the code loaded, the grid function's packed entry), compiled once per process
+    per text: a library an earlier process linked (`object_cache.py`), else MLIR's engine."""
     key = hashlib.sha256(llvm_text.encode()).hexdigest()
     with _engines_lock:
         hit = _engines.get(key)
         if hit is not None:
-            return hit[1], hit[3]
+            return hit
+        disk = object_cache.key(llvm_text)
+        # raw_lookup below finds the packed wrapper MLIR emits for the grid function, `_mlir_<name>`
+        loaded = object_cache.load(disk, "_mlir_" + grid_name(entry))
+        if loaded is not None:
+            lib, address = loaded
+            fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
+            _engines[key] = (lib, fn)
+            compiled_by["library"] += 1
+            return _engines[key]
         from torch_mlir import ir
         from torch_mlir.execution_engine import ExecutionEngine
 
@@ -56,16 +70,18 @@ def engine(llvm_text: str, entry: str):
         with context:
             module = ir.Module.parse(llvm_text)
             try:
-                ee = ExecutionEngine(module, opt_level=3)
+                ee = ExecutionEngine(module, opt_level=3, enable_object_dump=True)
                 ee.initialize()
             except Exception as err:  # noqa: BLE001
                 raise BackendError(f"kernel {entry}: MLIR's ExecutionEngine could not compile it: {err}") from None
             address = ee.raw_lookup(grid_name(entry))
         if not address:
             raise BackendError(f"kernel {entry}: no {grid_name(entry)} in the JIT-compiled module")
+        object_cache.store(ee, disk)
+        compiled_by["engine"] += 1
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
-        _engines[key] = (context, ee, module, fn)  # the context and module outlive the engine's code
-        return ee, fn
+        _engines[key] = ((context, ee, module), fn)  # the context and module outlive the engine's code
+        return _engines[key]
 
 
 _FLOATS = {"f32": ctypes.c_float, "f64": ctypes.c_double}
