@@ -491,23 +491,31 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
         operand number, result number) of each use moved, so `undo_clone` can move them back."""
         uses = [(pat.op_of(u.owner), u.operand_number, r) for r, res in enumerate(x.results) for u in res.uses]
         redirected = [(owner, i, r) for owner, i, r in uses if self.top(owner) in members]
+        return self.clone_into(x, redirected), redirected
+
+    def clone_into(self, x: ir.Operation, redirected: list, at=None) -> ir.Operation:
+        """A clone of x before `at` (default x), which the uses `redirected` (user, operand number,
+        result number) read instead, and in the graph at x's position."""
         saved = self.detach(self.top(owner) for owner, _, _ in redirected)
-        with ir.InsertionPoint(x):
+        with ir.InsertionPoint(at if at is not None else x):
             y = pat.op_of(x.clone())
         for owner, i, r in redirected:
             owner.operands[i] = y.results[r]
         self.attach(saved, [(y, self._index.get(x, len(self.ops)))])
-        return y, redirected
+        return y
 
-    def undo_clone(self, x: ir.Operation, y: ir.Operation, redirected: list) -> None:
-        """Takes back `clone_for`: the moved uses read x again and the clone y is erased."""
-        saved = self.detach([y] + [self.top(owner) for owner, _, _ in redirected])
+    def undo_clone(self, x: ir.Operation, y: ir.Operation, redirected: list, also=()) -> None:
+        """Takes back `clone_for`: the moved uses read x again and the clone y is erased (and the
+        clones in `also`, which only y's users read, after it)."""
+        gone = [y, *also]
+        saved = self.detach(gone + [self.top(owner) for owner, _, _ in redirected])
         for owner, i, r in redirected:
             owner.operands[i] = x.results[r]
-        self.ops = [o for o in self.ops if o != y]
-        self.forget(y)
-        y.erase()
-        self.attach([entry for entry in saved if entry[0] is not y])
+        self.ops = [o for o in self.ops if all(o != g for g in gone)]
+        self.forget(*gone)
+        for g in gone:
+            g.erase()
+        self.attach([entry for entry in saved if all(entry[0] is not g for g in gone)])
 
     def forget(self, *ops: ir.Operation) -> None:
         """Drops ops about to be erased from the groups' layouts: a trial layout's op infos are
@@ -541,14 +549,9 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
                 return pat.is_cheap(x) and self.join_clone_through_view(g, x, view)
         cloned, original = None, view
         if role == "consumer" and not view_users <= members | {x}:
-            with ir.InsertionPoint(x):
-                cloned = pat.op_of(view.clone())
-            redirected = []
-            for i, v in enumerate(x.operands):
-                if v == view.results[0]:
-                    x.operands[i] = cloned.results[0]
-                    redirected.append(i)
-            self.rebuild_graph()
+            # x's own operands (not what its body captures) read a clone of the view
+            redirected = [(x, i, 0) for i, v in enumerate(x.operands) if v == view.results[0]]
+            cloned = self.clone_into(view, redirected, at=x)
             view = cloned
         trial = g.layout.copy()
         trial.views.add(view)
@@ -559,11 +562,7 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
         ok = ok and not self.creates_cycle(g, x, [view])
         if not ok:
             if cloned is not None:  # point x back at the original view, drop the clone
-                self.forget(cloned)
-                for i in redirected:
-                    x.operands[i] = original.results[0]
-                cloned.erase()
-                self.rebuild_graph()
+                self.undo_clone(original, cloned, redirected)
             return False
         gid = self.groups.index(g)
         g.ops += [view, x]
@@ -580,23 +579,20 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
         if not uses or len(x.results) != 1:
             return False
         first = min((self.top(o) for o, _ in uses), key=lambda o: [p.operation for p in self.block.operations].index(o))
-        with ir.InsertionPoint(first):
+        # the view's clone first (the members read it), then x's, which the view's clone reads;
+        # each takes its original's position in the graph
+        redirected = [(o, i, 0) for o, i in uses]
+        v2 = self.clone_into(view, redirected, at=first)
+        saved = self.detach([v2])
+        with ir.InsertionPoint(v2):
             x2 = pat.op_of(x.clone())
-            v2 = pat.op_of(view.clone())
         v2.operands[0] = x2.results[0]
-        for o, i in uses:
-            o.operands[i] = v2.results[0]
-        self.rebuild_graph()
+        self.attach(saved, [(x2, self._index.get(x, len(self.ops)))])
         trial = g.layout.copy()
         trial.views.add(v2)
         ok = trial.try_add(x2, allow_growth=g.kind == "pointwise") is None and not self.creates_cycle(g, x2, [v2])
         if not ok:
-            self.forget(v2, x2)
-            for o, i in uses:
-                o.operands[i] = view.results[0]
-            v2.erase()
-            x2.erase()
-            self.rebuild_graph()
+            self.undo_clone(view, v2, redirected, also=[x2])
             return False
         gid = self.groups.index(g)
         g.ops += [x2, v2]

@@ -373,3 +373,58 @@ def test_cycle_check_follows_a_group_back_across_the_last_member():
     assert not g.creates_cycle(g.groups[0], "a2")
     g = _graph(order, edges + [("a1", "a3")], [["a1"], ["a5"]])  # a1 -> a3 -> a4, before the bound
     assert g.creates_cycle(g.groups[0], "a4")
+
+
+@pytest.mark.parametrize("name", ["masked_cumsum_argmax", "cnn_pools", "hf_t5"])
+def test_a_refused_join_through_a_view_leaves_no_trace(name, monkeypatch):
+    """Joining through a unit view clones it (and a cheap producer behind it) before the trial;
+    a refused trial takes the clones back. Every such join refused after its clones must fuse the
+    model exactly as refusing it before, and after each the dependency graph must be the one a
+    fresh build finds (clones and redirected users keyed as they are now)."""
+    from uniorch.ir import to_mlir
+    from uniorch.passes import fuse as fuse_mod
+    from uniorch.passes.fuse_graph import DependencyGraph
+    from uniorch.runtime.compiler import to_kernel_stage
+    from uniorch.targets import parse_target
+    from uniorch.testing import zoo
+
+    model, args, kwargs = zoo.load(name)
+    join, cycle = fuse_mod._Fusion.try_join_view, fuse_mod._Fusion.creates_cycle
+    undone = []
+
+    def edges(graph, block):
+        at = {o.operation: i for i, o in enumerate(block.operations)}
+        return ({at[o]: sorted(at[p] for p in ps) for o, ps in graph.preds.items()},
+                {at[o]: sorted(at[s] for s in ss) for o, ss in graph.succs.items()})
+
+    def refused_late(self, g, x, role, view):
+        before = len(list(self.block.operations))
+        self.refuse = True
+        try:
+            assert not join(self, g, x, role, view)
+        finally:
+            self.refuse = False
+        fresh = DependencyGraph()
+        fresh.main, fresh.block = self.main, self.block
+        fresh.build_graph()
+        assert edges(self, self.block) == edges(fresh, self.block)
+        assert all(o in self.preds and o in self.succs for o in fresh.preds)  # hashed as they are now
+        assert all(self.group_of.get(o) == i for i, grp in enumerate(self.groups) for o in grp.ops)
+        assert len(list(self.block.operations)) == before
+        undone.append(role)
+        return False
+
+    def fused(mode):
+        if mode == "late":
+            monkeypatch.setattr(fuse_mod._Fusion, "try_join_view", refused_late)
+            monkeypatch.setattr(fuse_mod._Fusion, "creates_cycle",
+                                lambda self, *a: getattr(self, "refuse", False) or cycle(self, *a))
+        else:
+            monkeypatch.setattr(fuse_mod._Fusion, "try_join_view", lambda self, *a: False)
+        module = to_mlir(model, args, kwargs)
+        to_kernel_stage(module, "fused", parse_target("cuda:sm_90"))
+        return str(module)
+
+    early, late = fused("early"), fused("late")
+    assert undone, "no join through a view was tried"
+    assert late == early
