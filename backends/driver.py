@@ -213,6 +213,12 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
     return ck
 
 
+def cached(ks, backend: Backend) -> Optional[CompiledKernel]:
+    """`compile_kernel(ks, backend)`'s result if the disk cache has every stage of it, else None."""
+    options = backend.parse_options({"num_warps": ks.num_warps, "num_stages": ks.num_stages})
+    return _read_cache(_cache_dir(_key(ks, backend, options)), ks, backend, stage_names(backend))
+
+
 def sharing_key(ks) -> tuple:
     """What a kernel's compile depends on but its name and comments: kernels with one key are the
     same code (`KernelSource.body_digest`), for backends that compile them once (`shares_kernels`)."""
@@ -228,4 +234,4 @@ def shared_as(ck, ks):
     return CompiledKernel(ks.name, ck.target, ks, {**ck.asm, "triton": ks.source}, ck.metadata)
 
 
-__all__ = ["compile_kernel", "stage_names", "shared_as", "sharing_key", "FRONT_STAGES"]
+__all__ = ["cached", "compile_kernel", "stage_names", "shared_as", "sharing_key", "FRONT_STAGES"]

@@ -151,6 +151,11 @@ class Backend:
         """A launcher for a freshly generated `KernelSource` (compile now, on this machine)."""
         raise BackendError(f"backend '{self.name}' cannot run kernels: {self.unavailable_reason()}")
 
+    def prepare(self, kernels: list) -> None:
+        """Called with a graph's `KernelSource`s before `load` is called for each, in turn: a
+        backend may compile them ahead, all at once (the cpu backend, in worker processes). A
+        failure here must leave `load` to raise it, with the kernel's name."""
+
     def load_compiled(self, compiled: CompiledKernel) -> Launcher:
         """A launcher for a kernel compiled earlier (ahead of time), without recompiling it."""
         raise BackendError(f"backend '{self.name}' cannot run kernels: {self.unavailable_reason()}")

@@ -8,6 +8,8 @@ KNOBS = {
     "UNIORCH_SLOW_TESTS": "1: the test suite also runs every zoo model through the interpreter (slow)",
     "UNIORCH_FUZZ_EXAMPLES": "N: tests/test_fuzz.py draws N random graphs per test instead of its small fixed set",
     "UNIORCH_CACHE_DIR": "where compiled kernels are cached (default: ~/.cache/uniorch)",
+    "UNIORCH_COMPILE_WORKERS": "N: processes that compile the cpu target's kernels ahead of a graph's first run "
+                               "(default: the usable CPUs, at most 8; 0 or 1: compile in the calling process)",
     "UNIORCH_FALLBACK_RANDOM": "1: random ops (dropout's masks, rand, randn, ...) run in PyTorch and draw exactly eager's "
                                "numbers, as Inductor's fallback_random (default: kernels draw from a seed of PyTorch's generator)",
     "UNIORCH_AUTOTUNE": "1: contraction kernels on a GPU try a few tile configurations at their first call and keep "

@@ -60,6 +60,12 @@ def forget_compiled() -> None:
     _compiled.clear()
 
 
+def _sharing_key(kernel):
+    from ..driver import sharing_key
+
+    return sharing_key(kernel)
+
+
 class CpuBackend(Backend):
     name = "cpu"
     archs = ("host",)
@@ -103,6 +109,11 @@ class CpuBackend(Backend):
 
         stages["ttadapter"] = make_ttadapter
         stages["llmlir"] = make_llmlir
+
+    def prepare(self, kernels: list) -> None:
+        from .compile_pool import compile_ahead
+
+        compile_ahead([k for k in kernels if (self.arch, _sharing_key(k)) not in _compiled], self)
 
     def load(self, kernel) -> Launcher:
         from ..driver import compile_kernel, shared_as, sharing_key

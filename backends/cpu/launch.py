@@ -55,7 +55,7 @@ def engine(llvm_text: str, entry: str):
         if hit is not None:
             return hit
         disk = object_cache.key(llvm_text)
-        # raw_lookup below finds the packed wrapper MLIR emits for the grid function, `_mlir_<name>`
+        # `jit`'s raw_lookup finds the packed wrapper MLIR emits for the grid function, `_mlir_<name>`
         loaded = object_cache.load(disk, "_mlir_" + grid_name(entry))
         if loaded is not None:
             lib, address = loaded
@@ -63,25 +63,32 @@ def engine(llvm_text: str, entry: str):
             _engines[key] = (lib, fn)
             compiled_by["library"] += 1
             return _engines[key]
-        from torch_mlir import ir
-        from torch_mlir.execution_engine import ExecutionEngine
-
-        context = ir.Context()
-        with context:
-            module = ir.Module.parse(llvm_text)
-            try:
-                ee = ExecutionEngine(module, opt_level=3, enable_object_dump=True)
-                ee.initialize()
-            except Exception as err:  # noqa: BLE001
-                raise BackendError(f"kernel {entry}: MLIR's ExecutionEngine could not compile it: {err}") from None
-            address = ee.raw_lookup(grid_name(entry))
-        if not address:
-            raise BackendError(f"kernel {entry}: no {grid_name(entry)} in the JIT-compiled module")
+        context, ee, module, address = jit(llvm_text, entry)
         object_cache.store(ee, disk)
         compiled_by["engine"] += 1
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
         _engines[key] = ((context, ee, module), fn)  # the context and module outlive the engine's code
         return _engines[key]
+
+
+def jit(llvm_text: str, entry: str) -> tuple:
+    """(context, engine, module, the grid function's packed entry) by MLIR's ExecutionEngine, with
+    its object file kept for `object_cache.store`."""
+    from torch_mlir import ir
+    from torch_mlir.execution_engine import ExecutionEngine
+
+    context = ir.Context()
+    with context:
+        module = ir.Module.parse(llvm_text)
+        try:
+            ee = ExecutionEngine(module, opt_level=3, enable_object_dump=True)
+            ee.initialize()
+        except Exception as err:  # noqa: BLE001
+            raise BackendError(f"kernel {entry}: MLIR's ExecutionEngine could not compile it: {err}") from None
+        address = ee.raw_lookup(grid_name(entry))
+    if not address:
+        raise BackendError(f"kernel {entry}: no {grid_name(entry)} in the JIT-compiled module")
+    return context, ee, module, address
 
 
 _FLOATS = {"f32": ctypes.c_float, "f64": ctypes.c_double}
@@ -191,4 +198,4 @@ def _span(t: torch.Tensor) -> int:
     return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
 
 
-__all__ = ["CpuLauncher", "engine", "threads"]
+__all__ = ["CpuLauncher", "engine", "jit", "threads"]

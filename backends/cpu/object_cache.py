@@ -81,9 +81,9 @@ def load(k: str, symbol: str):
     return (lib, address) if address else None
 
 
-def store(engine, k: str) -> None:
+def store(engine, k: str, background: bool = True) -> None:
     """Dumps the engine's object file (made with enable_object_dump) and links it into the cache,
-    in a background thread; best effort."""
+    in a background thread unless `background` is False; best effort."""
     cc = _compiler()
     if cc is None or os.path.exists(os.path.join(folder(), k + ".so")):
         return
@@ -94,11 +94,18 @@ def store(engine, k: str) -> None:
         engine.dump_to_object_file(obj)
     except Exception:  # noqa: BLE001 - an unwritable cache folder: nothing kept
         return
+    if not background:
+        _link(cc, obj, os.path.join(folder(), k + ".so"))
+        return
     global _linker
     with _linker_lock:
         if _linker is None:
             _linker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uniorch-cpu-link")
     _linker.submit(_link, cc, obj, os.path.join(folder(), k + ".so"))
+
+
+def has(k: str) -> bool:
+    return os.path.exists(os.path.join(folder(), k + ".so"))
 
 
 def _link(cc: str, obj: str, path: str) -> None:
@@ -137,4 +144,4 @@ def wait() -> None:
         pool.shutdown(wait=True)
 
 
-__all__ = ["folder", "key", "load", "store", "wait"]
+__all__ = ["folder", "has", "key", "load", "store", "wait"]

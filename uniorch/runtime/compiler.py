@@ -246,6 +246,7 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
     for c in _main_ops(main):
         if c.name == "func.call":
             calls.setdefault(ir.FlatSymbolRefAttr(c.attributes["callee"]).value, []).append(c)
+    sources = []
     for op in module.body.operations:
         op = op.operation
         if op.name != "func.func" or "uniorch.kernel" not in op.attributes:
@@ -253,13 +254,13 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
         name = ir.StringAttr(op.attributes["sym_name"]).value
         if "uniorch.unsupported" in op.attributes:
             raise RegionError("codegen", ir.StringAttr(op.attributes["uniorch.unsupported"]).value, _nodes_in(op) or all_nodes)
-        try:
-            ks = generate(op, str(target))
+        with _codegen_errors(op, name, all_nodes):
+            sources.append((op, name, generate(op, str(target))))
+    if run:
+        backend.prepare([ks for _, _, ks in sources])
+    for op, name, ks in sources:
+        with _codegen_errors(op, name, all_nodes):
             fn = _load(op, ks, target, backend) if run else None
-        except CodegenError as err:
-            raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
-        except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
-            raise RegionError("codegen", f"{name}: {type(err).__name__}: {err}", _nodes_in(op) or all_nodes) from None
         kernels[name] = Kernel(name, ks, fn, inplace_of(op), op)
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
         sched = schedule_text(op)
@@ -288,6 +289,17 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
                       lambda kernel, need=None, limit=None: _refit(kernel, str(target), backend.load, need, limit))
         timings["first launch"] = time.perf_counter() - t
     return CompiledGraph(plan, module, infos, timings)
+
+
+@contextlib.contextmanager
+def _codegen_errors(op, name: str, all_nodes: list):
+    """A kernel's codegen or compile failing: its region runs eagerly, with the reason."""
+    try:
+        yield
+    except CodegenError as err:
+        raise RegionError("codegen", f"{name}: {err}", _nodes_in(op) or all_nodes) from None
+    except Exception as err:  # Triton rejected our source: a codegen bug, never a wrong answer
+        raise RegionError("codegen", f"{name}: {type(err).__name__}: {err}", _nodes_in(op) or all_nodes) from None
 
 
 def _weight_operands(module, main, calls: dict) -> dict[str, set[int]]:
