@@ -76,7 +76,8 @@ def _compile_ahead(sources: list, backend, n: int) -> int:
         jobs.put(ks)
     with _lock:
         procs = _workers(min(n, len(todo)), backend)
-        drivers = [threading.Thread(target=_drive, args=(p, jobs), daemon=True) for p in procs]
+        # the cache folder goes with each kernel: the workers outlive changes to the setting
+        drivers = [threading.Thread(target=_drive, args=(p, jobs, config.cache_dir()), daemon=True) for p in procs]
         for t in drivers:
             t.start()
         for t in drivers:
@@ -87,8 +88,7 @@ def _compile_ahead(sources: list, backend, n: int) -> int:
 def _workers(n: int, backend) -> list:
     global _procs
     _procs = [p for p in _procs if p.poll() is None]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-               UNIORCH_CACHE_DIR=config.cache_dir())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     while len(_procs) < n:
         try:
             _procs.append(subprocess.Popen([sys.executable, "-m", __name__, f"{backend.name}:{backend.arch}"],
@@ -99,14 +99,14 @@ def _workers(n: int, backend) -> list:
     return _procs[:n]
 
 
-def _drive(proc, jobs: queue.Queue) -> None:
+def _drive(proc, jobs: queue.Queue, cache: str) -> None:
     while True:
         try:
             ks = jobs.get_nowait()
         except queue.Empty:
             return
         try:
-            data = pickle.dumps(ks)
+            data = pickle.dumps((cache, ks))
             proc.stdin.write(len(data).to_bytes(8, "little") + data)
             proc.stdin.flush()
             head = proc.stdout.read(8)
@@ -138,8 +138,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def _serve(target: str) -> None:
-    """A worker: kernel sources in (length-prefixed pickles on stdin), each compiled into the disk
-    caches, an empty reply or the error's text out."""
+    """A worker: (cache folder, kernel source) in, as length-prefixed pickles on stdin, each kernel
+    compiled into that folder's caches; an empty reply or the error's text out."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever the stages print must not reach the replies
     from .. import get_backend
@@ -153,7 +153,8 @@ def _serve(target: str) -> None:
         head = inp.read(8)
         if len(head) < 8:
             return
-        ks = pickle.loads(inp.read(int.from_bytes(head, "little")))
+        cache, ks = pickle.loads(inp.read(int.from_bytes(head, "little")))
+        os.environ["UNIORCH_CACHE_DIR"] = cache
         try:
             ck = compile_kernel(ks, backend)
             llvm = ck.asm["llmlir"]
