@@ -76,8 +76,11 @@ def _compile_ahead(sources: list, backend, n: int) -> int:
         jobs.put(ks)
     with _lock:
         procs = _workers(min(n, len(todo)), backend)
-        # the cache folder goes with each kernel: the workers outlive changes to the setting
-        drivers = [threading.Thread(target=_drive, args=(p, jobs, config.cache_dir()), daemon=True) for p in procs]
+        # uniorch's settings go with each kernel (the cache folder, the adapter): the workers
+        # outlive changes to them
+        settings = {k: v for k, v in os.environ.items() if k.startswith("UNIORCH_")}
+        settings["UNIORCH_CACHE_DIR"] = config.cache_dir()
+        drivers = [threading.Thread(target=_drive, args=(p, jobs, settings), daemon=True) for p in procs]
         for t in drivers:
             t.start()
         for t in drivers:
@@ -99,14 +102,14 @@ def _workers(n: int, backend) -> list:
     return _procs[:n]
 
 
-def _drive(proc, jobs: queue.Queue, cache: str) -> None:
+def _drive(proc, jobs: queue.Queue, settings: dict) -> None:
     while True:
         try:
             ks = jobs.get_nowait()
         except queue.Empty:
             return
         try:
-            data = pickle.dumps((cache, ks))
+            data = pickle.dumps((settings, ks))
             proc.stdin.write(len(data).to_bytes(8, "little") + data)
             proc.stdin.flush()
             head = proc.stdout.read(8)
@@ -138,8 +141,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def _serve(target: str) -> None:
-    """A worker: (cache folder, kernel source) in, as length-prefixed pickles on stdin, each kernel
-    compiled into that folder's caches; an empty reply or the error's text out."""
+    """A worker: (uniorch's settings, kernel source) in, as length-prefixed pickles on stdin, each
+    kernel compiled with those settings into their cache folder; an empty reply or the error's
+    text out."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever the stages print must not reach the replies
     from .. import get_backend
@@ -153,8 +157,10 @@ def _serve(target: str) -> None:
         head = inp.read(8)
         if len(head) < 8:
             return
-        cache, ks = pickle.loads(inp.read(int.from_bytes(head, "little")))
-        os.environ["UNIORCH_CACHE_DIR"] = cache
+        settings, ks = pickle.loads(inp.read(int.from_bytes(head, "little")))
+        for k in [k for k in os.environ if k.startswith("UNIORCH_") and k not in settings]:
+            del os.environ[k]
+        os.environ.update(settings)
         try:
             ck = compile_kernel(ks, backend)
             llvm = ck.asm["llmlir"]
