@@ -238,14 +238,19 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
     def candidates(self, g: _Group):
         members = set(g.ops)
         cons, prods = [], []
+        seen = set()  # the lists' members (lists keep the order; membership in a list was quadratic)
         for m in g.ops:
             for s in sorted(self.succs.get(m, ()), key=self._pos):
-                if s not in members and s not in self.group_of and s not in cons and self._direct_user(m, s):
+                if s not in members and s not in self.group_of and s not in seen and self._direct_user(m, s):
                     cons.append(s)
+                    seen.add(s)
+        taken = set()  # prods' members (an op may be both a consumer and a producer of the group)
         for m in g.ops:
             for p in sorted(self.preds.get(m, ()), key=self._pos):
-                if p not in members and p not in self.group_of and p not in prods and self._direct_producer(p, m):
+                if p not in members and p not in self.group_of and p not in taken and self._direct_producer(p, m):
                     prods.append(p)
+                    taken.add(p)
+        seen |= taken
         sibs = []
         if g.kind in ("reduction", "pointwise"):
             # siblings: ungrouped ops reading a tensor a member reads (LayerNorm's mean and
@@ -258,9 +263,10 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
                         continue
                     for u in v.uses:
                         t = self.top(u.owner)
-                        if (t is not None and t not in members and t not in self.group_of and t not in sibs
-                                and t not in cons and t not in prods and pat.op_of(u.owner) == t):
+                        if (t is not None and t not in members and t not in self.group_of and t not in seen
+                                and pat.op_of(u.owner) == t):
                             sibs.append(t)
+                            seen.add(t)
         out = ([(c, "consumer", None) for c in cons] + [(p, "producer", None) for p in prods]
                + [(x, "sibling", None) for x in sorted(sibs, key=self._pos)])
         if self.views:
