@@ -64,7 +64,7 @@ class FuseSiblings(Pass):
 
             def prologue(k: int) -> list:
                 if k not in prologues:
-                    prologues[k] = _prologue(block, anchors[k], at)
+                    prologues[k] = _prologue(anchors[k], at)
                 return prologues[k]
 
             plain = [_plain(block, c, groups=groups) for c in anchors]
@@ -140,7 +140,7 @@ def _gates(block, c0, c1, at: dict) -> bool:
     c0's group."""
     g0, g1 = group_of(c0), group_of(c1)
     ready, own = _epilogue_values(block, c1), _epilogue_values(block, c0)
-    before = {o for o in _prologue(block, c0, at)}
+    before = {o for o in _prologue(c0, at)}
     direct, others = False, []
     for o in members(block)[g1]:
         for r in o.results:
@@ -229,7 +229,7 @@ def _plain(block, c, prologue: bool = False, wide: bool = False, groups: dict | 
     computed = p is not None and group_of(p) == gid and not (pat.is_cast_only(p, "arith.extf") and _outside(p, gid))
     if computed != prologue:
         return False  # a prologue computes it (a 16-bit input widened on load is the same in each)
-    before = _prologue(block, c, at if at is not None else _positions(block)) if prologue else []
+    before = _prologue(c, at if at is not None else _positions(block)) if prologue else []
     for o in ops:
         if o == c or not pat.is_generic(o):
             continue
@@ -253,7 +253,7 @@ def _positions(block) -> dict:
     return {o.operation: i for i, o in enumerate(block.operations)}
 
 
-def _prologue(block, c, at: dict) -> list:
+def _prologue(c, at: dict) -> list:
     """The ops of c's group that its first factor is computed from, in block order (`at`)."""
     gid = group_of(c)
     out, seen, stack = [], set(), [c.operands[0]]

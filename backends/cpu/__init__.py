@@ -60,12 +60,6 @@ def forget_compiled() -> None:
     _compiled.clear()
 
 
-def _sharing_key(kernel):
-    from ..driver import sharing_key
-
-    return sharing_key(kernel)
-
-
 class CpuBackend(Backend):
     name = "cpu"
     archs = ("host",)
@@ -111,9 +105,10 @@ class CpuBackend(Backend):
         stages["llmlir"] = make_llmlir
 
     def prepare(self, kernels: list) -> None:
+        from ..driver import sharing_key
         from .compile_pool import compile_ahead
 
-        compile_ahead([k for k in kernels if (self.arch, _sharing_key(k)) not in _compiled], self)
+        compile_ahead([k for k in kernels if (self.arch, sharing_key(k)) not in _compiled], self)
 
     def load(self, kernel) -> Launcher:
         from ..driver import compile_kernel, shared_as, sharing_key

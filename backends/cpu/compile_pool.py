@@ -21,6 +21,8 @@ import threading
 
 from uniorch import config
 
+from . import object_cache
+
 # fewer kernels than this to compile: starting workers would cost more than it saves
 MIN_KERNELS = 4
 MAX_WORKERS = 8
@@ -46,8 +48,6 @@ def compile_ahead(sources: list, backend) -> int:
     """Compiles the kernels of `sources` that neither disk cache holds, in workers, when there are
     enough of them; returns how many were sent."""
     n = workers()
-    from . import object_cache
-
     if n < 2 or object_cache._compiler() is None:  # without a linker, the code stays in the worker
         return 0
     try:
@@ -57,7 +57,6 @@ def compile_ahead(sources: list, backend) -> int:
 
 
 def _compile_ahead(sources: list, backend, n: int) -> int:
-    from . import object_cache
     from ..driver import cached, sharing_key
 
     seen, todo = set(), []
@@ -148,7 +147,7 @@ def _serve(target: str) -> None:
     os.dup2(2, 1)  # whatever the stages print must not reach the replies
     from .. import get_backend
     from ..driver import compile_kernel
-    from . import ENTRY_KEY, object_cache
+    from . import ENTRY_KEY
     from .launch import jit
 
     backend = get_backend(target)

@@ -64,9 +64,17 @@ def key(llvm_text: str) -> str:
     return hashlib.sha256(f"{_host()}\n{llvm_text}".encode()).hexdigest()[:40]
 
 
+def _path(k: str) -> str:
+    return os.path.join(folder(), k + ".so")
+
+
+def has(k: str) -> bool:
+    return os.path.exists(_path(k))
+
+
 def load(k: str, symbol: str):
     """(library, function address) of a kernel linked by an earlier process, or None."""
-    path = os.path.join(folder(), k + ".so")
+    path = _path(k)
     if not os.path.exists(path):
         return None
     try:
@@ -85,7 +93,7 @@ def store(engine, k: str, background: bool = True) -> None:
     """Dumps the engine's object file (made with enable_object_dump) and links it into the cache,
     in a background thread unless `background` is False; best effort."""
     cc = _compiler()
-    if cc is None or os.path.exists(os.path.join(folder(), k + ".so")):
+    if cc is None or has(k):
         return
     try:
         os.makedirs(folder(), exist_ok=True)
@@ -95,17 +103,13 @@ def store(engine, k: str, background: bool = True) -> None:
     except Exception:  # noqa: BLE001 - an unwritable cache folder: nothing kept
         return
     if not background:
-        _link(cc, obj, os.path.join(folder(), k + ".so"))
+        _link(cc, obj, _path(k))
         return
     global _linker
     with _linker_lock:
         if _linker is None:
             _linker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uniorch-cpu-link")
-    _linker.submit(_link, cc, obj, os.path.join(folder(), k + ".so"))
-
-
-def has(k: str) -> bool:
-    return os.path.exists(os.path.join(folder(), k + ".so"))
+    _linker.submit(_link, cc, obj, _path(k))
 
 
 def _link(cc: str, obj: str, path: str) -> None:
