@@ -176,6 +176,40 @@ def test_median(case):
         _same(o, r, signed_zeros=len(out) == 2)
 
 
+def _sorted_rows(*shape, nan_last: bool = False):
+    """Ascending rows with ties (small integers), and NaNs at the end of some rows (where sort puts them)."""
+    x = torch.randint(-3, 4, shape).float()
+    if nan_last:
+        x.view(-1, shape[-1])[::2, -1] = NAN
+    return torch.sort(x, -1)[0]
+
+
+# searchsorted: ATen's lower/upper bound on sorted rows, ties, values past either end and NaN values
+SEARCH_CASES = {
+    "1d_left": (lambda s, v: torch.searchsorted(s, v), lambda: (_sorted_rows(9), _special(4, 6))),
+    "1d_right_int32": (lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
+                       lambda: (_sorted_rows(9), _special(5))),
+    "side_right": (lambda s, v: torch.searchsorted(s, v, side="right"), lambda: (_sorted_rows(7), _special(3, 3))),
+    "rows": (lambda s, v: torch.searchsorted(s, v), lambda: (_sorted_rows(3, 2, 10, nan_last=True), _special(3, 2, 6))),
+    "rows_right": (lambda s, v: torch.searchsorted(s, v, right=True),
+                   lambda: (_sorted_rows(4, 5, nan_last=True), _special(4, 7))),
+    "sorter": (lambda s, v, o: torch.searchsorted(s, v, sorter=o),
+               lambda: (lambda u: (u, _special(2, 5), torch.argsort(u, -1)))(torch.randint(-3, 4, (2, 8)).float())),
+    "scalar": (lambda s: torch.searchsorted(s, 1.5), lambda: (_sorted_rows(6),)),
+    "int": (lambda s, v: torch.searchsorted(s, v, right=True),
+            lambda: (torch.sort(torch.randint(0, 9, (11,)))[0], torch.randint(-1, 11, (3, 4)))),
+    "one_boundary": (lambda s, v: torch.searchsorted(s, v), lambda: (torch.zeros(1), _special(6))),
+    "empty": (lambda s, v: torch.searchsorted(s, v), lambda: (torch.zeros(0), torch.randn(4))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEARCH_CASES))
+def test_searchsorted(case):
+    fn, make = SEARCH_CASES[case]
+    (out,), (ref,) = _compiles(fn, *make())
+    _same(out, ref)
+
+
 def test_stable_sort_and_argsort():
     x = _special(4, 11)
     for fn in (lambda t: torch.sort(t, dim=1, descending=True, stable=True),

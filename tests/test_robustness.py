@@ -2,6 +2,7 @@
 kernel cache. Each must give eager PyTorch's answer or a clear error, never a wrong result."""
 import os
 import threading
+import warnings
 
 import pytest
 import torch
@@ -101,20 +102,81 @@ def test_corrupt_kernel_cache_entry_is_rebuilt(tmp_path, monkeypatch):
     torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
 
 
-def test_capture_failure_runs_eagerly_and_is_reported():
-    class ThroughNumpy(torch.nn.Module):
-        def forward(self, x):
-            return torch.from_numpy(x.numpy() * 2) + 1  # leaves PyTorch: nothing can trace it
+class _ThroughNumpy(torch.nn.Module):
+    def forward(self, x):
+        return torch.from_numpy(x.numpy() * 2) + 1  # export's fake tensors have no NumPy view
 
-    model = ThroughNumpy()
+
+class _VmapOverWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x):
+        # non-strict export: "We found a fake tensor in the exported program constant's list"
+        return torch.vmap(lambda row: self.w @ row.tanh())(x).softmax(-1)
+
+
+@pytest.mark.parametrize("model,shape", [(_ThroughNumpy(), (3, 4)), (_VmapOverWeight(), (5, 8))],
+                         ids=["numpy", "vmap"])
+def test_what_export_cannot_trace_runs_through_dynamo(model, shape):
+    """A call export fails on for a reason of its own goes to Dynamo, which traces NumPy and vmap,
+    and its graphs compile with uniorch, as torch.compile would run them."""
     cm = uniorch.compile(model, target="interpret")
-    for _ in range(2):
-        x = torch.randn(3, 4)
-        torch.testing.assert_close(cm(x), model(x))
-    rep = cm.explain(x)
-    assert [f.stage for f in rep.fallbacks] == ["capture"] and "ThroughNumpy" in rep.fallbacks[0].why
-    with pytest.raises(uniorch.UniorchError, match="capturing ThroughNumpy failed"):
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(cm(x), model(x))
+        rep = cm.explain(x)
+    assert not rep.fallbacks and rep.kernels, str(rep)
+    assert rep.capture_note.startswith(f"export could not capture the whole model (capturing {type(model).__name__}")
+    assert not rep.graph_breaks and "traced by Dynamo: export could not" in str(rep), str(rep)
+    with torch.no_grad(), pytest.raises(uniorch.UniorchError, match=f"capturing {type(model).__name__} failed"):
         uniorch.compile(model, target="interpret", fallback="error")(x)
+
+
+def test_capture_failure_runs_eagerly_and_is_reported():
+    class Opaque(torch.nn.Module):
+        @torch.compiler.disable  # nor can Dynamo: nothing traces it
+        def forward(self, x):
+            return torch.from_numpy(x.numpy() * 2) + 1
+
+    model = Opaque()
+    cm = uniorch.compile(model, target="interpret")
+    with pytest.warns(RuntimeWarning, match="Dynamo compiled nothing for Opaque"):
+        for _ in range(2):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(cm(x), model(x))
+    rep = cm.explain(x)
+    assert [f.stage for f in rep.fallbacks] == ["capture"] and "capturing Opaque failed" in rep.fallbacks[0].why
+    assert "Dynamo compiled no graph" in rep.fallbacks[0].why, rep.fallbacks[0].why
+
+
+def test_a_models_own_error_raises_as_its_error_and_later_calls_compile():
+    """A call the model itself fails (export and Dynamo both fail on it) raises eager's error,
+    every time; calls of other shapes, which export captures, compile."""
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    model = Linear()
+    cm = uniorch.compile(model, target="interpret")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Dynamo cannot compile Linear": it failed on the model's error
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="cannot be multiplied") as err:
+                cm(torch.randn(2, 4))
+            assert not isinstance(err.value, uniorch.UniorchError)
+        (fb,) = cm.explain(torch.randn(2, 4)).fallbacks
+        assert fb.stage == "capture" and "same reduction dim" in fb.why, fb.why
+        x = torch.randn(2, 5)
+        torch.testing.assert_close(cm(x), model(x))
+        rep = cm.explain(x)
+    assert not rep.fallbacks and rep.kernels, str(rep)
 
 
 def test_a_branch_on_a_tensors_value_is_split_there_or_raises_with_fallback_error():
@@ -128,7 +190,7 @@ def test_a_branch_on_a_tensors_value_is_split_there_or_raises_with_fallback_erro
         x = torch.rand(3, 4) * sign
         torch.testing.assert_close(cm(x), model(x))
     rep = cm.explain(x)
-    assert not rep.fallbacks and "DataDependent" in rep.graph_breaks[0], str(rep)
+    assert not rep.fallbacks and "DataDependent" in rep.capture_note and rep.graph_breaks, str(rep)
     with pytest.raises(uniorch.UniorchError, match="capturing DataDependent failed"):
         uniorch.compile(model, target="interpret", fallback="error")(x)
 

@@ -42,7 +42,8 @@ class _Entry:
     writes: dict = field(default_factory=dict)
     attrs: Any = None  # the model's Python values the capture read (capture/attribute_guard.py)
     sets_attributes: bool = False  # eager because the forward sets Python attributes (errors.AttributeWriteError)
-    data_dependent: bool = False  # the capture failed on a branch on a tensor's value: Dynamo splits it
+    # export could not capture the call (a branch on a tensor's value, vmap, NumPy): Dynamo tries it
+    export_failed: bool = False
     keeps_state: bool = False  # the forward sets tensors on its modules (errors.StateWriteError): Dynamo replays it
 
 
@@ -382,13 +383,14 @@ class CompiledModule:
     _run = __call__
 
     def _in_pieces(self, entry: _Entry) -> bool:
-        """Whether a call export could not capture whole, for a branch on a tensor's value
-        (`if x.sum() > 0`, `.item()` feeding Python), runs through Dynamo, which splits the model
-        there and compiles each graph with uniorch, as torch.compile would (not the graphs Dynamo
-        itself hands us); so does a forward keeping tensors on its modules (a recurrent state),
-        whose writes Dynamo replays and export drops. Other capture failures run eagerly: a model
-        that raised raises again."""
-        return (entry.captured is None and (entry.data_dependent or entry.keeps_state)
+        """Whether a call export could not capture whole runs through Dynamo, which compiles what
+        it can trace with uniorch and splits the model where it cannot, as torch.compile would (not
+        the graphs Dynamo itself hands us): a branch on a tensor's value (`if x.sum() > 0`, `.item()`
+        feeding Python), a forward keeping tensors on its modules (a recurrent state, whose writes
+        Dynamo replays and export drops), and what non-strict export cannot trace at all
+        (`torch.vmap` over a parameter, a detour through NumPy). A model that raised raises again
+        there, as the user's error."""
+        return (entry.captured is None and (entry.export_failed or entry.keeps_state)
                 and not isinstance(self._model, torch.fx.GraphModule))
 
     @property
@@ -493,13 +495,17 @@ class CompiledModule:
         """The report of a call Dynamo split (`_in_pieces`): the graphs its last call ran (this
         call runs first if none has), why export failed, and where Dynamo broke the model."""
         tc = self.training_compile
-        if not tc.ran_forward and tc.failure is None:
-            tc(*args, **kwargs)
         whole = f"export could not capture the whole model ({entry.capture_error.splitlines()[0][:300]})"
+        if not tc.ran_forward and tc.failure is None:
+            try:
+                tc(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - the model's own error: eager raises it too
+                why = f"{whole}; the model raised {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                return _report(_Entry(None, None, {}, why), self._target, args, kwargs)
         if not tc.forward:
             return _report(_Entry(None, None, {}, f"{whole}; Dynamo: {tc.failure}"), self._target, args, kwargs)
         rep = tc.forward_report()
-        rep.graph_breaks.insert(0, whole + ("" if entry.keeps_state else ": Dynamo split it"))
+        rep.capture_note = whole
         rep.recompiles = list(self.recompiles)
         return rep
 
@@ -585,9 +591,8 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
     except CaptureError as err:
         if fallback == "error":
             raise
-        # the model runs as it is; if it raised during capture it raises again, as the user's error
-        branch = "DataDependent" in type(err.__cause__).__name__  # GuardOnDataDependentSymNode and kin
-        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err), data_dependent=branch)
+        # Dynamo runs the call (`_in_pieces`); a model that raised during capture raises again there
+        return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err), export_failed=True)
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()
     region = None

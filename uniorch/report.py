@@ -54,6 +54,8 @@ class Report:
     symbolic: list[str] = field(default_factory=list)  # symbolic sizes of this compile: "s0: input 0 dim 1, 2..∞"
     recompiles: list[str] = field(default_factory=list)  # why each compile after the first happened
     graph_breaks: list[str] = field(default_factory=list)  # training: where Dynamo split the model, and why
+    # a call export could not capture whole, which Dynamo traced instead: why (api.py `_in_pieces`)
+    capture_note: str = ""
     eager_graphs: list[str] = field(default_factory=list)  # training: graphs PyTorch runs, compiling them failed
     backward: Optional["Report"] = None  # training: the backward graph's report (this one is the forward's)
     saved_bytes: Optional[int] = None  # training: bytes of activations the forward saves for the backward
@@ -89,6 +91,8 @@ class Report:
             lines += ["", "symbolic sizes (one compile serves them all): " + "; ".join(self.symbolic)]
         if self.eager_graphs:
             lines += ["", "graphs run by PyTorch (uniorch failed to compile them):"] + [f"  {g}" for g in self.eager_graphs]
+        if self.capture_note:
+            lines += ["", f"traced by Dynamo: {self.capture_note}"]
         if self.graph_breaks:
             lines += ["", "graph breaks (Dynamo ran these between the compiled graphs):"] + [f"  {g}" for g in self.graph_breaks]
         if self.recompiles:

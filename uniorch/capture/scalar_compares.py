@@ -1,10 +1,18 @@
-"""A float tensor compared with a Python int is compared with the same value as a float.
+"""Comparisons compare in PyTorch's common dtype, as eager does.
 
-Why: torch-mlir folds `aten.lt.Scalar` (and le, gt, ge, eq, ne) of a constant float splat against
-an integer scalar wrongly: `torch.full((), 1.7) > 1` folded to false and `torch.full((), 0.1) < 0`
-to true (the float32 splat and the integer are compared as APFloats of different semantics), and
-for a float64 splat the fold crashed the process. A float scalar folds right, and is what PyTorch
-compares with anyway (the int is promoted to the tensor's floating type).
+Eager casts both sides of `<`, `<=`, `>`, `>=`, `==`, `!=` to their common dtype (`result_type`)
+and compares there: a float32 tensor against the Python float 0.1 compares with float32(0.1), so
+`torch.tensor(0.1) == 0.1` is true, and an int32 tensor against 0.5 compares as float32. torch-mlir
+widens a float tensor and a float scalar to f64 instead: `x == 0.1` was false for every float32 x,
+`denom < 1e-5` true for denom = float32(1e-5) (eager: false), and an f64 op landed in float32
+models' kernels. Each comparison involving a float becomes the Tensor form with both operands
+already in the common dtype (a Python number as a 0-d tensor of it), which torch-mlir compares in
+that dtype.
+
+Also: torch-mlir folds `aten.lt.Scalar` (and le, gt, ge, eq, ne) of a constant float splat against
+an integer scalar wrongly (`torch.full((), 1.7) > 1` folded to false: the float32 splat and the
+integer were compared as APFloats of different semantics), and crashed on a float64 splat; the
+Tensor form of two floats folds right.
 """
 from __future__ import annotations
 
@@ -12,14 +20,29 @@ import torch
 
 aten = torch.ops.aten
 
+_PAIRS = {aten.lt.Scalar: aten.lt.Tensor, aten.le.Scalar: aten.le.Tensor, aten.gt.Scalar: aten.gt.Tensor,
+          aten.ge.Scalar: aten.ge.Tensor, aten.eq.Scalar: aten.eq.Tensor, aten.ne.Scalar: aten.ne.Tensor}
 
-def _as_float_scalar(op):
+
+def _in_common_dtype(op):
     def rewrite(x, other):
-        if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point and type(other) is int):
+        if not isinstance(x, torch.Tensor) or x.is_complex() or isinstance(other, complex) \
+                or (isinstance(other, torch.Tensor) and other.is_complex()):
             return NotImplemented
-        return op(x, float(other))
+        dtype = torch.result_type(x, other)
+        floats = x.dtype.is_floating_point or (other.dtype.is_floating_point if isinstance(other, torch.Tensor)
+                                               else isinstance(other, float))
+        if not floats or not dtype.is_floating_point:
+            return NotImplemented  # integers and bools compare exactly as they are
+        if isinstance(other, torch.Tensor):
+            if x.dtype == dtype and other.dtype == dtype:
+                return NotImplemented
+            other = other.to(dtype)
+        else:
+            other = torch.scalar_tensor(other, dtype=dtype, device=x.device)
+        return op(x.to(dtype), other)
     return rewrite
 
 
-TABLE = {op: _as_float_scalar(op) for op in (aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar,
-                                              aten.eq.Scalar, aten.ne.Scalar)}
+TABLE = {scalar: _in_common_dtype(tensor) for scalar, tensor in _PAIRS.items()}
+TABLE.update({tensor: _in_common_dtype(tensor) for tensor in _PAIRS.values()})

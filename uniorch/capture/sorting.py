@@ -13,6 +13,11 @@
   unspecified (its CPU and CUDA kernels differ), torch-mlir lowers only the sorted form, and the
   sort kernel's order is one of the orders allowed. DeepSeek-V3's and its kin's routers ask for
   unsorted experts and groups.
+* `searchsorted` (NeRF's inverse-CDF sampling, diffusion schedulers' timestep lookup, binning)
+  becomes the binary search PyTorch's own `bucketize` decomposition runs: bit_length(M) steps over
+  every value at once, each a gather of the probed boundary and a select. The comparisons are
+  ATen's (`!(mid >= v)` moves right, `!(mid > v)` for the right side), so a NaN value lands past
+  the end and NaNs sorted last in a row are never passed, as in eager.
 """
 from __future__ import annotations
 
@@ -93,7 +98,30 @@ def _topk_unsorted(x, k, dim=-1, largest=True, sorted=True):
     return aten.topk.default(x, k, dim, largest, True)
 
 
+def _searchsorted(seq, values, *, out_int32: bool = False, right: bool = False, side=None, sorter=None):
+    if seq.is_complex() or seq.dtype == torch.bool or (isinstance(values, torch.Tensor) and values.is_complex()):
+        return NotImplemented
+    right = right or side == "right"
+    if sorter is not None:
+        seq = torch.gather(seq, -1, sorter)
+    shape = values.shape if isinstance(values, torch.Tensor) else ()
+    m = seq.shape[-1]
+    lo = torch.zeros(shape, dtype=torch.int64, device=seq.device)
+    hi = lo + m
+    for _ in range(int(m).bit_length()):  # lower_bound's steps: the range halves each time
+        active = lo < hi
+        mid = torch.clamp(torch.div(lo + hi, 2, rounding_mode="floor"), max=max(m - 1, 0))
+        # (a 0-d index would be read as a Python int: a data-dependent size)
+        probe = seq.index_select(0, mid.reshape(-1)).reshape(shape) if seq.dim() == 1 else torch.gather(seq, -1, mid)
+        further = ~(probe > values) if right else ~(probe >= values)
+        lo = torch.where(active & further, mid + 1, lo)
+        hi = torch.where(active & ~further, mid, hi)
+    return lo.to(torch.int32 if out_int32 else torch.int64)
+
+
 TABLE = {
+    aten.searchsorted.Tensor: _searchsorted,
+    aten.searchsorted.Scalar: _searchsorted,
     aten.topk.default: _topk_unsorted,
     aten.median.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, False),
     aten.nanmedian.dim: lambda x, dim, keepdim=False: _median_dim(x, dim, keepdim, True),
