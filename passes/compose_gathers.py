@@ -95,11 +95,33 @@ def _gather_like(g: ir.Operation) -> bool:
         return True
     if len(tensors) == 1 and ops == ["linalg.yield"] and isinstance(tensors[0].owner, ir.Block):
         return True  # a transposed or broadcast argument (MoE experts' weights transposed for grouped_mm)
+    if len(tensors) == 1 and ops == ["linalg.yield"] and _gathered_only(g) \
+            and _numel(tensors[0].type) <= _numel(g.results[0].type):
+        # a broadcast of a computed tensor that only gathers read (NeRF's inverse-CDF sampling:
+        # `gather(cdf[:, None].expand(rays, samples, bins), 2, idx)`): a gather reads memory, so
+        # the copy would be written whole to be read at a few places; the source is as small or smaller
+        return True
     if len(tensors) == 1 and set(ops) <= {"arith.extf", "arith.truncf", "linalg.yield"} \
             and not isinstance(tensors[0].owner, ir.Block):
         src = pat.op_of(tensors[0].owner)
         return src.name == "linalg.generic" and any(o.operation.name == "tensor.extract" for o in pat.body(src).operations)
     return False
+
+
+def _gathered_only(g: ir.Operation) -> bool:
+    """Every reader of g's result is an extract in a generic's body (a gather)."""
+    uses = list(g.results[0].uses)
+    return bool(uses) and all(u.owner.name == "tensor.extract" and u.operand_number == 0 for u in uses)
+
+
+def _numel(t) -> int:
+    shape = list(ir.RankedTensorType(t).shape)
+    if any(n < 0 for n in shape):
+        return 1 << 62  # symbolic: never judged smaller
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _through_unit_view(e: ir.Operation) -> bool:
