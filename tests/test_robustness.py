@@ -33,6 +33,31 @@ def test_nan_and_inf_follow_eager(fn):
     torch.testing.assert_close(got, fn(x), equal_nan=True)
 
 
+CLAMPS = {
+    "clamp": lambda x: torch.clamp(x, -1, 1),
+    "clamp_min": lambda x: torch.clamp(x, min=-0.5),
+    "clamp_max": lambda x: x.clamp(max=0.5) * 2,
+    "clamp_tensors": lambda x: torch.clamp(x, x.flip(0) - 1, torch.full_like(x, 1.5)),
+    "nan_bound": lambda x: torch.clamp(x, min=float("nan")),
+    "int_by_floats": lambda x: torch.clamp(torch.arange(x.shape[-1]), 1.5, 6.2) + x,
+    "hardtanh": F.hardtanh,
+    "relu6": F.relu6,
+    "hardsigmoid": F.hardsigmoid,
+}
+
+
+@pytest.mark.parametrize("target", ["interpret", "cpu"])
+@pytest.mark.parametrize("name", sorted(CLAMPS))
+def test_clamps_keep_nan(name, target):
+    """A NaN stays NaN through clamp and the activations made of it (eager's rule; the cpu target
+    gave the bound, relu6 and hardsigmoid 0 everywhere), and a NaN bound makes NaN."""
+    fn = CLAMPS[name]
+    x = _nonfinite((6, 10))
+    got, want = uniorch.compile(fn, target=target)(x), fn(x)
+    assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan()), (got, want)
+    assert torch.equal(got.nan_to_num(), want.nan_to_num()), (got, want)
+
+
 def test_masked_softmax_with_minus_inf():
     def fn(s, mask):
         return torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)

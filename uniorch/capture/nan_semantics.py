@@ -10,6 +10,12 @@ The same lowering (`arith.cmpf ogt|olt` + `select` of the index) makes torch-mli
 an exact rewrite here for floats (see `_arg_extreme`; integers keep torch-mlir's one-pass lowering),
 which also covers the forms torch-mlir cannot lower at all, for every dtype: a 0-d input, and
 `dim=None` (whose one-element reduction failed to run).
+
+`clamp` (and clamp_min, clamp_max, hardtanh, relu6, hardsigmoid through them) lowered the same way
+turned a NaN input into a bound on the cpu target (`clamp(nan, -1, 1)` gave -1; relu6 and
+hardsigmoid gave 0 on every target), hiding a diverging activation; PyTorch keeps the NaN, and a
+NaN bound makes the result NaN. Each bound becomes a select whose condition says so, in the
+result dtype (an integer tensor clamped by float bounds is a float result).
 """
 from __future__ import annotations
 
@@ -73,7 +79,31 @@ def _extreme_dim(x, dim, keepdim: bool, largest: bool):
     return val, idx
 
 
+def _clamp(x, lo=None, hi=None):
+    if x.is_complex():
+        return NotImplemented
+    dtype = torch.result_type(x, lo if lo is not None else hi) if lo is None or hi is None else \
+        torch.promote_types(torch.result_type(x, lo), torch.result_type(x, hi))
+    if not dtype.is_floating_point:
+        return NotImplemented  # integers: no NaN, torch-mlir's lowering is exact
+    x = x.to(dtype)
+    for bound, below in ((lo, True), (hi, False)):
+        if bound is None:
+            continue
+        b = bound.to(dtype) if isinstance(bound, torch.Tensor) else torch.scalar_tensor(bound, dtype=dtype, device=x.device)
+        out_of = (x < b) if below else (x > b)
+        x = torch.where(out_of | torch.isnan(b), b, x)  # a NaN x stays: both compares are false
+    return x
+
+
 TABLE = {
+    aten.clamp.default: _clamp,
+    aten.clamp.Tensor: _clamp,
+    aten.clamp_min.default: lambda x, lo: _clamp(x, lo, None),
+    aten.clamp_min.Tensor: lambda x, lo: _clamp(x, lo, None),
+    aten.clamp_max.default: lambda x, hi: _clamp(x, None, hi),
+    aten.clamp_max.Tensor: lambda x, hi: _clamp(x, None, hi),
+    aten.hardtanh.default: lambda x, lo=-1, hi=1: _clamp(x, lo, hi),
     aten.maximum.default: _maximum,
     aten.minimum.default: _minimum,
     aten.argmax.default: lambda x, dim=None, keepdim=False: _arg_extreme(x, dim, keepdim, True),
