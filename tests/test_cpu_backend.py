@@ -247,3 +247,45 @@ def test_a_loop_of_stack_tiles_does_not_grow_the_stack(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _CONVMIXER_BLOCK], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.returncode, proc.stderr[-3000:])
+
+
+def test_a_kernel_frame_keeps_its_stack_tiles_under_the_budget():
+    """Stack tiles a function allocates outside loops are all live in its frame: past FRAME_BUDGET
+    the largest move to the heap (a bitonic sort of 8192 elements held 91 steps' 96 KiB tiles, 8.7
+    MB, and crashed the process with SIGSEGV)."""
+    from torch_mlir import ir
+
+    from uniorch.backends.cpu.lowering import FRAME_BUDGET, _bound_frame
+
+    n = FRAME_BUDGET // (16 << 10) + 8  # 16 KiB tiles, 8 more than the budget holds
+    body = "".join(f"    %a{i} = memref.alloca() : memref<4096xf32>\n    memref.store %c, %a{i}[%i] : memref<4096xf32>\n"
+                   for i in range(n))
+    text = ("func.func @k(%c: f32, %i: index) {\n" + body + "    %s = memref.alloca() : memref<16xi64>\n"
+            "    scf.for %j = %i to %i step %i {\n      %t = memref.alloca() : memref<4096xf32>\n    }\n    return\n}\n")
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        _bound_frame(module)
+        out = str(module)
+    # the 8 tiles past the budget and a ninth for the 128-byte one, largest first: 16 KiB each
+    assert out.count("memref.alloc()") == 9, out
+    assert out.count("memref.alloca()") == n - 9 + 2  # the small one and the loop's (scoped per iteration) stay
+
+
+@pytest.mark.skipif(not os.environ.get("UNIORCH_SLOW_TESTS"), reason="compiles an 8192-element sort: minutes")
+@pytest.mark.parametrize("n", [8000])
+def test_a_long_row_sorts_without_overflowing_the_stack(n):
+    """A bitonic sort of 8192 elements is 91 compare-exchange steps, each with 32 KiB key and 64 KiB
+    index tiles, all in one frame: kept on the stack they took 8.7 MB and the process died
+    (SIGSEGV). The largest go to the heap past a 1 MiB frame (backends/cpu/lowering.py
+    `_bound_frame`). Run in a child process, so an overflow fails this test rather than the run."""
+    code = (f"import torch, uniorch\ntorch.manual_seed(0)\nx = torch.randn({n}); x[0] = float('nan')\n"
+            "f = lambda x: torch.sort(x, descending=True)\n"
+            "with __import__('warnings').catch_warnings(record=True) as w:\n"
+            "    __import__('warnings').simplefilter('always')\n"
+            "    cm = uniorch.compile(f, target='cpu'); g, r = cm(x), f(x)\n"
+            "assert not cm.explain(x).fallbacks\n"
+            "assert torch.equal(g[0].nan_to_num(), r[0].nan_to_num()) and torch.equal(g[1], r[1])\n"
+            "assert not [m for m in w if issubclass(m.category, uniorch.backends.cpu.CpuFallbackWarning)], w\n"
+            "print('ok')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), (run.returncode, run.stderr[-2000:])

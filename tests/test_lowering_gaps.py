@@ -266,6 +266,17 @@ def test_cdist_compiles_and_matches_eager(p, rows):
     assert not cm.explain(a, b).fallbacks
 
 
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, float("inf")])
+def test_cdist_of_non_finite_rows(p):
+    """NaN and inf coordinates as eager (CPU): NaN for p = 0, 1, 2; for p = inf ATen's `if (diff > agg)` fold
+    never takes a NaN, so a row with an inf coordinate is inf and one of NaNs alone is 0."""
+    a, b = torch.randn(2, 4, 3), torch.randn(2, 5, 3)
+    a[0, 0, 0], a[0, 1, 1], a[1, 2] = float("nan"), float("inf"), float("nan")
+    a[0, 0, 2] = float("inf")
+    got, want = uniorch.compile(lambda a, b: torch.cdist(a, b, p=p), target="interpret")(a, b), torch.cdist(a, b, p=p)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_embedding_bag_per_sample_weights_and_padding(mode):
     # torch-mlir's sum-mode lowering dropped per_sample_weights: a wrong answer OpInfo found

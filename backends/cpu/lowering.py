@@ -393,6 +393,45 @@ def _scope_loop_allocas(module) -> None:
                     term.operands[i] = scope.results[i]
 
 
+# stack tiles a kernel's frame may hold outside loops; the rest go to the heap (the launching thread's
+# stack is 8 MiB, and Python's frames below the kernel use some of it)
+FRAME_BUDGET = 1 << 20
+
+
+def _bound_frame(module) -> None:
+    """The stack tiles each function allocates outside its loops, all live at once in its frame,
+    stay under FRAME_BUDGET: the largest move to the heap (freed by the deallocation pipeline)
+    until they do. A bitonic sort of an 8192-long row, 91 compare-exchange steps each with its own
+    32 KiB key and 64 KiB index tiles, took 8.7 MB of one frame and crashed the process."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import memref
+
+    for func in _walk(module, "func.func"):
+        if not func.regions[0].blocks:
+            continue
+        allocas = _own_allocas([o.operation for o in func.regions[0].blocks[0].operations])
+        sized = sorted(((_bytes(ir.MemRefType(a.results[0].type)), a) for a in allocas), key=lambda t: -t[0])
+        total = sum(n for n, _ in sized)
+        for n, a in sized:
+            if total <= FRAME_BUDGET:
+                break
+            with ir.InsertionPoint(a), a.location:
+                heap = memref.AllocOp(a.results[0].type, list(a.operands), [])
+            a.results[0].replace_all_uses_with(heap.result)
+            a.erase()
+            total -= n
+
+
+def _bytes(t) -> int:
+    """A static memref's size in bytes (dynamic ones are not promoted to the stack: 0)."""
+    if not t.has_static_shape:
+        return 0
+    n = max(1, (t.element_type.width if hasattr(t.element_type, "width") else 64) // 8)
+    for d in t.shape:
+        n *= d
+    return n
+
+
 def _own_allocas(ops) -> list:
     """The `memref.alloca`s among `ops` and in their regions, but not in a nested loop's body
     (that loop is scoped by itself)."""
@@ -449,6 +488,7 @@ def to_llvm(linalg: str, entry: str) -> str:
                 raise BackendError(f"kernel {entry}: lowering the adapter's linalg failed at '{stage}': {err}") from None
             if stage == "promote":
                 _scope_loop_allocas(module)
+                _bound_frame(module)
             if stage == "bufferize":
                 _copies_to_linalg(module)
                 # added after the inliner ran: inlined into the grid loop, the kernel's stack tiles

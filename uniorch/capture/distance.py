@@ -46,13 +46,16 @@ def cdist_forward(x1, x2, p: float, compute_mode=None):
         return _euclidean_dist(x1, x2)
     diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()  # [.., P, R, M]
     if p == 0:
-        return (diff != 0).to(x1.dtype).sum(-1)
+        # ATen's CPU kernel sums min(ceil(|d|), 1): a NaN coordinate makes the distance NaN (its CUDA
+        # kernel counts `d != 0`, so NaN as a difference; the CPU rule is the one kept)
+        return torch.where(torch.isnan(diff), diff, (diff != 0).to(x1.dtype)).sum(-1)
     if p == 1:
         return diff.sum(-1)
     if p == 2:
         return diff.pow(2).sum(-1).sqrt()
     if math.isinf(p):
-        return diff.amax(-1)
+        # ATen folds `if (diff > agg) agg = diff` from 0 on CPU and CUDA alike: a NaN never wins
+        return torch.where(torch.isnan(diff), 0.0, diff).amax(-1)
     return diff.pow(p).sum(-1).pow(1.0 / p)
 
 
