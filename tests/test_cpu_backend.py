@@ -258,10 +258,10 @@ def test_a_kernel_frame_keeps_its_stack_tiles_under_the_budget():
     from uniorch.backends.cpu.lowering import FRAME_BUDGET, _bound_frame
 
     n = FRAME_BUDGET // (16 << 10) + 8  # 16 KiB tiles, 8 more than the budget holds
-    body = "".join(f"    %a{i} = memref.alloca() : memref<4096xf32>\n    memref.store %c, %a{i}[%i] : memref<4096xf32>\n"
-                   for i in range(n))
+    tile = "memref<4096xf32>"
+    body = "".join(f"    %a{i} = memref.alloca() : {tile}\n    memref.store %c, %a{i}[%i] : {tile}\n" for i in range(n))
     text = ("func.func @k(%c: f32, %i: index) {\n" + body + "    %s = memref.alloca() : memref<16xi64>\n"
-            "    scf.for %j = %i to %i step %i {\n      %t = memref.alloca() : memref<4096xf32>\n    }\n    return\n}\n")
+            f"    scf.for %j = %i to %i step %i {{\n      %t = memref.alloca() : {tile}\n    }}\n    return\n}}\n")
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         _bound_frame(module)

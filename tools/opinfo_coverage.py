@@ -192,7 +192,8 @@ def _with_nonfinite(x):
     return x
 
 
-def run_sample(op, index: int, sample, dtype, nonfinite: bool = False, target: str = "interpret") -> SampleResult | None:
+def run_sample(op, index: int, sample, dtype, nonfinite: bool = False,
+               target: str = "interpret") -> SampleResult | None:
     """`nonfinite`: the sample's input gets NaN, ±inf and -0.0 first (`_with_nonfinite`), so what
     PyTorch does with them is compared too (a clamp that turned NaN into its bound)."""
     import uniorch

@@ -383,13 +383,10 @@ class CompiledModule:
     _run = __call__
 
     def _in_pieces(self, entry: _Entry) -> bool:
-        """Whether a call export could not capture whole runs through Dynamo, which compiles what
-        it can trace with uniorch and splits the model where it cannot, as torch.compile would (not
-        the graphs Dynamo itself hands us): a branch on a tensor's value (`if x.sum() > 0`, `.item()`
-        feeding Python), a forward keeping tensors on its modules (a recurrent state, whose writes
-        Dynamo replays and export drops), and what non-strict export cannot trace at all
-        (`torch.vmap` over a parameter, a detour through NumPy). A model that raised raises again
-        there, as the user's error."""
+        """Whether a call export could not capture runs through Dynamo, which splits the model where
+        it must and hands uniorch each graph, as torch.compile would: a branch on a tensor's value,
+        a forward keeping tensors on its modules (whose writes export drops), `torch.vmap` over a
+        parameter, NumPy. A model that raised raises again there, its own error."""
         return (entry.captured is None and (entry.export_failed or entry.keeps_state)
                 and not isinstance(self._model, torch.fx.GraphModule))
 
@@ -500,13 +497,12 @@ class CompiledModule:
             try:
                 tc(*args, **kwargs)
             except Exception as err:  # noqa: BLE001 - the model's own error: eager raises it too
-                why = f"{whole}; the model raised {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-                return _report(_Entry(None, None, {}, why), self._target, args, kwargs)
+                return _report(_Entry(None, None, {}, f"{whole}; the model raised {type(err).__name__}: "
+                                      f"{str(err).splitlines()[0][:200]}"), self._target, args, kwargs)
         if not tc.forward:
             return _report(_Entry(None, None, {}, f"{whole}; Dynamo: {tc.failure}"), self._target, args, kwargs)
         rep = tc.forward_report()
-        rep.capture_note = whole
-        rep.recompiles = list(self.recompiles)
+        rep.capture_note, rep.recompiles = whole, list(self.recompiles)
         return rep
 
 
@@ -591,7 +587,6 @@ def _compile_entry(model, args, kwargs, target: Target, fallback: str, launch: b
     except CaptureError as err:
         if fallback == "error":
             raise
-        # Dynamo runs the call (`_in_pieces`); a model that raised during capture raises again there
         return _Entry(None, None, {"capture": time.perf_counter() - t}, str(err), export_failed=True)
     timings["capture"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -90,7 +90,8 @@ def _clamp(x, lo=None, hi=None):
     for bound, below in ((lo, True), (hi, False)):
         if bound is None:
             continue
-        b = bound.to(dtype) if isinstance(bound, torch.Tensor) else torch.scalar_tensor(bound, dtype=dtype, device=x.device)
+        b = bound.to(dtype) if isinstance(bound, torch.Tensor) else \
+            torch.scalar_tensor(bound, dtype=dtype, device=x.device)
         out_of = (x < b) if below else (x > b)
         x = torch.where(out_of | torch.isnan(b), b, x)  # a NaN x stays: both compares are false
     return x
