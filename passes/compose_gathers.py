@@ -27,6 +27,7 @@ from torch_mlir.dialects import arith, tensor
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.contraction_ir import _const_of, _dim_pos as _dim
 from uniorch.codegen.domain import is_unit_view
+from uniorch.ir import dims
 
 from .split_prologue import _clone_into
 
@@ -96,7 +97,7 @@ def _gather_like(g: ir.Operation) -> bool:
     if len(tensors) == 1 and ops == ["linalg.yield"] and isinstance(tensors[0].owner, ir.Block):
         return True  # a transposed or broadcast argument (MoE experts' weights transposed for grouped_mm)
     if len(tensors) == 1 and ops == ["linalg.yield"] and _gathered_only(g) \
-            and _numel(tensors[0].type) <= _numel(g.results[0].type):
+            and _no_larger(tensors[0].type, g.results[0].type):
         # a broadcast of a computed tensor that only gathers read (NeRF's inverse-CDF sampling:
         # `gather(cdf[:, None].expand(rays, samples, bins), 2, idx)`): a gather reads memory, so
         # the copy would be written whole to be read at a few places; the source is as small or smaller
@@ -114,14 +115,10 @@ def _gathered_only(g: ir.Operation) -> bool:
     return bool(uses) and all(u.owner.name == "tensor.extract" and u.operand_number == 0 for u in uses)
 
 
-def _numel(t) -> int:
-    shape = list(ir.RankedTensorType(t).shape)
-    if any(n < 0 for n in shape):
-        return 1 << 62  # symbolic: never judged smaller
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def _no_larger(src, out) -> bool:
+    """Static shapes, src no more elements than out (a symbolic size is never judged smaller)."""
+    src, out = ir.RankedTensorType(src), ir.RankedTensorType(out)
+    return src.has_static_shape and out.has_static_shape and dims.prod(src.shape) <= dims.prod(out.shape)
 
 
 def _through_unit_view(e: ir.Operation) -> bool:

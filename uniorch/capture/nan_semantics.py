@@ -82,8 +82,10 @@ def _extreme_dim(x, dim, keepdim: bool, largest: bool):
 def _clamp(x, lo=None, hi=None):
     if x.is_complex():
         return NotImplemented
-    dtype = torch.result_type(x, lo if lo is not None else hi) if lo is None or hi is None else \
-        torch.promote_types(torch.result_type(x, lo), torch.result_type(x, hi))
+    dtype = x.dtype
+    for bound in (lo, hi):
+        if bound is not None:
+            dtype = torch.promote_types(dtype, torch.result_type(x, bound))
     if not dtype.is_floating_point:
         return NotImplemented  # integers: no NaN, torch-mlir's lowering is exact
     x = x.to(dtype)

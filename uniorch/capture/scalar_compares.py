@@ -29,10 +29,8 @@ def _in_common_dtype(op):
         if not isinstance(x, torch.Tensor) or x.is_complex() or isinstance(other, complex) \
                 or (isinstance(other, torch.Tensor) and other.is_complex()):
             return NotImplemented
-        dtype = torch.result_type(x, other)
-        floats = x.dtype.is_floating_point or (other.dtype.is_floating_point if isinstance(other, torch.Tensor)
-                                               else isinstance(other, float))
-        if not floats or not dtype.is_floating_point:
+        dtype = torch.result_type(x, other)  # a float when either side is one
+        if not dtype.is_floating_point:
             return NotImplemented  # integers and bools compare exactly as they are
         if isinstance(other, torch.Tensor):
             if x.dtype == dtype and other.dtype == dtype:
