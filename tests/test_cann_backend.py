@@ -165,3 +165,20 @@ def test_a_decode_steps_projection_builds_for_ascend():
     art = uniorch.compile_aot(lambda x, w, res: F.linear(x, w) + res, (x, w, res), target="cann")
     assert [k.name for k in art.kernels] == ["k0_contraction"] and not art.fallbacks, str(art)
     assert "ttadapter" in art.kernels[0].asm
+
+
+def test_sorts_build_for_ascend_with_the_runtime_gather():
+    # the bitonic network unrolled (as on GPUs) aborted the adapter when the sort's indices were not
+    # kept; looped, each step reads its partner lanes with tl.gather, a call into Ascend's runtime
+    import uniorch
+
+    x = torch.randn(6, 40)
+    for fn in (lambda t: torch.sort(t, -1)[0], lambda t: torch.topk(t, 3, largest=False)):
+        art = uniorch.compile_aot(fn, (x,), target="cann")
+        assert [k.kind for k in art.kernels] == ["sort"] and not art.fallbacks, str(art)
+        _filecheck(art.kernels[0].asm["ttadapter"], """
+CHECK: func.func private @triton_gather
+CHECK: scf.for
+CHECK: scf.for
+CHECK: call @triton_gather
+""")

@@ -136,9 +136,12 @@ def test_long_rows_sort_in_one_interpreter_block(dtype):
                 choose_schedule(kernel, "cuda:sm_90")
 
 
+@pytest.mark.parametrize("network", ["interpret", "cpu"])
 @pytest.mark.parametrize("block_p", [1, 4])
-def test_bitonic_network_on_forced_blocks(block_p):
-    """More rows than one program holds, padding lanes past a row of 45 in a block of 64."""
+def test_bitonic_network_on_forced_blocks(block_p, network):
+    """More rows than one program holds, padding lanes past a row of 45 in a block of 64; the
+    network unrolled (GPUs, the interpreter) and looped with gathers (the cpu target's form), both
+    run on the interpreter."""
     from uniorch.codegen.sort import generate_sort
     from uniorch.runtime import loader
 
@@ -149,8 +152,11 @@ def test_bitonic_network_on_forced_blocks(block_p):
     assert len(gs) == 1
     kernel, inputs, results = outline(module, gs[0], kind="sort")
     with kernel.context:
-        ks = generate_sort(kernel, "interpret", {"block_p": block_p, "block_r": 64, "num_warps": 1})
+        ks = generate_sort(kernel, network, {"block_p": block_p, "block_r": 64, "num_warps": 1})
     assert ks.grid == (-(-7 // block_p),)
+    # 21 steps for 64 lanes: written out, or one step in two loops
+    assert ks.source.count("= _exchange(key, idx") == (0 if network == "cpu" else 21)
+    assert ks.source.count("tl.gather(") == (2 if network == "cpu" else 0)
     vals, idx = torch.empty(7, 45), torch.empty(7, 45, dtype=torch.int64)
     loader.launch(ks, loader.load(ks, interpret=True), [x], [vals, idx])
     ref = fn(x)

@@ -11,8 +11,8 @@ five additions it needs to run in this process:
     `memrefCopy` from MLIR's C runner library, which torch-mlir's wheel does not ship.
   * a max/min-like reduction the adapter leaves without an initial value starts from its first
     element (`_seed_reductions`).
-  * Ascend's runtime scans the adapter calls for `tl.cumsum`/`tl.cumprod` (`triton_cumsum_N`)
-    get a body, a sequential scan (`_define_scans`), inlined before bufferizing.
+  * the functions of Ascend's runtime the adapter calls (`tl.cumsum`/`tl.cumprod`, `tl.gather`)
+    get bodies (`runtime_calls.py`), inlined before bufferizing.
   * a grid function, `<entry>__grid(args, gx, gy, gz, lo, hi)`, that runs programs lo..hi-1 of
     the grid in one native call (the adapter's kernel takes the grid size and its program id as
     six trailing i32), so a launch costs one call per thread, not one per program.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from ..sdk import BackendError
+from . import runtime_calls
 
 # Ascend's kernel ABI as the adapter writes it: two leading memref<?xi8> (sync-block lock and
 # workspace, named by the SyncBlockLockArgIdx / WorkspaceArgIdx attributes), the TTIR arguments
@@ -172,80 +173,6 @@ def _seed_reductions(module, entry: str) -> None:
                                              tail_sizes, [1] * len(shape))
                 op.operands[i] = tail.result
                 op.operands[n_in + i] = head.result
-
-
-# Ascend's compiler runtime functions the adapter calls for `tl.cumsum` / `tl.cumprod`
-# (`@triton_cumsum_N(tensor, axis: i32, reverse: i1) -> tensor`), with their combining op by
-# element kind. Defined here as a sequential scan, for the form uniorch's scan kernels call them
-# in: the last axis, forward; any other call keeps the declaration (the kernel falls back).
-_SCANS = {"cumsum": ("arith.addi", "arith.addf"), "cumprod": ("arith.muli", "arith.mulf")}
-
-
-def _define_scans(module, entry: str) -> None:
-    from torch_mlir import ir
-
-    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in _walk(module, "func.func")}
-    calls: dict[str, list] = {}
-    for call in _walk(module, "func.call"):
-        calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
-    for name, decl in funcs.items():
-        m = re.fullmatch(r"triton_(cumsum|cumprod)_\d+", name)
-        if not m or decl.regions[0].blocks:
-            continue
-        ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
-        tensor_t = ir.RankedTensorType(ftype.inputs[0])
-        rank, shape = tensor_t.rank, list(tensor_t.shape)
-        if rank < 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape):
-            continue
-        if not all(_constant_int(c.operands[1]) == rank - 1 and _constant_int(c.operands[2]) == 0
-                   for c in calls.get(name, [])):
-            continue
-        elt = str(tensor_t.element_type)
-        op = _SCANS[m.group(1)][1 if elt.startswith(("f", "bf")) else 0]
-        body = ir.Module.parse(_scan_body(name, str(tensor_t), shape, elt, op))
-        module.body.append(list(body.body.operations)[0].operation)
-        decl.erase()
-
-
-def _constant_int(value):
-    from torch_mlir import ir
-
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
-        return None
-    try:
-        return ir.IntegerAttr(owner.attributes["value"]).value
-    except (ValueError, TypeError):
-        return None
-
-
-def _scan_body(name: str, ttype: str, shape: list, elt: str, op: str) -> str:
-    """x[..., j] = x[..., j-1] op x[..., j] for j = 1..n-1, row by row, in order (eager's order)."""
-    rank = len(shape)
-    lines = [f"func.func private @{name}(%x: {ttype}, %axis: i32, %rev: i1) -> {ttype} {{",
-             "  %c0 = arith.constant 0 : index", "  %c1 = arith.constant 1 : index"]
-    lines += [f"  %n{d} = arith.constant {n} : index" for d, n in enumerate(shape)]
-    ivs, acc = [], "%x"
-    for d in range(rank - 1):  # every leading index
-        lines.append(f"  %r{d} = scf.for %i{d} = %c0 to %n{d} step %c1 iter_args(%a{d} = {acc}) -> ({ttype}) {{")
-        ivs.append(f"%i{d}")
-        acc = f"%a{d}"
-    last = rank - 1
-    idx = ", ".join(ivs + ["%j"])
-    prev = ", ".join(ivs + ["%jm"])
-    lines += [f"  %s = scf.for %j = %c1 to %n{last} step %c1 iter_args(%t = {acc}) -> ({ttype}) {{",
-              "    %jm = arith.subi %j, %c1 : index",
-              f"    %p = tensor.extract %t[{prev}] : {ttype}",
-              f"    %v = tensor.extract %t[{idx}] : {ttype}",
-              f"    %w = {op} %p, %v : {elt}",
-              f"    %u = tensor.insert %w into %t[{idx}] : {ttype}",
-              f"    scf.yield %u : {ttype}", "  }"]
-    result = "%s"
-    for d in reversed(range(rank - 1)):
-        lines += [f"  scf.yield {result} : {ttype}", "  }"]
-        result = f"%r{d}"
-    lines += [f"  return {result} : {ttype}", "}"]
-    return "\n".join(lines)
 
 
 def _defined_by(value, name: str) -> bool:
@@ -464,7 +391,7 @@ def to_llvm(linalg: str, entry: str) -> str:
         func = _entry_func(module, entry)
         helpers = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
                    if op.regions[0].blocks and ir.StringAttr(op.attributes["sym_name"]).value != entry]
-        _define_scans(module, entry)
+        runtime_calls.define(module, _walk(module, "func.func"), _walk(module, "func.call"))
         external = [ir.StringAttr(op.attributes["sym_name"]).value for op in _walk(module, "func.func")
                     if not op.regions[0].blocks]
         if helpers:
@@ -473,7 +400,7 @@ def to_llvm(linalg: str, entry: str) -> str:
             raise BackendError(f"kernel {entry}: the adapter's linalg calls its helper function(s) "
                                f"{', '.join(helpers)} with tensors, which the cpu lowering does not bufferize")
         if external:
-            # e.g. a reversed tl.cumsum: a call to `triton_cumsum_0` that _define_scans leaves declared
+            # e.g. a reversed tl.cumsum: a call to `triton_cumsum_0` that runtime_calls leaves declared
             raise BackendError(f"kernel {entry}: the adapter's linalg calls {', '.join(external)}, a function of "
                                "Ascend's compiler runtime the cpu backend defines only as a forward scan along "
                                "the last axis")

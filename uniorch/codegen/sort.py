@@ -3,7 +3,8 @@
 
 One program sorts BLOCK_P rows, each padded to a power-of-two BLOCK_R >= its length, with a
 bitonic network written out in the generated source (`tl.sort` is a library wrapper Triton's
-interpreter cannot call, docs/kernels.md §4). What is sorted are (key, index) pairs:
+interpreter cannot call, docs/kernels.md §4): unrolled for GPUs and the interpreter, loops over
+its stages on Ascend's adapter's targets, cann and cpu (`_network`). What is sorted are (key, index) pairs:
 
 * the key is an integer whose signed order is the order PyTorch sorts by: an integer value as
   is; a float's bits with the magnitude bits flipped for negatives (fp16/bf16 widened to fp32
@@ -13,8 +14,8 @@ interpreter cannot call, docs/kernels.md §4). What is sorted are (key, index) p
   answer when it is not asked. Padding lanes get the largest key and indices past the row.
 
 Values are then gathered from the input by the sorted indices, so they are the input's own bits.
-A row longer than one block (ROW_MAX on a GPU, INTERP_ROW_MAX in Triton's interpreter) is left
-to eager (CodegenError from choose_schedule).
+A row longer than one block (ROW_MAX on a GPU, INTERP_ROW_MAX in Triton's interpreter and on the
+cpu target) is left to eager (CodegenError from choose_schedule).
 
 Kernel shape (what uniorch-fuse groups): the sort or topk, whose sorted input is a kernel
 argument, and fills of its other operands (the index iota, topk's initial values).
@@ -32,8 +33,9 @@ from .rows import row_coords, row_params
 from .source import CodegenError, KernelSource
 
 ROW_MAX = 8192  # longest row sorted in one block on a GPU (32-bit keys); 64-bit keys: half
-# Triton's interpreter runs a block as NumPy arrays, with no register file to spill from: one block
-# sorts rows up to this long there, whatever the key width (a 65536-long row sorts in seconds)
+# Triton's interpreter runs a block as NumPy arrays, the cpu target in memory, neither with a
+# register file to spill from: one block sorts rows up to this long there, whatever the key width
+# (a 65536-long row sorts in seconds)
 INTERP_ROW_MAX = 1 << 16
 OPS = ("tm_tensor.sort", "tm_tensor.topk")
 
@@ -174,8 +176,10 @@ class _Sort:
 
 def choose_schedule(kernel_func, target: str) -> dict:
     s = _Sort(kernel_func)
-    interp = (target or "interpret").split(":", 1)[0] == "interpret"
-    limit = INTERP_ROW_MAX if interp else ROW_MAX if s.key_bits() == 32 else ROW_MAX // 2
+    kind = (target or "interpret").split(":", 1)[0]
+    interp = kind == "interpret"
+    in_memory = kind in ("interpret", "cpu")  # no register file to spill from
+    limit = INTERP_ROW_MAX if in_memory else ROW_MAX if s.key_bits() == 32 else ROW_MAX // 2
     block_r = _next_pow2(max(s.n, 2))
     if block_r > limit:
         raise CodegenError(s.op, f"row of {s.n} is longer than one block ({limit}); sorting it runs eagerly")
@@ -209,6 +213,36 @@ def _exchange(key, idx, P: tl.constexpr, N: tl.constexpr, D: tl.constexpr, BLK: 
 '''
 
 
+def _looped_network(target: str) -> bool:
+    """Whether the bitonic network runs as loops over its stages (`_network`): on Ascend's adapter's
+    targets. Unrolled, the adapter aborts on a sort whose indices are not kept (an assertion in
+    its use analysis), and on the cpu target LLVM's compile grows with the network's square
+    (8192 lanes, 91 steps: 6 MB of LLVM IR, 142 s in LLVM's loop passes; looped: under a second).
+    The gather becomes a call into Ascend's runtime (`backends/cpu/runtime_calls.py` on cpu)."""
+    return (target or "").split(":", 1)[0] in ("cpu", "cann")
+
+
+def _network(m: int, looped: bool) -> list[str]:
+    """The bitonic network over 2**m lanes: stage s merges blocks of 2**s lanes, in steps exchanging
+    lanes 2**(s-1), ..., 2, 1 apart. Unrolled, each step reshapes the tile with its distance as a
+    constant (registers and shuffles on a GPU). Looped, the distance is a loop variable and each
+    lane reads its partner, lane ^ d, with a gather: one step's code for all."""
+    if not looped:
+        return [f"    key, idx = _exchange(key, idx, BLOCK_P, BLOCK_R, {1 << sub}, {1 << stage})"
+                for stage in range(1, m + 1) for sub in range(stage - 1, -1, -1)]
+    return [f"    for stage in range(1, {m + 1}):",
+            "        for step in range(0, stage):",
+            "            d = 1 << (stage - 1 - step)",
+            "            partner = tl.broadcast_to(lane ^ d, (BLOCK_P, BLOCK_R))",
+            "            pkey = tl.gather(key, partner, 1)",
+            "            pidx = tl.gather(idx, partner, 1)",
+            "            before = (pkey < key) | ((pkey == key) & (pidx < idx))  # the partner sorts first",
+            "            # the lower lane of a pair keeps the first of the two where its block ascends",
+            "            take = tl.where(((lane & d) == 0) == ((lane & (1 << stage)) == 0), before, ~before)",
+            "            key = tl.where(take, pkey, key)",
+            "            idx = tl.where(take, pidx, idx)"]
+
+
 def _key_lines(ty: str, bits: int) -> list[str]:
     """Lines turning the loaded `x` into `key` (see the module docstring)."""
     it = f"tl.int{bits}"
@@ -240,11 +274,12 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
         return " + ".join(terms)
 
     bits = s.key_bits()
+    looped = _looped_network(target)
     kmax = (1 << (bits - 1)) - 1
     what = f"{'topk' if s.topk else 'sort'} ({'ascending' if s.order == 'asc' else 'descending'})"
     lines = [
         f'"""Generated by uniorch from kernel @{s.name} (sort). Do not edit."""',
-        "import triton.language as tl", "", "", _HELPERS, "",
+        "import triton.language as tl", "", "", "" if looped else _HELPERS, "",
         "@jit", f"def {fn}({', '.join(params)}):",
         f"    # {what} along dim {s.dim} of {s.shape} ({s.ty}), {s.k} of {s.n} columns kept; at {s.op.location}",
         "    rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]",
@@ -261,10 +296,7 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
         lines.append("    key = ~key  # descending: the complement reverses the order")
     lines += [f"    key = tl.where(mask, key, {kmax})  # padding sorts last",
               "    idx = lane + rows * 0"]
-    m = block_r.bit_length() - 1
-    for stage in range(1, m + 1):
-        for sub in range(stage - 1, -1, -1):
-            lines.append(f"    key, idx = _exchange(key, idx, BLOCK_P, BLOCK_R, {1 << sub}, {1 << stage})")
+    lines += _network(block_r.bit_length() - 1, looped)
     lines.append(f"    out_mask = row_mask & (lane < {s.k})")
     for j, r in enumerate(s.results):
         dst = f"out{j}_ptr + {offset('out', j, 'lane')}"
