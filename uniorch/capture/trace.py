@@ -25,7 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
-from . import aliases, attribute_guard, eager_layouts
+from . import aliases, attribute_guard, cia_ops, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -131,12 +131,13 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled):
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
-            try:
-                ep = ep.run_decompositions(decomposition_table())
-            except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
-                # a count from nonzero/masked_select/unique that later shape arithmetic cannot
-                # bound symbolically fails the trace; without those rewrites the ops stay eager
-                ep = ep.run_decompositions(decomposition_table(data_dependent=False))
+            with cia_ops.memoized():
+                try:
+                    ep = ep.run_decompositions(decomposition_table())
+                except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
+                    # a count from nonzero/masked_select/unique that later shape arithmetic cannot
+                    # bound symbolically fails the trace; without those rewrites the ops stay eager
+                    ep = ep.run_decompositions(decomposition_table(data_dependent=False))
             eager_layouts.mark(ep.graph_module, layouts)
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
