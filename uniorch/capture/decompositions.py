@@ -13,6 +13,8 @@ import math
 import torch
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+from . import cia_ops
+
 aten = torch.ops.aten
 
 
@@ -355,13 +357,22 @@ def decomposition_table(data_dependent: bool = True) -> dict:
     from .grouped_mm import table as grouped_mm
 
     table = {**_table(data_dependent), **grouped_mm()}
+    later = cia_ops.preservable() - _CIA_AT_FIRST_TABLE
+    table.update(cia_ops.own_decompositions(op for op in later if op not in table))
     if fallback_random():
         table = {op: fn for op, fn in table.items() if op not in random_ops()}
     return table
 
 
+# the CIA ops registered when `_table` was first built (`cia_ops.py`: those registered later)
+_CIA_AT_FIRST_TABLE: frozenset = frozenset()
+
+
 @functools.cache
 def _table(data_dependent: bool = True) -> dict:
+    global _CIA_AT_FIRST_TABLE
+    if not _CIA_AT_FIRST_TABLE:
+        _CIA_AT_FIRST_TABLE = cia_ops.preservable()
     table = dict(get_decomposition_table())
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
