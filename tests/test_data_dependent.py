@@ -23,6 +23,11 @@ CASES = {
     "unique_consecutive": lambda x: torch.unique_consecutive(x.round(), return_inverse=True, return_counts=True),
     "item": lambda x: ((x > 0).sum().item(), x.abs().amax().item(), x + 1),  # exact: no summation order
     "nonzero_and_more": lambda x: (torch.nonzero(x > 0.3), x.softmax(-1)),
+    # boolean-mask indexing (capture's `_index_by_mask`): a gather of the kept rows, trimmed
+    "mask_all_dims": lambda x: (x * 3)[x > 0],
+    "mask_rows": lambda x: x.exp()[x[:, 0] > 0],
+    "mask_middle_dim": lambda x: x.reshape(2, 3, 8)[:, x[0, :3] != 0],
+    "mask_columns": lambda x: x[:, x[0] > 0],
 }
 
 
@@ -58,3 +63,20 @@ def test_bundle_trims_at_the_boundary(tmp_path):
     loaded = uniorch.load(str(tmp_path / "dd"))
     x = _sparse(4, 6, keep=0.3)
     torch.testing.assert_close(loaded(x), fn(x))
+
+
+def test_a_loss_over_masked_rows_compiles_its_gather_and_matches_eager():
+    """`cross_entropy(logits[labels != -100], labels[labels != -100])`, a common training loss: the
+    boolean index went to torch-mlir as an integer index, which aborted the whole process (LLVM
+    out of memory) while compiling. Now the kept rows are gathered in kernels and only what
+    follows the count runs eagerly."""
+    import torch.nn.functional as F
+
+    fn = lambda lg, lb: F.cross_entropy(lg[lb != -100], lb[lb != -100])  # noqa: E731
+    cm = uniorch.compile(fn, target="interpret")
+    for ignored in (3, 9):
+        logits, labels = torch.randn(4, 16, 50), torch.randint(0, 50, (4, 16))
+        labels[:, :ignored] = -100
+        torch.testing.assert_close(cm(logits, labels), fn(logits, labels))
+    rep = cm.explain(logits, labels)
+    assert not [f for f in rep.fallbacks if f.op.startswith("aten.index")], rep

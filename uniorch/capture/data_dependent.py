@@ -1,7 +1,8 @@
 """Ops whose output size or Python value depends on the data: computed in kernels at a bound
 size, trimmed (or read out) at the model's boundary.
 
-Why: nonzero, masked_select, unique and friends return as many rows as the data says; `item`
+Why: nonzero, masked_select, unique, indexing by a boolean mask and friends return as many rows
+as the data says; `item`
 returns a Python value. Kernels need static shapes. As Inductor does with its
 unbacked sizes, the decompositions below compute the result padded to its largest possible size
 plus the true count (cumsum positions and a scatter: all ops that compile), then read the count
@@ -64,6 +65,33 @@ def _masked_select(x, mask):
     return _trimmed(padded, count, n)
 
 
+def _index_by_mask(x, indices):
+    """`x[..., mask, ...]`: one boolean (or uint8) index with only full slices beside it. The rows
+    the mask keeps are gathered at the padded size, then trimmed to the count: the gather is a
+    kernel, only the trim waits for the count. torch-mlir lowers a boolean index as an integer one
+    (wrong shapes; for some graphs it aborted the process, LLVM out of memory)."""
+    masks = [i for i, t in enumerate(indices) if t is not None and t.dtype in (torch.bool, torch.uint8)]
+    if len(masks) != 1 or any(t is not None for i, t in enumerate(indices) if i != masks[0]) or x.is_complex():
+        return NotImplemented
+    p, mask = masks[0], indices[masks[0]].to(torch.bool)
+    if tuple(mask.shape) != tuple(x.shape[p:p + mask.dim()]) or mask.numel() == 0:
+        return NotImplemented
+    keep = mask.reshape(-1)
+    n = keep.shape[0]
+    where, count = _count(keep)
+    flat = torch.zeros(n + 1, dtype=torch.int64, device=x.device).index_put(
+        (where,), torch.arange(n, device=x.device))  # padding rows read element 0
+    coords, rest = [], flat
+    for size in reversed(mask.shape):  # row-major coordinates in the mask's dims
+        coords.append(rest % size)
+        rest = rest // size
+    padded = aten.index.Tensor(x, [None] * p + coords[::-1])
+    k = count.item()
+    torch._check(k >= 0)
+    torch._check(k <= n)
+    return padded.narrow(p, 0, k)
+
+
 def _runs(values: torch.Tensor):
     """Group id per element of `values` (flat) where a new group starts at each change (NaN never
     equals NaN, so each NaN is its own group, as in ATen), and the number of groups."""
@@ -116,6 +144,7 @@ def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
 TABLE = {
     aten.nonzero.default: _nonzero,
     aten.masked_select.default: _masked_select,
+    aten.index.Tensor: _index_by_mask,
     aten._unique2.default: _unique2,
     aten.unique_consecutive.default: _unique_consecutive,
 }
