@@ -80,3 +80,26 @@ def test_a_loss_over_masked_rows_compiles_its_gather_and_matches_eager():
         torch.testing.assert_close(cm(logits, labels), fn(logits, labels))
     rep = cm.explain(logits, labels)
     assert not [f for f in rep.fallbacks if f.op.startswith("aten.index")], rep
+
+
+@pytest.mark.parametrize("case", ["div", "rsub", "output_too", "f64", "f16"])
+def test_a_value_read_with_item_into_arithmetic_stays_on_the_device(case):
+    """`x / x.abs().max().item()`: the Python float fed div as a scalar, which no kernel takes, so
+    the read and the ops it fed ran eagerly (capture/scalar_reads.py). Exact ops (max, min) keep
+    eager's bits; a 16-bit operand keeps the eager scalar form (its op reads the scalar at fp32)."""
+    fn = {"div": lambda x: x / x.abs().max().item(),
+          "rsub": lambda x: x.amin().item() - x * 2,
+          "output_too": lambda x: (x.max().item(), x * x.max().item()),
+          "f64": lambda x: x.double() / x.double().abs().max().item(),
+          "f16": lambda x: x.half() / x.abs().max().item()}[case]
+    cm = uniorch.compile(fn, target="interpret")
+    for _ in range(2):  # a fresh value each call: not a constant of the compile
+        x = torch.randn(16, 33)
+        out, ref = cm(x), fn(x)
+        assert type(out) is type(ref)
+        if case == "output_too":
+            assert out[0] == ref[0] and torch.equal(out[1], ref[1])
+        else:
+            assert torch.equal(out, ref)
+    fallbacks = [f.op for f in cm.explain(x).fallbacks]
+    assert (fallbacks != []) == (case == "f16"), fallbacks

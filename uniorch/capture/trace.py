@@ -36,6 +36,7 @@ from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
 from .nested_encoder import NestedEncoderAsEager
 from .rnn_cells import CellsAsMath
+from .scalar_reads import scalar_reads_as_tensors
 from .scatter_rows import scatter_add_rows
 from .gated_split import split_gated_projections
 from .strided_views import as_strided_as_views
@@ -159,6 +160,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
     scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
     split_gated_projections(cg.graph_module)  # Phi-3's fused gate/up: two products, one gated kernel
+    scalar_reads_as_tensors(cg.graph_module)  # x / t.item(): t stays a 0-d tensor
     if dynamic:
         specialized_sizes_as_ints(cg.graph_module)
         drop_noop_expands(cg.graph_module)
