@@ -32,11 +32,20 @@ def _count(mask_flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask_flat, pos, n), mask_flat.to(torch.int64).sum()
 
 
-def _trimmed(padded: torch.Tensor, count: torch.Tensor, bound: int) -> torch.Tensor:
+def _trimmed(padded: torch.Tensor, count: torch.Tensor, bound: int, dim: int = 0) -> torch.Tensor:
     k = count.item()
     torch._check(k >= 0)
     torch._check(k <= bound)
-    return padded[:k]
+    return padded.narrow(dim, 0, k)
+
+
+def _unravel(flat: torch.Tensor, shape) -> list[torch.Tensor]:
+    """Row-major coordinates in `shape` of the flat positions `flat`, one tensor per dim."""
+    coords, rest = [], flat
+    for size in reversed(shape):
+        coords.append(rest % size)
+        rest = rest // size
+    return coords[::-1]
 
 
 def _nonzero(x):
@@ -45,11 +54,8 @@ def _nonzero(x):
     flat = (x != 0).reshape(-1)
     n = flat.shape[0]
     where, count = _count(flat)
-    coords, rest = [], torch.arange(n, device=x.device)
-    for size in reversed(x.shape):  # row-major coordinates of every element
-        coords.append(rest % size)
-        rest = rest // size
-    coords = torch.stack(coords[::-1], -1) if coords else torch.zeros(n, 0, dtype=torch.int64, device=x.device)
+    coords = _unravel(torch.arange(n, device=x.device), x.shape)  # of every element
+    coords = torch.stack(coords, -1) if coords else torch.zeros(n, 0, dtype=torch.int64, device=x.device)
     padded = torch.zeros(n + 1, x.dim(), dtype=torch.int64, device=x.device).index_put((where,), coords)
     return _trimmed(padded, count, n)
 
@@ -81,15 +87,8 @@ def _index_by_mask(x, indices):
     where, count = _count(keep)
     flat = torch.zeros(n + 1, dtype=torch.int64, device=x.device).index_put(
         (where,), torch.arange(n, device=x.device))  # padding rows read element 0
-    coords, rest = [], flat
-    for size in reversed(mask.shape):  # row-major coordinates in the mask's dims
-        coords.append(rest % size)
-        rest = rest // size
-    padded = aten.index.Tensor(x, [None] * p + coords[::-1])
-    k = count.item()
-    torch._check(k >= 0)
-    torch._check(k <= n)
-    return padded.narrow(p, 0, k)
+    padded = aten.index.Tensor(x, [None] * p + _unravel(flat, mask.shape))
+    return _trimmed(padded, count, n, dim=p)
 
 
 def _runs(values: torch.Tensor):
