@@ -95,6 +95,9 @@ class Fuse(Pass):
             _Fusion(main, self.max_ops, self.views).run()
 
 
+SIBLING_REACH = 512  # block positions (see candidates)
+
+
 class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
     def __init__(self, main, max_ops: int, views: bool = True):
         self.main = main
@@ -254,7 +257,15 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
         sibs = []
         if g.kind in ("reduction", "pointwise"):
             # siblings: ungrouped ops reading a tensor a member reads (LayerNorm's mean and
-            # variance of the same rows): one pass over the shared input instead of two
+            # variance of the same rows: one pass over the shared input instead of two), or sharing
+            # its init (a tensor.empty or a fill, one per shape after CSE: no bytes saved, a launch
+            # less, e.g. every layer's KV-cache copies in one pointwise kernel). Only within
+            # SIBLING_REACH block positions of the group (which may grow along a model that way):
+            # farther ones are nearly always a cycle away (every layer's RoPE reads the same cos
+            # and sin, every LayerNorm shares an init), and trying each against every other layer's
+            # was quadratic in the layers
+            span = [p for p in (self._index.get(m) for m in g.ops) if p is not None]
+            lo, hi = (min(span) - SIBLING_REACH, max(span) + SIBLING_REACH) if span else (None, None)
             for m in g.ops:
                 for v in m.operands:
                     if not isinstance(v.type, ir.ShapedType):
@@ -262,6 +273,8 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
                     if not isinstance(v.owner, ir.Block) and self.top(v.owner) in members:
                         continue
                     for u in v.uses:
+                        if lo is not None and not lo <= self._index.get(pat.op_of(u.owner), lo) <= hi:
+                            continue
                         t = self.top(u.owner)
                         if (t is not None and t not in members and t not in self.group_of and t not in seen
                                 and pat.op_of(u.owner) == t):
@@ -465,8 +478,18 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
             g.layout = trial
             for o in views + [x]:
                 self.group_of[o] = self.groups.index(g)
+            if role == "producer":
+                self._move_to_readers(x)
             return True
         return self.join_clone(g, x, trial)
+
+    def _move_to_readers(self, x: ir.Operation) -> None:
+        """A producer whose readers are all in its new group takes the first one's graph position (as
+        a clone does, `_clone_position`): the last group to take a shared fill gets the original."""
+        gid = self.group_of.get(x)
+        at = [self._index.get(s) for s in self.succs.get(x, ())]
+        if at and None not in at and all(self.group_of.get(s) == gid for s in self.succs[x]):
+            self._index[x] = max(self._index.get(x, 0), min(at))
 
     @staticmethod
     def _returned_only(g: _Group, outside_users) -> bool:
@@ -501,14 +524,27 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
 
     def clone_into(self, x: ir.Operation, redirected: list, at=None) -> ir.Operation:
         """A clone of x before `at` (default x), which the uses `redirected` (user, operand number,
-        result number) read instead, and in the graph at x's position."""
+        result number) read instead, and in the graph at its first reader's position."""
+        pos = self._clone_position(x, redirected)
         saved = self.detach(self.top(owner) for owner, _, _ in redirected)
         with ir.InsertionPoint(at if at is not None else x):
             y = pat.op_of(x.clone())
         for owner, i, r in redirected:
             owner.operands[i] = y.results[r]
-        self.attach(saved, [(y, self._index.get(x, len(self.ops)))])
+        self.attach(saved, [(y, pos)])
         return y
+
+    def _clone_position(self, x: ir.Operation, redirected: list) -> int:
+        """Graph position of a clone of x for the readers `redirected`: the first reader's. Positions
+        only need to grow along edges (`_return_bound`), and this one does: x's producers come
+        before x, which comes before its readers. x's own position made every group that cloned a
+        shared fill (LayerNorm's accumulator, one after CSE) span the model from that fill on, and
+        each cycle check walk that far: quadratic in a model's layers."""
+        at = [self._index.get(self.top(owner)) for owner, _, _ in redirected]
+        known = [p for p in at if p is not None]
+        if known and len(known) == len(at):
+            return min(known)
+        return self._index.get(x, len(self.ops))
 
     def undo_clone(self, x: ir.Operation, y: ir.Operation, redirected: list, also=()) -> None:
         """Takes back `clone_for`: the moved uses read x again and the clone y is erased (and the
@@ -586,14 +622,14 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
             return False
         first = min((self.top(o) for o, _ in uses), key=lambda o: [p.operation for p in self.block.operations].index(o))
         # the view's clone first (the members read it), then x's, which the view's clone reads;
-        # each takes its original's position in the graph
+        # both at the first reader's position in the graph (`_clone_position`)
         redirected = [(o, i, 0) for o, i in uses]
         v2 = self.clone_into(view, redirected, at=first)
         saved = self.detach([v2])
         with ir.InsertionPoint(v2):
             x2 = pat.op_of(x.clone())
         v2.operands[0] = x2.results[0]
-        self.attach(saved, [(x2, self._index.get(x, len(self.ops)))])
+        self.attach(saved, [(x2, saved[0][3] if saved else self._index.get(x, len(self.ops)))])
         trial = g.layout.copy()
         trial.views.add(v2)
         ok = trial.try_add(x2, allow_growth=g.kind == "pointwise") is None and not self.creates_cycle(g, x2, [v2])

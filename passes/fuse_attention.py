@@ -59,17 +59,10 @@ def _users(v) -> list:
     return [pat.op_of(u.owner) for u in v.uses]
 
 
-def _try_merge(block, c2) -> bool:
-    ops = [o.operation for o in block.operations]
-    members: dict[int, list] = {}
-    for o in ops:
-        g = group_of(o)
-        if g is not None:
-            members.setdefault(g, []).append(o)
+def _try_merge(block, c2, base: dict) -> bool:
     g_c = group_of(c2)
-    base = members
     for probs in list(c2.opview.inputs):
-        members = {g: list(ops_) for g, ops_ in base.items()}
+        members = dict(base)  # each entry below is replaced, never changed in place
         p = _producer(probs)
         moved = None
         if p is not None and group_of(p) == g_c and _widens(p) and _producer(p.operands[0]) is not None:

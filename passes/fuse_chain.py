@@ -61,14 +61,22 @@ class FuseChain(Pass):
             block = main.regions[0].blocks[0]
             merge_into_contractions(block, _try_merge)
             chains = [o.operation for o in block.operations if CHAIN in o.operation.attributes]
-            if any([_take_up(block, c) for c in chains]):
+            if _each_chain(block, chains, _take_up):
                 renumber(block)
-            if any([_take_lead(block, c) for c in chains]):
+            if _each_chain(block, chains, _take_lead):
                 renumber(block)
 
 
-def _try_merge(block, c2) -> bool:
-    members = group_members(block)
+def _each_chain(block, chains: list, take) -> bool:
+    """`take(block, chain, groups)` for each chain, `groups` as `merge_into_contractions` gives it."""
+    changed, now = False, group_members(block)
+    for c in chains:
+        if take(block, c, now):
+            changed, now = True, group_members(block)
+    return changed
+
+
+def _try_merge(block, c2, members: dict) -> bool:
     g_c = group_of(c2)
     for h in list(c2.opview.inputs):
         p = _producer(h)
@@ -119,9 +127,8 @@ def _annotate(a_ops, c_ops, gid: int, c1, c2, h_op, h) -> None:
     extend_domain(c2, c1)
 
 
-def _take_up(block, c2) -> bool:
+def _take_up(block, c2, members: dict) -> bool:
     """The `up` product of a gated MLP joins the chain anchored by c2 (see the module doc)."""
-    members = group_members(block)
     gid = group_of(c2)
     chain_ops = members[gid]
     hidden = next((o for o in chain_ops if HIDDEN in o.attributes), None)
@@ -138,12 +145,12 @@ def _take_up(block, c2) -> bool:
         cu = _lone_product(u_ops)
         if cu is None:
             continue
+        # the cheap checks first: the walks of `_feeds` can cross the model (a product of another
+        # layer whose output reaches this epilogue)
+        if not _same_product(c1, cu) or not _only_used_by(u_ops, [v], chain_ops):
+            continue
         # its prologue, and a pointwise epilogue (16-bit models round `up` as eager stores it)
         if not all(o == cu or _feeds(o, cu) or _feeds(cu, o) for o in u_ops):
-            continue
-        if not _only_used_by(u_ops, [v], chain_ops):
-            continue
-        if not _same_product(c1, cu):
             continue
         for o in u_ops:
             join(o, gid)
@@ -152,12 +159,11 @@ def _take_up(block, c2) -> bool:
     return False
 
 
-def _take_lead(block, c2) -> bool:
+def _take_lead(block, c2, members: dict) -> bool:
     """The contraction whose epilogue computes the chain's input rows joins the chain anchored by
     c2 as its lead (codegen/chain_lead.py): a group of one product and its epilogue (bias,
     residual, LayerNorm: row statistics over its whole output row), whose only result is read
     only by the chain."""
-    members = group_members(block)
     gid = group_of(c2)
     chain_ops = members[gid]
     c1s = [o for o in chain_ops if o != c2 and pat.is_contraction(o) and UP not in o.attributes]
@@ -220,7 +226,7 @@ def _epilogue_inputs(chain_ops, c1, hidden) -> list:
 
 def _feeds(op, target) -> bool:
     """`op` is computed before `target` and read by it (through other ops)."""
-    return any(_in_chain(op, v) for v in target.operands)
+    return _in_chain(op, *target.operands)
 
 
 def _same_product(c1, cu) -> bool:

@@ -20,7 +20,7 @@ from uniorch.codegen import patterns as pat
 from uniorch.codegen.operand_sums import OPERAND_SUM, cast_tail, sum_mapping
 
 from .base import Pass, PassContext
-from .fuse_siblings import SIBLING, _reaches
+from .fuse_siblings import SIBLING, _positions, _reaches
 from .groups import group_of, join, kind_of, members, renumber
 from .ir_utils import main_func
 
@@ -33,7 +33,7 @@ class FuseOperandSums(Pass):
         main = main_func(module)
         block = main.regions[0].blocks[0]
         with module.context:
-            groups = members(block)
+            groups, at = members(block), _positions(block)
             anchors = [o for o in (x.operation for x in block.operations)
                        if kind_of(o) == "contraction" and pat.is_contraction(o) and _plain(groups[group_of(o)], o)]
             taken: list[set] = [set() for _ in anchors]  # per matmul, the factor sides a sum rides on
@@ -47,10 +47,12 @@ class FuseOperandSums(Pass):
                     if gc == gid:
                         continue
                     got = sum_mapping(c, r, lambda t, g=gc: group_of(t) == g)
-                    if got is None or got[0] in taken[n] or _reaches(block, gid, gc) or _reaches(block, gc, gid):
+                    if got is None or got[0] in taken[n] or _reaches(groups, gid, gc, at) \
+                            or _reaches(groups, gc, gid, at):
                         continue
                     for o in ops:
                         join(o, gc)
+                    groups[gc] = groups[gc] + groups.pop(gid)
                     r.attributes[OPERAND_SUM] = ir.UnitAttr.get()
                     taken[n].add(got[0])
                     merged = True

@@ -58,17 +58,25 @@ class FuseSiblings(Pass):
             # merging changes only the groups it takes, which are not looked at again
             groups = members(block)
             # block positions and each anchor's prologue, made once (each was a walk of the whole
-            # block per pair of anchors: most of RegNet's compile) and again after a merge erases ops
+            # block per pair of anchors: most of RegNet's compile); a merge updates what it changes
             at = _positions(block)
             prologues: dict = {}
 
-            def prologue(k: int) -> list:
+            def prologue(k: int) -> tuple:
+                """(anchor k's prologue, the values from outside its group that it reads)."""
                 if k not in prologues:
-                    prologues[k] = _prologue(anchors[k], at)
+                    ops = _prologue(anchors[k], at)
+                    inside = {o.operation for o in ops}
+                    prologues[k] = (ops, {v for o in ops for v in o.operands
+                                          if isinstance(v.owner, ir.Block) or _producer(v) is None
+                                          or top_level(_producer(v)).operation not in inside})
                 return prologues[k]
 
             plain = [_plain(block, c, groups=groups) for c in anchors]
             shared = [_plain(block, c, prologue=True, groups=groups, at=at) for c in anchors]
+            # what `_same_shape` compares but the factor, as a key: pairs of a deep model's
+            # anchors are compared by it first (each comparison was a few maps printed)
+            sig = [_signature(c) if plain[k] or shared[k] else None for k, c in enumerate(anchors)]
             for i, c0 in enumerate(anchors):
                 if i in taken or not (plain[i] or shared[i]):
                     continue
@@ -77,27 +85,34 @@ class FuseSiblings(Pass):
                     if n >= MAX_SIBLINGS:
                         break
                     c1 = anchors[j]
-                    if j in taken:
+                    if j in taken or sig[j] != sig[i]:
                         continue
                     g0, g1 = group_of(c0), group_of(c1)
                     if plain[i] and plain[j]:
-                        if not _same_shape(c0, c1):
+                        if not same_factor(c0.operands[0], c1.operands[0]):
                             continue
-                    elif not (shared[i] and shared[j] and _same_shape(c0, c1, factor=False)
-                              and _same_prologue(c0, c1, prologue(i), prologue(j), at)):
+                    # equal prologues read the same tensors (the cheap test first: they are a
+                    # model's layers' norms, compared op by op)
+                    elif not (shared[i] and shared[j] and prologue(i)[1] == prologue(j)[1]
+                              and _same_prologue(c0, c1, prologue(i)[0], prologue(j)[0], at)):
                         continue
-                    if _reaches(block, g0, g1) or _reaches(block, g1, g0):
+                    if _reaches(groups, g0, g1, at) or _reaches(groups, g1, g0, at):
                         continue
                     if c0.operands[0] != c1.operands[0]:  # one prologue feeds both products
-                        dead = prologue(j)
+                        dead = prologue(j)[0]
+                        pos = at.pop(c1)  # an op's hash changes with its operands
                         c1.operands[0] = c0.operands[0]
+                        at[c1] = pos
                         for o in reversed(dead):
                             if not any(list(r.uses) for r in o.results):
+                                groups[g1] = [m for m in groups[g1] if m != o.operation]
+                                at.pop(o.operation)
                                 o.erase()
-                        at = _positions(block)
-                    for o in members(block)[g1]:
+                    for o in groups[g1]:
                         join(o, g0)
-                    prologues.clear()  # the groups' ids changed
+                    groups[g0] = groups[g0] + groups.pop(g1)
+                    for k in [k for k in prologues if group_of(anchors[k]) == g0]:
+                        del prologues[k]  # its group grew
                     c1.attributes[SIBLING] = ir.UnitAttr.get()
                     taken.add(j)
                     n += 1
@@ -124,25 +139,28 @@ def _merge_gated(block, anchors: list, taken: set) -> bool:
             if i == j or i in taken or j in taken or not (plain[i] and plain[j]) or not _same_shape(c0, c1):
                 continue
             g0, g1 = group_of(c0), group_of(c1)
-            if not _gates(block, c0, c1, at) or _reaches(block, g0, g1):
+            if not _gates(c0, c1, at, groups) or _reaches(groups, g0, g1, at):
                 continue
-            for o in members(block)[g1]:
+            for o in groups[g1]:
                 join(o, g0)
+            groups[g0] = groups[g0] + groups.pop(g1)
             c1.attributes[SIBLING] = ir.UnitAttr.get()
             taken.update((i, j))
             merged = True
     return merged
 
 
-def _gates(block, c0, c1, at: dict) -> bool:
+def _gates(c0, c1, at: dict, groups: dict) -> bool:
     """c0's epilogue reads c1's result where c0's accumulator holds the same element (a pointwise
     op of c0's group after c0, through identity maps), and nothing else of c1's group leads into
     c0's group."""
     g0, g1 = group_of(c0), group_of(c1)
-    ready, own = _epilogue_values(block, c1), _epilogue_values(block, c0)
+    if not any(group_of(top_level(pat.op_of(u.owner))) == g0 for o in groups[g1] for r in o.results for u in r.uses):
+        return False  # the usual answer, found without the walks below (every pair of a model's MLPs)
+    ready, own = _epilogue_values(groups, c1, at), _epilogue_values(groups, c0, at)
     before = {o for o in _prologue(c0, at)}
     direct, others = False, []
-    for o in members(block)[g1]:
+    for o in groups[g1]:
         for r in o.results:
             for u in r.uses:
                 t = top_level(pat.op_of(u.owner))
@@ -162,20 +180,16 @@ def _gates(block, c0, c1, at: dict) -> bool:
                        if k < pat.num_inputs(t)):
                     return False
                 direct = True
-    return direct and not any(_leads_to(block, t, g0) for t in others)
+    return direct and not any(_leads_to(t, g0, groups, at) for t in others)
 
 
-def _epilogue_values(block, c) -> set:
+def _epilogue_values(groups: dict, c, at: dict) -> set:
     """c's result and what pointwise ops of its group compute from it element by element (its
     cast to bf16, a bias added): the values its accumulator gives where it sits."""
     ready = {c.results[0]}
-    g = group_of(c)
-    after = False
-    for o in block.operations:
-        o = o.operation
-        if o == c:
-            after = True
-        elif after and group_of(o) == g and any(v in ready for v in o.operands) and all(
+    start = at[c.operation]
+    for o in sorted(groups[group_of(c)], key=lambda o: at[o.operation]):
+        if at[o.operation] > start and any(v in ready for v in o.operands) and all(
                 _pointwise_read(o, k, c) for k, v in enumerate(o.operands) if v in ready):
             ready.add(o.results[0])
     return ready
@@ -191,11 +205,11 @@ def _pointwise_read(op, operand: int, c) -> bool:
             and maps[operand] == maps[-1] and maps[-1] == ir.AffineMap.get_identity(maps[-1].n_dims))
 
 
-def _leads_to(block, op, dst: int) -> bool:
+def _leads_to(op, dst: int, groups: dict, at: dict) -> bool:
     """Whether op's results reach group `dst`."""
     g = group_of(op)
     if g is not None:
-        return _reaches(block, g, dst)
+        return _reaches(groups, g, dst, at)
     stack, seen = [op], set()
     while stack:
         o = stack.pop()
@@ -207,7 +221,7 @@ def _leads_to(block, op, dst: int) -> bool:
                 t = top_level(pat.op_of(u.owner))
                 if group_of(t) == dst:
                     return True
-                if group_of(t) is not None and _reaches(block, group_of(t), dst):
+                if group_of(t) is not None and _reaches(groups, group_of(t), dst, at):
                     return True
                 stack.append(t)
     return False
@@ -340,6 +354,13 @@ def _outside(op, gid: int) -> bool:
     return p is None or group_of(p) != gid
 
 
+def _signature(c) -> tuple:
+    """`_same_shape(c, x, factor=False)` holds exactly for the x of the same signature."""
+    return (tuple(pat.iterator_types(c)), tuple(str(s) for s in pat.loop_sizes(c)),
+            tuple(str(m) for m in pat.indexing_maps(c)), str(c.results[0].type),
+            str(c.operands[1].type).split("x")[-1])
+
+
 def _same_shape(c0, c1, factor: bool = True) -> bool:
     """The same first factor through the same map, and the same loops, sizes, maps and types."""
     return ((not factor or same_factor(c0.operands[0], c1.operands[0]))
@@ -349,9 +370,12 @@ def _same_shape(c0, c1, factor: bool = True) -> bool:
             and str(c0.operands[1].type).split("x")[-1] == str(c1.operands[1].type).split("x")[-1])
 
 
-def _reaches(block, src: int, dst: int) -> bool:
-    """Whether a value of group `src` reaches group `dst` (through any ops and groups)."""
-    groups = members(block)
+def _reaches(groups: dict, src: int, dst: int, at: dict) -> bool:
+    """Whether a value of group `src` reaches group `dst` (through any ops and groups). `groups` as
+    `members` gives them now, `at` the block positions (`_positions`): values only flow forward in
+    the block, so the walk stops past dst's last op (unbounded, with the members read again per
+    call, it was quadratic in a model's layers)."""
+    bound = max((at.get(o.operation, len(at)) for o in groups[dst]), default=len(at))
     stack = list(groups[src])
     seen: set = set()  # operations (an OpView and its Operation hash alike only through .operation)
     while stack:
@@ -362,6 +386,8 @@ def _reaches(block, src: int, dst: int) -> bool:
         for r in op.results:
             for u in r.uses:
                 t = top_level(pat.op_of(u.owner))
+                if at.get(t.operation, -1) > bound:
+                    continue
                 g = group_of(t)
                 if g == dst:
                     return True

@@ -62,12 +62,17 @@ def extend_domain(anchor, first) -> None:
 
 
 def merge_into_contractions(block, try_merge) -> None:
-    """`try_merge(block, c)` for each contraction anchoring a group of kind "contraction" (it merges
-    another group into c's, or returns False); group numbers dense again if any did."""
+    """`try_merge(block, c, groups)` for each contraction anchoring a group of kind "contraction"
+    (it merges another group into c's, or returns False), `groups` being `members(block)` as it is
+    then; group numbers dense again if any did. A call must not change `groups`, and one that
+    returns False must have changed nothing: the members are read again only after a True (read
+    per contraction, they were quadratic in a model's layers)."""
     merged = False
+    now = members(block)
     for c in [o.operation for o in block.operations]:
-        if kind_of(c) == "contraction" and pat.is_contraction(c):
-            merged |= try_merge(block, c)
+        if kind_of(c) == "contraction" and pat.is_contraction(c) and try_merge(block, c, now):
+            merged = True
+            now = members(block)
     if merged:
         renumber(block)
 

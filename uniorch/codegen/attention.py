@@ -19,6 +19,8 @@ size); key tiles are masked to T, so T need not be a multiple of the tile.
 """
 from __future__ import annotations
 
+import collections
+
 import re
 
 from torch_mlir import ir
@@ -148,19 +150,26 @@ def _up_plan(ops, p1):
     return pu
 
 
-def _in_chain(op, v) -> bool:
-    """Whether `v` is computed from `op` (through top-level producers)."""
-    seen, stack = [], [v]
+def _in_chain(op, *values) -> bool:
+    """Whether any of `values` is computed from `op` (through top-level producers), the nearest
+    producers looked at first. The walk stops at ops before `op` in its function's block (MLIR's
+    own order, cached in the block): nothing they are computed from comes after them. Unbounded,
+    fuse-chain's checks walked a whole decoder per gated MLP."""
+    op = _as_op(op)
+    func = op.parent if op.parent is not None and op.parent.name == "func.func" else None
+    seen, stack = set(), collections.deque(values)
     while stack:
-        w = stack.pop()
+        w = stack.popleft()
         if isinstance(w.owner, ir.Block):
             continue
         p = _as_op(w.owner)
         if p == op:
             return True
-        if any(p == s for s in seen):
+        if p in seen:
             continue
-        seen.append(p)
+        seen.add(p)
+        if func is not None and p.parent == func and p.is_before_in_block(op):
+            continue
         stack.extend(p.operands)
     return False
 
