@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -84,6 +85,38 @@ def test_kernels_match_eager(case):
     }
     fn, args = cases[case]
     _close(_native(fn, *args), fn(*args))
+
+
+def test_bf16_conversions_need_no_runtime_library():
+    # without AVX512-BF16, LLVM lowers an f32 -> bf16 truncation to a call of compiler-rt's
+    # __truncsfbf2, which the JIT cannot resolve (every bf16 kernel ran on the interpreter on an
+    # AVX2 machine): the lowering rounds to nearest even in integer ops itself
+    cpu = get_backend("cpu")
+    from uniorch.codegen import generate
+    from uniorch.ir import to_mlir
+    from uniorch.runtime.compiler import kernel_functions, to_kernel_stage
+    from uniorch.targets import parse_target
+
+    module = to_mlir(lambda x: (x.float() * 3).bfloat16(), (torch.randn(6, 40).bfloat16(),))
+    to_kernel_stage(module, "scheduled", parse_target("cpu"))
+    (op,) = kernel_functions(module)
+    ck = compile_kernel(generate(op, "cpu"), cpu, use_cache=False)
+    from test_cann_backend import _filecheck
+
+    _filecheck(ck.asm["llmlir"], """
+CHECK: llvm.bitcast {{.*}} : bf16 to i16
+CHECK: llvm.lshr
+CHECK: llvm.trunc {{.*}} : i32 to i16
+CHECK: llvm.bitcast {{.*}} : i16 to bf16
+""")
+    converts = [ln for ln in ck.asm["llmlir"].splitlines() if re.search(r"llvm\.(fptrunc|fpext|call)\b.*bf16", ln)]
+    assert not converts, converts
+    x = torch.randn(6, 40).bfloat16()
+    # 3 * (1 + 2^-7) and 3 * (1 + 3 * 2^-7) fall halfway between two bf16 values: one rounds up, one down
+    x[0, :4] = torch.tensor([float("inf"), -float("inf"), 1 + 2 ** -7, -(1 + 3 * 2 ** -7)])
+    assert (x[0, 2:4].float() * 3).bfloat16().float().tolist() == [3 + 4 * 2 ** -7, -(3 + 8 * 2 ** -7)]
+    got = _native(lambda t: (t.float() * 3).bfloat16(), x)
+    assert torch.equal(got.view(torch.int16), (x.float() * 3).bfloat16().view(torch.int16))
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 12, 16), (1, 33, 20), (3, 12, 16)])

@@ -3,6 +3,8 @@ over the index grid, and the attention is one flash kernel where they are elemen
 indices. Against eager on fresh inputs: causal and sliding-window block masks, a document mask
 and an ALiBi bias reading tensors of the model's, grouped-query heads, bf16, log-sum-exp returned,
 transformers' Llama with attn_implementation="flex_attention"."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -87,8 +89,15 @@ def test_llama_with_flex_attention_matches_eager():
     model = transformers.LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, 96, (2, 8))
     cm = uniorch.compile(model, target="interpret")
+    # the reference is the same weights through transformers' eager attention: eager
+    # flex_attention itself returned NaN at random on an AVX2-only machine (torch 2.13, CPU)
+    ref_cfg = copy.deepcopy(cfg)  # a model keeps the config it was given, not a copy
+    ref_cfg._attn_implementation = "eager"
+    ref = transformers.LlamaForCausalLM(ref_cfg)
+    ref.load_state_dict(model.state_dict())
+    assert model.config._attn_implementation == "flex_attention"
     with torch.no_grad():
-        got, want = cm(ids, use_cache=False).logits, model(ids, use_cache=False).logits
+        got, want = cm(ids, use_cache=False).logits, ref.eval()(ids, use_cache=False).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     rep = cm.explain(ids, use_cache=False)
     assert not rep.fallbacks, str(rep)

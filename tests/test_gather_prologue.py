@@ -7,6 +7,8 @@ tile needs it. Numerics against eager on fresh inputs, fp32 and bf16; kernel cou
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -149,8 +151,11 @@ def test_transposed_conv_reads_its_filters_flipped_in_place(cin, cout, k, stride
     assert rep.bytes_moved <= rep.bytes_minimum, str(rep)
     cm = uniorch.compile(model, target="interpret")
     x2 = torch.randn(2, cin, 5, 6).to(dtype)
+    # judged against the float64 convolution of the same values: eager's own bf16 transposed
+    # convolution was 1.4% off it on an AVX2-only machine, beyond the tolerance itself
+    exact = copy.deepcopy(model).double()
     with torch.no_grad():
-        assert _err(cm(x2), model(x2)) <= tol
+        assert _err(cm(x2), exact(x2.double())) <= tol
 
 
 def test_a_gather_from_a_broadcast_of_a_computed_tensor_reads_the_tensor():
