@@ -2,6 +2,7 @@
 kernels, trimmed at the boundary; compared with eager on fresh inputs with different counts."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import uniorch
 
@@ -47,10 +48,71 @@ def test_data_dependent_outputs_compile(case):
 
 def test_a_count_that_feeds_more_ops_stays_eager():
     def fn(x):
-        return torch.nonzero(x).float().mean(0)  # the rows' count sizes later ops
+        return x[x > 0].amax()  # the max over the kept rows: eager raises when none is kept
 
     x = _sparse(5, 5)
-    torch.testing.assert_close(uniorch.compile(fn, target="interpret")(x), fn(x))
+    cm = uniorch.compile(fn, target="interpret")
+    torch.testing.assert_close(cm(x), fn(x))
+    assert any(f.op.startswith("aten.amax") for f in cm.explain(x).fallbacks)
+
+
+def _masked_ce(x, m):
+    labels = (x[:, 1] * 100).long().remainder(8)
+    return F.cross_entropy(x[m[:, 0]], labels[m[:, 0]])
+
+
+def _write_back(x, m):
+    y = x.clone()
+    y[m] = x[m] * 2 + 1
+    return y
+
+
+# reductions over the rows a mask keeps (capture/masked_reductions.py): no op waits for the count
+MASKED = {
+    "mean": lambda x, m: x[m].mean(),
+    "sum_of_rows": lambda x, m: (x.exp()[m[:, 0]] * 2).sum(0),
+    "mean_of_columns": lambda x, m: x[:, m[0]].sigmoid().mean(1, keepdim=True),
+    "mse": lambda x, m: ((x[m] - x.flip(0)[m]) ** 2).mean(),
+    "masked_select_sum": lambda x, m: torch.masked_select(x.abs(), m).sum() / m.sum(),
+    "nonzero_mean": lambda x, m: torch.nonzero(m).float().mean(0),
+    "cross_entropy": _masked_ce,
+    "returned_too": lambda x, m: (x[m] * 2, (x[m] * 2).sum()),
+    "returned_columns": lambda x, m: (x[:, m[0]].exp(), x[:, m[0]].sum(1)),
+    "write_back": _write_back,
+    "unique_sum": lambda x, m: torch.unique((x * 2).round()).sum(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MASKED))
+def test_reductions_over_masked_rows_compile_without_a_host_read(case):
+    fn = MASKED[case]
+    rep = uniorch.explain(fn, torch.randn(6, 8), torch.rand(6, 8) > 0.5, target="interpret")
+    if case.startswith("returned"):  # the selection itself is trimmed at the boundary
+        assert not rep.fallbacks and [b.split(":")[0] for b in rep.boundary] == ["output 0"], rep
+    else:
+        assert not rep.fallbacks and not rep.boundary, rep
+    cm = uniorch.compile(fn, target="interpret")
+    for keep in (0.5, 0.1, 0.0, 1.0):  # one compile; none kept: a sum of 0, a mean of NaN, as eager's
+        x, m = torch.randn(6, 8), torch.rand(6, 8) < keep
+        torch.testing.assert_close(cm(x, m), fn(x, m), equal_nan=True)
+    assert cm.cache_size == 1
+
+
+@pytest.mark.parametrize("case", ["mean", "write_back"])
+def test_a_masked_mean_or_write_is_one_kernel_reading_each_input_once(case):
+    """The selection is never compacted: the kernel reads x and the mask in place, and where the
+    mask is false contributes nothing (the compaction was a scan, a scatter and a gather, 5 kernels)."""
+    rep = uniorch.explain(MASKED[case], torch.randn(16, 32), torch.rand(16, 32) > 0.5, target="interpret")
+    assert len(rep.kernels) == 1 and not rep.fallbacks, rep
+    assert rep.bytes_moved <= rep.bytes_minimum, rep
+
+
+def test_a_bf16_mean_over_masked_rows_rounds_once_as_eager():
+    fn = lambda x, m: x[m].mean()  # noqa: E731
+    cm = uniorch.compile(fn, target="interpret")
+    for _ in range(3):
+        x, m = torch.randn(16, 32).bfloat16(), torch.rand(16, 32) > 0.3
+        assert torch.equal(cm(x, m), fn(x, m))
 
 
 def test_bundle_trims_at_the_boundary(tmp_path):

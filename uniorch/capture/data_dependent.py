@@ -9,8 +9,9 @@ plus the true count (cumsum positions and a scatter: all ops that compile), then
 (`.item()`, an unbacked size in the captured graph) and slice. When such a slice or scalar is a
 graph output, `bound_outputs` moves the slicing to the runtime: the graph returns the padded
 tensor and the count, and `CapturedGraph.finish` narrows it (one host sync, as eager's own
-kernels need to size their output). A count that feeds further ops stays as captured, and those
-ops run eagerly.
+kernels need to size their output). Ops after a trim up to a sum or mean over its rows are
+computed at the padded size by masked_reductions.py; a count that feeds other ops stays as
+captured, and those ops run eagerly.
 
 Not covered: `equal` and `allclose` return a C++ bool, which fake-tensor tracing cannot leave
 unknown, so their capture fails and they run eagerly (with everything that depends on them).

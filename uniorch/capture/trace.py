@@ -32,6 +32,7 @@ from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .flex_math import flex_as_math
 from .graph import CapturedGraph, GraphInput, GraphOutput
+from .masked_reductions import masked_reductions
 from .library_pytrees import register_for
 from .outside_writes import NoOutsideWrites
 from .nested_encoder import NestedEncoderAsEager
@@ -170,6 +171,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         _unbake(cg, module, spec, flat, keep)
     cg.aliases = found[0]
     cg.attribute_reads = reads
+    masked_reductions(cg.graph_module)  # loss[mask].mean(): no op waits for the count
     bound_outputs(cg)
     flex_as_math(cg)
     to_pairs(cg)
