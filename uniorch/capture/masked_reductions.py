@@ -223,9 +223,10 @@ class _Rewrite:
         elif target is aten.unsqueeze.default:
             dim = first.dim + (1 if node.args[1] % out.dim() <= first.dim else 0)
         elif target in (prims.squeeze.default, aten.squeeze.dims, aten.squeeze.dim):
-            dims = _dims(node.args[1], out.dim() + (len(node.args[1]) if isinstance(node.args[1], (list, tuple))
-                                                    else 1))
-            dim = None if first.dim in dims else first.dim - sum(d < first.dim for d in dims)
+            src = _val(node.args[0])
+            dims = _dims(node.args[1], src.dim())  # (squeezing a dim not of size 1 leaves it)
+            dims = None if first.dim in dims else {d for d in dims if src.shape[d] == 1}
+            dim = None if dims is None else first.dim - sum(d < first.dim for d in dims)
         else:
             return
         if dim is None or not all(isinstance(s, int) for i, s in enumerate(out.shape) if i != dim):
