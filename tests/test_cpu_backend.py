@@ -87,6 +87,21 @@ def test_kernels_match_eager(case):
     _close(_native(fn, *args), fn(*args))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inverse_trigonometric_and_erfc_run_natively(dtype):
+    # codegen calls the vendor math library for these (libdevice.atan2, ...), which the adapter
+    # passes through as tt.extern_elementwise: the lowering makes them math ops, then libm calls
+    # (every kernel with one ran on the interpreter)
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.rand(9, 40, generator=g, dtype=dtype) * 1.8 - 0.9, torch.randn(9, 40, generator=g, dtype=dtype)
+
+    def fn(a, b):
+        return (torch.atan2(a, b) + torch.atan(b) + torch.acos(a) * torch.asin(a) + torch.erfc(b)
+                + torch.asinh(b) + torch.atanh(a) + torch.acosh(b.abs() + 1))
+
+    _close(_native(fn, a, b), fn(a, b), tol=1e-5 if dtype == torch.float32 else 1e-12)
+
+
 def test_bf16_conversions_need_no_runtime_library():
     # without AVX512-BF16, LLVM lowers an f32 -> bf16 truncation to a call of compiler-rt's
     # __truncsfbf2, which the JIT cannot resolve (every bf16 kernel ran on the interpreter on an

@@ -86,12 +86,30 @@ _ANNOTATIONS = re.compile(r'^\s*"annotation\.mark"\(.*$\n?', re.M)
 _RENAMED = {'"bufferization.to_memref"(': '"bufferization.to_buffer"('}
 
 
+# `tt.extern_elementwise` calls of the vendor math library (codegen's `libdevice.atan`, ...), which
+# the adapter passes through: upstream MLIR's math op of the same function, which the lowering
+# turns into a libm call (convert-math-to-libm). Others stay, and the kernel runs on the interpreter.
+_EXTERN = re.compile(r'"tt\.extern_elementwise"(\([^)]*\)) <\{[^}]*symbol = "(?:__nv_|__ocml_)(\w+?)"\}>')
+_LIBM = {"acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "erf", "erfc", "expm1", "log1p",
+         "tan", "tanh", "sinh", "cosh"}
+
+
+def _extern_as_math(match) -> str:
+    name = re.sub(r"_f(32|64)$", "", match.group(2))  # ROCm's ocml: __ocml_atan_f32
+    if name not in _LIBM and name.endswith("f") and name[:-1] in _LIBM:  # CUDA's f32 names: __nv_atanf
+        name = name[:-1]
+    if name not in _LIBM:
+        return match.group(0)
+    return f'"math.{name}"{match.group(1)} <{{fastmath = #arith.fastmath<none>}}>'
+
+
 def strip_annotations(linalg: str) -> str:
-    """The adapter's generic-form output as torch-mlir's MLIR reads it: hints dropped, ops renamed."""
+    """The adapter's generic-form output as torch-mlir's MLIR reads it: hints dropped, ops renamed,
+    the vendor math library's calls as math ops."""
     linalg = _ANNOTATIONS.sub("", linalg)
     for old, new in _RENAMED.items():
         linalg = linalg.replace(old, new)
-    return linalg
+    return _EXTERN.sub(_extern_as_math, linalg)
 
 
 def _uses_ascend_buffers(linalg: str) -> bool:
