@@ -124,12 +124,12 @@ class _Rewrite:
     def call(self, target, args, kwargs, like: fx.Node) -> fx.Node:
         """A new node computing `target`, its value from its operands' (under the fake mode)."""
         node = self.graph.call_function(target, tuple(args), dict(kwargs))
+        self.made.append(node)  # first: a node whose value fails is cleared with the rest
         node.meta = {k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta")}
         value = lambda a: a.meta["val"] if isinstance(a, fx.Node) else a  # noqa: E731
         with self.mode if self.mode is not None else contextlib.nullcontext():
             node.meta["val"] = target(*fx.node.map_aggregate(args, value), **fx.node.map_aggregate(kwargs, value))
         _set_tensor_meta(node)
-        self.made.append(node)
         return node
 
     def run(self) -> int:
@@ -149,7 +149,10 @@ class _Rewrite:
                 continue
             inputs = [a for a in node.all_input_nodes if a in self.padded]
             if inputs:
-                self._visit(node, inputs)
+                try:
+                    self._visit(node, inputs)
+                except Exception:  # noqa: BLE001 - an op not redone at the static size keeps its trimmed form
+                    continue  # (what the visit added is unread, and cleared below)
         return self.replaced
 
     def _trim(self, node: fx.Node, src: fx.Node, dim: int, read: fx.Node) -> None:
@@ -294,8 +297,13 @@ class _Rewrite:
                 if p.valid is not None:
                     v = _val(p.node)
                     shape = [s + 1 if i == p.dim else s for i, s in enumerate(v.shape)]
-                    zeros = self.call(aten.full.default, (shape, 0), {"dtype": v.dtype, "device": v.device}, like=node)
-                    rows = self.call(aten.index_put.default, (zeros, [None] * p.dim + [p.where], p.node), {}, like=node)
+                    try:
+                        zeros = self.call(aten.full.default, (shape, 0), {"dtype": v.dtype, "device": v.device},
+                                          like=node)
+                        rows = self.call(aten.index_put.default, (zeros, [None] * p.dim + [p.where], p.node), {},
+                                         like=node)
+                    except Exception:  # noqa: BLE001 - returned as captured (computed eagerly)
+                        continue
                 trim = self.graph.call_function(aten.slice.Tensor, (rows, p.dim, 0, p.read))
             trim.meta = dict(node.meta)
             out.replace_input_with(node, trim)
