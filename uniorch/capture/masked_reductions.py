@@ -30,10 +30,10 @@ import contextlib
 import torch
 import torch.fx as fx
 
+from .data_dependent import _SCALAR_READ, _is_trim
 from .symbolic_views import _set_tensor_meta
 
 aten, prims = torch.ops.aten, torch.ops.prims
-_SCALAR_READ = aten._local_scalar_dense.default
 _ROW_REDUCTIONS = {aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default, aten.prod.dim_int,
                    aten.logsumexp.default, aten.any.dims, aten.all.dims, aten.var.correction}
 _SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
@@ -90,18 +90,15 @@ def _structures(graph: fx.Graph) -> dict:
 
 
 def _trim(node: fx.Node):
-    """(padded, dim, the count's read) of `slice(padded, dim, 0, count.item())` with a static
-    padded shape and an integer count, else None."""
-    if node.op != "call_function" or node.target is not aten.slice.Tensor:
+    """(padded, dim, the count's read) of data_dependent's trim `slice(padded, dim, 0,
+    count.item())` with an integer count, else None."""
+    if node.op != "call_function" or node.target is not aten.slice.Tensor or not _is_trim(node):
         return None
-    args = list(node.args) + [None] * (5 - len(node.args))
-    src, dim, start, end, step = args[:5]
-    if not (isinstance(end, fx.Node) and end.target is _SCALAR_READ and start in (0, None) and step in (1, None)):
+    src, dim, end = node.args[0], node.args[1], node.args[3]
+    count = _val(end.args[0])
+    if _val(src) is None or count is None or count.dim() != 0 or count.dtype.is_floating_point:
         return None
-    val, count = _val(src), _val(end.args[0])
-    if not _static(val) or count is None or count.dim() != 0 or count.dtype.is_floating_point:
-        return None
-    return src, dim % val.dim(), end
+    return src, dim % _val(src).dim(), end
 
 
 def _dims(dims, rank: int) -> set:
@@ -115,11 +112,18 @@ class _Rewrite:
     def __init__(self, gm: fx.GraphModule):
         self.gm, self.graph = gm, gm.graph
         self.padded: dict[fx.Node, _Padded] = {}
-        self.ids = _structures(gm.graph)
+        self._ids = None
         self.replaced = 0
         self.made: list[fx.Node] = []  # every node added, and those replaced: for the clean-up
         vals = (n.meta.get("val") for n in gm.graph.nodes)
         self.mode = next((v.fake_mode for v in vals if hasattr(v, "fake_mode")), None)  # the capture's
+
+    @property
+    def ids(self) -> dict:
+        """`_structures` of the graph as captured, made at the first selection found."""
+        if self._ids is None:
+            self._ids = _structures(self.graph)
+        return self._ids
 
     def call(self, target, args, kwargs, like: fx.Node) -> fx.Node:
         """A new node computing `target`, its value from its operands' (under the fake mode)."""
