@@ -20,7 +20,7 @@ from .report import FallbackReport, KernelReport, Report, compute_types as _comp
 from .minimum_bytes import input_bytes, spec_input_bytes
 from .runtime import frozen_layouts, weight_folding
 from .runtime.boundary import CheckFailed
-
+from .runtime.compiler import trials_on_interpreter
 from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
 from .runtime.inplace import program_writes
 from .runtime.partition import Program, compile_program
@@ -478,10 +478,10 @@ class CompiledModule:
             rep = _report(entry, self._target, None, None, spec=key, freeze=self._freeze)
             rep.recompiles = list(self.recompiles)
             return rep
-        entry = self.entry(args, kwargs)
-        if entry is None:
-            entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback,
-                                   cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix, freeze=self._freeze)
+        with trials_on_interpreter():  # a kernel the interpreter rejects is reported now, by name
+            entry = self.entry(args, kwargs) or _compile_entry(
+                self._model, args, kwargs, self._target, self._fallback, cuda_graphs=self._cuda_graphs,
+                kernel_prefix=self.kernel_prefix, freeze=self._freeze)
         if self._in_pieces(entry):
             return self._pieces_report(entry, args, kwargs)
         rep = _report(entry, self._target, args, kwargs, freeze=self._freeze)

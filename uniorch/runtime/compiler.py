@@ -9,6 +9,7 @@ so the caller can run exactly those eagerly and compile the rest.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import operator
 import time
 from dataclasses import dataclass, field
@@ -283,7 +284,7 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
         info.weight_relayout = relayout_bytes(k.func_op, [(i, o) for i, o in k.source.relayout
                                                           if i not in done and i in weights.get(info.name, ())])
     timings["codegen"] = time.perf_counter() - t
-    if run:
+    if run and (not target.interpret or TRIAL_ON_INTERPRETER.get()):
         t = time.perf_counter()
         _trial_launch(plan, input_specs, {i.name: i for i in infos}, backend.device_type,
                       lambda kernel, need=None, limit=None: _refit(kernel, str(target), backend.load, need, limit))
@@ -381,6 +382,23 @@ def _refit(kernel: Kernel, target: str, load, need: Optional[int] = None,
     from .resources import refit
 
     return refit(kernel, target, load, need=need, limit=limit)
+
+
+# Triton's interpreter compiles nothing and has no shared memory to run out of: a kernel that
+# fails there (a Python error of the kernel) fails the first call too, and its region then runs in
+# PyTorch (partition.py `_Region`, reported as a launch fallback). A trial launch doubled every
+# interpreted compile's run time (8 % of the test suite), so on the interpreter only `explain`
+# asks for one, to report the failing kernel's own ops with its name before any call.
+TRIAL_ON_INTERPRETER: contextvars.ContextVar[bool] = contextvars.ContextVar("trial_on_interpreter", default=False)
+
+
+@contextlib.contextmanager
+def trials_on_interpreter():
+    token = TRIAL_ON_INTERPRETER.set(True)
+    try:
+        yield
+    finally:
+        TRIAL_ON_INTERPRETER.reset(token)
 
 
 def _trial_launch(plan: LaunchPlan, specs, infos: dict, device: str, refit: Optional[Callable] = None) -> None:
