@@ -133,13 +133,14 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled):
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
-            with cia_ops.memoized():
-                try:
-                    ep = ep.run_decompositions(decomposition_table())
-                except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
-                    # a count from nonzero/masked_select/unique that later shape arithmetic cannot
-                    # bound symbolically fails the trace; without those rewrites the ops stay eager
-                    ep = ep.run_decompositions(decomposition_table(data_dependent=False))
+            try:
+                with cia_ops.memoized(decomposition_table()) as table:
+                    ep = ep.run_decompositions(table)
+            except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
+                # a count from nonzero/masked_select/unique that later shape arithmetic cannot
+                # bound symbolically fails the trace; without those rewrites the ops stay eager
+                with cia_ops.memoized(decomposition_table(data_dependent=False)) as table:
+                    ep = ep.run_decompositions(table)
             eager_layouts.mark(ep.graph_module, layouts)
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
