@@ -34,17 +34,20 @@ def rejecting_launch(monkeypatch):
     return rejected
 
 
-def test_compiling_launches_nothing_before_the_first_call():
+def test_compiling_launches_nothing_before_the_first_call(monkeypatch):
     torch.manual_seed(0)
     model, x = _LinearSoftmax(), torch.randn(4, 16)
     launched = []
-    cm = uniorch.compile(model, target="interpret")
     real = compiler._launch
-    compiler._launch = lambda *a, **k: (launched.append(a[0].name), real(*a, **k))[1]
-    try:
-        out = cm(x)
-    finally:
-        compiler._launch = real
+
+    def launch(kernel, ins, outs, sizes=None):
+        launched.append(kernel.name)
+        return real(kernel, ins, outs, sizes)
+
+    monkeypatch.setattr(compiler, "_launch", launch)
+    cm = uniorch.compile(model, target="interpret")
+    out = cm(x)
+    monkeypatch.undo()
     torch.testing.assert_close(out, model(x))
     rep = cm.explain()
     assert not rep.fallbacks and rep.kernels, rep

@@ -100,6 +100,6 @@ def _own_kernel(op, fn) -> bool:
     kernel decomposes the same without them: the trace below autograd runs that kernel, as eager
     does (the decomposed graphs of a Llama and of a convolution, LSTM, dropout, upsampling and SDPA
     model were the same code, tests/test_cia_ops.py). Other namespaces' ops keep PyTorch's path."""
-    if not isinstance(fn, functools.partial) or not str(getattr(op, "namespace", "")) == "aten":
+    if not isinstance(fn, functools.partial) or getattr(op, "namespace", None) != "aten":
         return False
     return getattr(fn.func, "__name__", "") == "_special_op_to_decompose_cia" and fn.keywords.get("kernel") is op

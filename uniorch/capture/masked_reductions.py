@@ -95,10 +95,10 @@ def _trim(node: fx.Node):
     if node.op != "call_function" or node.target is not aten.slice.Tensor or not _is_trim(node):
         return None
     src, dim, end = node.args[0], node.args[1], node.args[3]
-    count = _val(end.args[0])
-    if _val(src) is None or count is None or count.dim() != 0 or count.dtype.is_floating_point:
+    val, count = _val(src), _val(end.args[0])
+    if val is None or count is None or count.dim() != 0 or count.dtype.is_floating_point:
         return None
-    return src, dim % _val(src).dim(), end
+    return src, dim % val.dim(), end
 
 
 def _dims(dims, rank: int) -> set:

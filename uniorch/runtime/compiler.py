@@ -387,8 +387,8 @@ def _refit(kernel: Kernel, target: str, load, need: Optional[int] = None,
 # Triton's interpreter compiles nothing and has no shared memory to run out of: a kernel that
 # fails there (a Python error of the kernel) fails the first call too, and its region then runs in
 # PyTorch (partition.py `_Region`, reported as a launch fallback). A trial launch doubled every
-# interpreted compile's run time (8 % of the test suite), so on the interpreter only `explain`
-# asks for one, to report the failing kernel's own ops with its name before any call.
+# interpreted compile's run time (8 % of seven of the slowest test files), so on the interpreter
+# only `explain` asks for one, to report the failing kernel's own ops with its name before any call.
 TRIAL_ON_INTERPRETER: contextvars.ContextVar[bool] = contextvars.ContextVar("trial_on_interpreter", default=False)
 
 
