@@ -345,7 +345,7 @@ def _from_torch(names) -> dict:
 # modules with a TABLE of decompositions for one family of ops each
 _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
              "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics", "integer_division",
-             "scalar_compares", "pool_backward", "conv_backward", "fused_attention")
+             "scalar_compares", "pool_backward", "conv_backward", "fused_attention", "covariance")
 
 
 def decomposition_table(data_dependent: bool = True) -> dict:
