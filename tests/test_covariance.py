@@ -96,3 +96,35 @@ def test_atens_kernels_are_back_after_capture():
     assert {op: op.py_kernels.get(key) for op in TABLE} == before
     with pytest.raises(RuntimeError, match="fweights cannot be negative"):  # ATen's own check, eagerly
         torch.cov(torch.randn(2, 3), fweights=torch.tensor([1, -1, 2]))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_covariance_penalty_trains_compiled_like_eager(weighted):
+    """Training goes through Dynamo and AOTAutograd, which ran ATen's kernel too: a graph break at
+    every torch.cov, the covariance computed eagerly between two compiled pieces. Weighted, it still
+    is (its weight checks cannot leave AOTAutograd's forward yet), and explain says so."""
+    import copy
+
+    torch.manual_seed(0)
+
+    class Whitened(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(6, 4)
+
+        def forward(self, z, w):
+            h = self.proj(z)
+            c = torch.cov(h.t(), aweights=w) if weighted else torch.cov(h.t())
+            return ((c - torch.diag(torch.diagonal(c))) ** 2).sum() + h.square().mean()
+
+    model = Whitened().train()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    z, w = torch.randn(16, 6), torch.rand(16)
+    cm(z, w).backward()
+    ref(z, w).backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    rep = cm.explain(z, w)
+    assert not rep.fallbacks and rep.backward is not None and rep.backward.kernels, str(rep)
+    assert bool(rep.graph_breaks) == weighted, str(rep)

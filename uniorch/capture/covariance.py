@@ -9,13 +9,15 @@ as ATen clamps it; ATen's errors on weights become `require` checks: when one fa
 eagerly and raises ATen's own error. Real inputs only; complex inputs and the single-observation
 corner ATen zeroes in place stay ATen's.
 
-Export's own trace runs CompositeImplicitAutograd kernels (it would fail inside ATen's), so the
-functions here also stand in for ATen's kernels while capture exports (`at_export`), and not
-outside it: other tracers in the process (Dynamo, AOTAutograd) keep ATen's.
+Export's own trace runs CompositeImplicitAutograd kernels (it would fail inside ATen's), and so do
+Dynamo and AOTAutograd on the training path, so the functions here also stand in for ATen's
+kernels while uniorch traces (`traced`: capture's export, the training path's Dynamo call), and
+not outside it: a torch.compile of another backend in the process keeps ATen's.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import warnings
 
 import torch
@@ -23,6 +25,10 @@ import torch
 from .checks import require
 
 aten = torch.ops.aten
+
+# False on the training path: a check's effect token becomes an output of AOTAutograd's forward,
+# which capture cannot take apart yet; a weighted cov there stays eager (a graph break)
+_CHECKS = contextvars.ContextVar("uniorch_covariance_checks", default=True)
 
 _DOF = "cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of observations."
 
@@ -46,6 +52,10 @@ def _cov(x, correction=1, fweights=None, aweights=None):
             warnings.warn(_DOF)
             dof = 0
         return torch.true_divide(torch.mm(centred, centred.t()), dof).squeeze()
+    if not _CHECKS.get():  # as ATen's kernel fails there: Dynamo breaks the graph around the call
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+
+        raise DataDependentOutputException(aten.cov.default)
     if fw is not None and n > 0:
         require(fw >= 0, "cov(): fweights cannot be negative")
     if aw is not None and n > 0:
@@ -96,16 +106,19 @@ def _or_aten(op, fn):
 
 
 @contextlib.contextmanager
-def at_export():
+def traced(checks: bool = True):
     """TABLE's functions as the ops' CompositeImplicitAutograd kernels for the Python dispatcher
-    (what export's trace runs), restored after."""
+    (what export's trace runs), restored after; without `checks`, the weighted forms, which need
+    `require`, refuse to trace, as ATen's kernel does."""
     key = torch._C.DispatchKey.CompositeImplicitAutograd
+    token = _CHECKS.set(checks)
     saved = {op: op.py_kernels.pop(key, None) for op in TABLE}
     try:
         for op, fn in TABLE.items():
             op.py_impl(key)(_or_aten(op, fn))
         yield
     finally:
+        _CHECKS.reset(token)
         for op, kernel in saved.items():
             op.py_kernels.pop(key, None)
             if kernel is not None:

@@ -130,7 +130,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, \
                 attribute_guard.recording(module) as (reads, writes):
-            with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.at_export():
+            with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced():
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
             try:

@@ -137,6 +137,8 @@ class TrainingCompile:
 
         from torch._dynamo.exc import TorchDynamoException
 
+        from ..capture import covariance
+
         if self.failure is not None:
             return self.model(*args, **kwargs)
         if self._compiled is None:
@@ -152,7 +154,8 @@ class TrainingCompile:
         try:
             # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn), and by default
             # does not guard module hooks: one registered or removed after a compile went unseen
-            with torch._dynamo.config.patch(allow_rnn=True, skip_nnmodule_hook_guards=False):
+            with torch._dynamo.config.patch(allow_rnn=True, skip_nnmodule_hook_guards=False), \
+                    covariance.traced(checks=False):
                 out = self._compiled(*args, **kwargs)
             for reason, n in counters["graph_break"].items():  # counted when Dynamo compiles a frame
                 if n > breaks.get(reason, 0) and _break_line(reason) not in self.graph_breaks:
