@@ -9,10 +9,12 @@ as ATen clamps it; ATen's errors on weights become `require` checks: when one fa
 eagerly and raises ATen's own error. Real inputs only; complex inputs and the single-observation
 corner ATen zeroes in place stay ATen's.
 
-Export's own trace runs CompositeImplicitAutograd kernels (it would fail inside ATen's), and so do
-Dynamo and AOTAutograd on the training path, so the functions here also stand in for ATen's
-kernels while uniorch traces (`traced`: capture's export, the training path's Dynamo call), and
-not outside it: a torch.compile of another backend in the process keeps ATen's.
+Two uses. Export records `cov` and `corrcoef` whole, but computes their results' shapes by running
+a CompositeImplicitAutograd kernel on fake tensors (it failed inside ATen's), and Dynamo and
+AOTAutograd do the same on the training path: while uniorch traces (`traced`: capture's export,
+the training path's Dynamo call), and not outside it, the functions here are the ops' kernels; a
+torch.compile of another backend in the process keeps ATen's. Then, in capture's decomposition
+table, they decompose the ops export recorded.
 """
 from __future__ import annotations
 
@@ -78,8 +80,6 @@ def _cov(x, correction=1, fweights=None, aweights=None):
 
 
 def _corrcoef(x):
-    if x.dim() > 2 or x.is_complex():
-        return NotImplemented
     c = _cov(x)
     if c is NotImplemented:
         return NotImplemented
