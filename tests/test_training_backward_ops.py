@@ -20,17 +20,19 @@ def _rel(a, b):
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
 
 
-def _one_step(model, x):
+def _one_step(model, x, input_grad: bool = True):
     """(compiled model's report, worst relative gradient error over the parameters and the input)."""
     torch.manual_seed(0)
     model.train()
     ref = copy.deepcopy(model)
     cm = uniorch.compile(model, "interpret")
-    xc, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    xc, xr = x.clone().requires_grad_(input_grad), x.clone().requires_grad_(input_grad)
     cm(xc).pow(2).mean().backward()
     ref(xr).pow(2).mean().backward()
     errs = [_rel(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())]
-    return cm.explain(xc), max(errs + [_rel(xc.grad, xr.grad)])
+    if input_grad:
+        errs.append(_rel(xc.grad, xr.grad))
+    return cm.explain(xc), max(errs)
 
 
 @pytest.mark.parametrize("nd,groups,transposed,stride,padding,dilation", [
@@ -132,6 +134,30 @@ def test_recurrent_modules_train_compiled(rnn):
     assert not report.fallbacks and not report.backward.fallbacks
 
 
+@pytest.mark.parametrize("rnn,bidirectional,layers", [(nn.LSTM, False, 1), (nn.LSTM, True, 2), (nn.GRU, True, 2)])
+def test_recurrent_modules_train_on_inputs_without_grad(rnn, bidirectional, layers):
+    """Data that needs no gradient: on the CPU, AOTAutograd then records ATen's LSTM as oneDNN's
+    layer op, whose workspace the meta function calls empty and which the kernel returns only
+    under grad mode; the backward crashed (SIGSEGV) reading what the compiled forward gave it."""
+    torch.manual_seed(6)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = rnn(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+
+        def forward(self, x):
+            out, state = self.rnn(x)  # the last layer's final state, every direction
+            last = (state[0] if isinstance(state, tuple) else state)[-(1 + bidirectional):]
+            return out + last.transpose(0, 1).flatten(1).unsqueeze(1)
+
+    report, err = _one_step(Net(), torch.randn(3, 4, 6), input_grad=False)
+    assert err <= 1e-4, err
+    assert report.kernels and report.backward.kernels
+    # oneDNN's layer op runs in PyTorch, once per layer and direction; nothing else does
+    assert {f.op for f in report.fallbacks} <= {"aten.mkldnn_rnn_layer.default"}
+
+
 @pytest.mark.parametrize("nd", [2, 3])
 @pytest.mark.parametrize("ins,outs", [((7, 5, 6), (3, 2, 4)), ((8, 8, 8), (4, 4, 2)), ((4, 6, 5), (6, 7, 3))])
 def test_adaptive_pool_backward_rewrites_are_exact(nd, ins, outs):
@@ -220,3 +246,15 @@ def test_embedding_bag_trains_in_kernels():
         assert _rel(p.grad, q.grad) <= 1e-4
     report = cm.explain(idx, offsets)
     assert report.backward.kernels and not report.backward.fallbacks, [f.op for f in report.backward.fallbacks]
+
+
+def test_a_bundle_graph_stores_the_layer_op_its_program_calls_under_grad_mode():
+    from uniorch.runtime.graph_json import dump_graph, load_graph
+    from uniorch.runtime.partition import _OPAQUE_RESULTS
+
+    op = aten.mkldnn_rnn_layer.default
+    g = torch.fx.Graph()
+    g.output(g.call_function(_OPAQUE_RESULTS[op], tuple(g.placeholder(f"a{i}") for i in range(7))))
+    rec = dump_graph(g)["nodes"][7]
+    assert rec["target"] == "aten.mkldnn_rnn_layer.default" and rec["schema"] == str(op._schema)
+    assert [n.target for n in load_graph(dump_graph(g)).nodes][7] is op

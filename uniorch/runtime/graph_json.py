@@ -78,8 +78,14 @@ _SIZE_OPS.update({"math.ceil": math.ceil, "math.floor": math.floor, "math.sqrt":
 _SIZE_NAMES = {fn: name for name, fn in _SIZE_OPS.items()}
 
 
+def _op_of(target):
+    """The ATen op a program calls through a function of the partitioner's (`eager_op`: oneDNN's
+    LSTM layer under grad mode, for its workspace), else the target itself."""
+    return getattr(target, "eager_op", target)
+
+
 def _target_name(node: fx.Node) -> str:
-    t = node.target
+    t = _op_of(node.target)
     if node.op in ("placeholder", "output", "call_module"):
         return str(t)
     if t in _SIZE_NAMES:
@@ -109,9 +115,9 @@ def dump_graph(graph: fx.Graph) -> dict:
         rec = {"name": n.name, "op": n.op, "target": _target_name(n),
                "args": _encode(list(n.args), n.name),
                "kwargs": {k: _encode(v, n.name) for k, v in n.kwargs.items()}}
-        if isinstance(n.target, torch._ops.OpOverload):
+        if isinstance(_op_of(n.target), torch._ops.OpOverload):
             # the operator's full signature: another torch may load the graph when it agrees on it
-            rec["schema"] = str(n.target._schema)
+            rec["schema"] = str(_op_of(n.target)._schema)
         nodes.append(rec)
     return {"nodes": nodes}
 

@@ -358,6 +358,8 @@ def _assemble(gm, runs, cache, fallback):
         if kind == EAGER:
             for n in nodes:
                 env[n] = g.node_copy(n, lambda x: env[x])
+                if n.target in _OPAQUE_RESULTS:
+                    env[n].target = _OPAQUE_RESULTS[n.target]
             continue
         inputs, outputs = _boundary(gm, nodes)
         region = cache[frozenset(n.name for n in nodes)]
@@ -546,9 +548,29 @@ def _drop_empty_cat_inputs(n: fx.Node) -> bool:
     return True
 
 
+def _rnn_layer_with_workspace(*args, **kwargs):
+    """oneDNN's LSTM layer (ATen's CPU LSTM as AOTAutograd records it) returns its workspace only
+    while grad mode is on, and a training forward runs with it off: the backward then read None
+    (or, allocated from the meta shape, an empty tensor, and crashed). The inputs arrive detached,
+    so grad mode records nothing here."""
+    with torch.enable_grad():
+        return torch.ops.aten.mkldnn_rnn_layer.default(*args, **kwargs)
+
+
+_rnn_layer_with_workspace.eager_op = torch.ops.aten.mkldnn_rnn_layer.default  # what bundles store
+
+
+# ops whose meta function describes a result the real kernel does not return as described, run
+# eagerly through a function that gets it: oneDNN's LSTM layer describes its workspace (read by its
+# backward) as an empty uint8 tensor, where the kernel returns thousands of floats
+_OPAQUE_RESULTS = {torch.ops.aten.mkldnn_rnn_layer.default: _rnn_layer_with_workspace}
+
+
 def _split_off_empty_results(gm: fx.GraphModule, n: fx.Node) -> bool:
     """Used zero-element results of a multi-result op (batch norm's reserve, det's LU of a 0x0
     matrix) become allocations of their own, so the op itself can compile for the others."""
+    if n.target in _OPAQUE_RESULTS:
+        return False
     vals = n.meta["val"]
     changed = False
     for u in list(n.users):
