@@ -168,3 +168,30 @@ def test_a_symbol_only_a_flattened_dim_gives_is_guarded_and_solved():
     assert cm.cache_size == 1
     guard = cm._symbolic[0][0]
     assert "is 9, not 2*" in guard.check(cm._spec((torch.randn(9, 1), torch.zeros(9, dtype=torch.long)), {}))
+
+
+class WrittenOutAttention(nn.Module):
+    """Attention as most hand-written models have it: q·kᵀ, a causal mask, softmax, then ·v."""
+
+    def __init__(self, width: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(width, 3 * width), nn.Linear(width, width)
+
+    def forward(self, x):
+        b, t, w = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) * (w // self.heads) ** -0.5
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        p = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        return self.out((p @ v).transpose(1, 2).reshape(b, t, w)).square().mean()
+
+
+def test_written_out_attention_trains_over_varying_lengths_in_kernels():
+    """The softmax's backward, recomputed from the forward's output (runtime/attention_recompute.py),
+    read its rows' shape with the length as a size symbol the graph did not define: NameError at
+    the second length, and the forward's pair check compared a symbolic size with its limit."""
+    torch.manual_seed(0)
+    cm, (x,) = _trains_like_eager(WrittenOutAttention(), ((torch.randn(2, n, 16),) for n in (5, 9, 7)))
+    assert cm.training_compile.forward[-1]._symbolic
+    rep = cm.explain(x)
+    assert rep.symbolic and not rep.fallbacks and not rep.backward.fallbacks, (str(rep), str(rep.backward))

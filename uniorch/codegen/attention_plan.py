@@ -69,7 +69,8 @@ def analyze_pair(c1, scores, probs, c2, ops) -> tuple[_Plan, _Plan]:
     p1, p2 = _plan(c1), _plan(c2)
     if len(p1.order["n"]) != 1 or len(p2.order["k"]) != 1:
         raise CodegenError(c1, "attention needs exactly one key dimension")
-    if p1.K > MAX_HEAD_DIM or p2.N > MAX_HEAD_DIM:
+    if not isinstance(p1.K, int) or not isinstance(p2.N, int) or p1.K > MAX_HEAD_DIM or p2.N > MAX_HEAD_DIM:
+        # a head dim that is a symbolic size has no bound to hold in registers by
         raise CodegenError(c2, f"head dims {p1.K} and {p2.N}: at most {MAX_HEAD_DIM} are held in registers")
     if len(p2.order["n"]) != 1 or len(p1.order["k"]) != 1:
         raise CodegenError(c2, "attention needs one head dimension for q·k and one for v")

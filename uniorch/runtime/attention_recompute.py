@@ -181,7 +181,7 @@ def _node(graph: fx.Graph, op, *args, **kwargs) -> fx.Node:
     """A new node at the graph's insertion point, with its value's metadata (the partitioner
     reads sizes from it)."""
     node = graph.call_function(op, args, kwargs)
-    vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+    vals = fx.node.map_aggregate(args, lambda a: a.meta["val"] if isinstance(a, fx.Node) else a)
     with _fake_mode(next(a for a in args if isinstance(a, fx.Node))):
         node.meta["val"] = op(*vals, **kwargs)
     return node
@@ -214,7 +214,10 @@ def _rows_from_output(graph: fx.Graph, node: fx.Node, probs: fx.Node, product: f
         if o.meta["val"].dtype != wide:
             o, g = (_node(graph, aten._to_copy.default, t, dtype=wide) for t in (o, g))
         rows = _node(graph, aten.sum.dim_IntList, _node(graph, aten.mul.Tensor, g, o), [-1], True)
-        rows = _node(graph, aten.reshape.default, rows, list(val.shape[:-1]) + [1])
+        # a symbolic size is read from dP: a SymInt itself in the graph is a name no code defines
+        shape = [_node(graph, aten.sym_size.int, grad, d) if isinstance(s, torch.SymInt) else s
+                 for d, s in enumerate(val.shape[:-1])]
+        rows = _node(graph, aten.reshape.default, rows, shape + [1])
         if wide != dtype:
             rows = _node(graph, aten._to_copy.default, rows, dtype=dtype)
         out = _node(graph, aten.mul.Tensor, node.args[1], _node(graph, aten.sub.Tensor, grad, rows))
