@@ -177,6 +177,26 @@ def test_capture_failure_runs_eagerly_and_is_reported():
     assert "Dynamo compiled no graph" in rep.fallbacks[0].why, rep.fallbacks[0].why
 
 
+def test_a_training_call_dynamo_compiled_nothing_of_is_reported_not_an_index_error():
+    class Opaque(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        @torch.compiler.disable
+        def forward(self, x):
+            return self.lin(x)
+
+    model = Opaque()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(3, 4)
+    with pytest.warns(RuntimeWarning, match="Dynamo compiled nothing for Opaque"):
+        cm(x).sum().backward()
+    rep = cm.training_compile.forward_report()  # no forward graph to merge: an IndexError before
+    assert [f.stage for f in rep.fallbacks] == ["capture"] and not rep.kernels, str(rep)
+    assert "Dynamo compiled no graph" in rep.fallbacks[0].why, rep.fallbacks[0].why
+
+
 def test_a_models_own_error_raises_as_its_error_and_later_calls_compile():
     """A call the model itself fails (export and Dynamo both fail on it) raises eager's error,
     every time; calls of other shapes, which export captures, compile."""

@@ -125,9 +125,15 @@ class TrainingCompile:
     def forward_report(self) -> "Report":
         """The forward graphs the last call ran (else the latest compiled) as one report, with
         where Dynamo broke the model and the graphs PyTorch ran."""
-        from ..report import merged_report
+        from ..report import FallbackReport, Report, merged_report
 
-        rep = merged_report([self.report(h) for h in dict.fromkeys(self.ran_forward or self.forward[-1:])])
+        halves = list(dict.fromkeys(self.ran_forward or self.forward[-1:]))
+        if not halves:  # Dynamo gave uniorch no graph: the whole call ran in PyTorch, as explain says
+            why = self.failure or "no forward graph compiled yet"
+            rep = Report(str(self.target), [], [FallbackReport("(whole model)", type(self.model).__name__, "capture",
+                                                               f"training path: {why}")], {}, 0, 0, 0, 0)
+        else:
+            rep = merged_report([self.report(h) for h in halves])
         rep.graph_breaks = list(self.graph_breaks)
         rep.eager_graphs = list(self.eager_graphs)
         return rep
