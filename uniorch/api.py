@@ -18,7 +18,7 @@ from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autoca
                                    split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
 from .minimum_bytes import input_bytes, spec_input_bytes
-from .runtime import frozen_layouts, weight_folding
+from .runtime import eval_grad, frozen_layouts, weight_folding
 from .runtime.boundary import CheckFailed
 from .runtime.compiler import trials_on_interpreter
 from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
@@ -375,8 +375,8 @@ class CompiledModule:
             return self._model(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
         outs = entry.program(*flat)
-        try:
-            return entry.captured.finish(args, kwargs, list(outs))
+        try:  # eval mode with grad enabled: results require grad, as eager's (runtime/eval_grad.py)
+            return eval_grad.attach(self._model, entry.captured.finish(args, kwargs, list(outs)), args, kwargs)
         except CheckFailed:  # a rewrite's run-time condition failed: eager gives the right answer
             return self._model(*args, **kwargs)
 

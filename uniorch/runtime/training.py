@@ -26,7 +26,8 @@ import torch.utils._pytree as pytree
 def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
     """Whether this call must record autograd: grad enabled and something it reads requires grad
     (a module's parameters count in training mode only: an eval-mode model called without
-    `no_grad` is inference, as it is for most users)."""
+    `no_grad` is inference, as it is for most users, until a backward reaches such a call:
+    `eval_grad.py`)."""
     if not torch.is_grad_enabled():
         return False
     leaves = args if not kwargs and all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves((args, kwargs))
@@ -35,7 +36,9 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
     from ..capture.module_modes import owning_module
 
     model = owning_module(model)  # `uniorch.compile(model.forward)` trains as the model
-    return (isinstance(model, torch.nn.Module) and model.training
+    from .eval_grad import TRAINED_IN_EVAL
+
+    return (isinstance(model, torch.nn.Module) and (model.training or model in TRAINED_IN_EVAL)
             and any(p.requires_grad for p in model.parameters()))
 
 

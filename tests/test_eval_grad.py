@@ -1,0 +1,61 @@
+"""An eval-mode model called with grad enabled: results that require grad as eager's, and a
+backward through them gives the parameters eager's gradients (runtime/eval_grad.py)."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import uniorch
+
+
+def _frozen_bn_net():
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def test_fine_tuning_with_batchnorm_frozen_in_eval_mode_trains_like_eager():
+    torch.manual_seed(0)
+    model = _frozen_bn_net()
+    model[1].running_mean.normal_()
+    model[1].running_var.uniform_(0.5, 2.0)
+    model.eval()
+    ref, head = copy.deepcopy(model), nn.Linear(8, 3)
+    cm = uniorch.compile(model, target="interpret")
+    for step in range(2):
+        x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+        out = cm(x)
+        assert out.requires_grad and ref(x).requires_grad
+        model.zero_grad(), ref.zero_grad()
+        if step == 0:  # the first backward through an inference call: recomputed eagerly, said once
+            with pytest.warns(RuntimeWarning, match="later calls take the training path"):
+                (F.cross_entropy(out, y) + F.cross_entropy(head(x), y)).backward()
+        else:
+            (F.cross_entropy(out, y) + F.cross_entropy(head(x), y)).backward()
+        (F.cross_entropy(ref(x), y) + F.cross_entropy(head(x), y)).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"step {step} {name}: {m}")
+    tc = cm.training_compile  # the second step ran the training path, in eval mode
+    assert tc.forward and tc.backward and not model.training
+    torch.testing.assert_close(model[1].running_mean, ref[1].running_mean)  # eval mode: stats untouched
+
+
+def test_eval_mode_inference_without_no_grad_stays_on_the_inference_kernels():
+    torch.manual_seed(1)
+    model = _frozen_bn_net().eval()
+    cm = uniorch.compile(model, target="interpret")
+    x = torch.randn(4, 8)
+    out = cm(x)
+    assert out.requires_grad  # as eager's
+    torch.testing.assert_close(out, model(x))
+    assert cm._training is None  # no backward: nothing traced for training
+    with torch.no_grad():
+        assert not cm(x).requires_grad
+
+
+def test_frozen_parameters_and_functions_are_left_as_they_are():
+    torch.manual_seed(2)
+    model = _frozen_bn_net().eval().requires_grad_(False)
+    x = torch.randn(4, 8)
+    assert not uniorch.compile(model, target="interpret")(x).requires_grad
+    assert not uniorch.compile(lambda t: t.sin() * 2, target="interpret")(x).requires_grad

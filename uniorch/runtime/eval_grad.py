@@ -1,0 +1,82 @@
+"""Gradients through an eval-mode call made with grad enabled.
+
+A model in eval mode called without `no_grad` is, for most users, inference: uniorch runs its
+inference kernels (`training.needs_autograd`), which record no autograd graph. Eager PyTorch would
+record one, since the parameters require grad, and some users train that way on purpose
+(fine-tuning with BatchNorm frozen in eval mode). So the results of such a call require grad like
+eager's, through `_RecomputedGrad`: the first backward that reaches them runs the call again in
+PyTorch, with autograd, and takes the parameters' gradients from that; from then on the model's
+calls take the training path (compiled forward and backward graphs). Inference pays nothing but a
+flag check and a wrapper per call; before, a backward there raised "does not require grad", or,
+beside another differentiable term, silently gave the parameters no gradient.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+# modules a backward reached through an eval-mode call: they train so (`training.needs_autograd`)
+TRAINED_IN_EVAL: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+
+
+def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
+    """`out` of an inference-path call, its floating-point tensors requiring grad through the
+    parameters where eager's would (grad enabled, an nn.Module whose parameters require grad)."""
+    if not torch.is_grad_enabled():
+        return out
+    from ..capture.module_modes import owning_module
+
+    model = owning_module(model_or_fn)
+    if not isinstance(model, torch.nn.Module):
+        return out
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return out
+    leaves, spec = pytree.tree_flatten(out)
+    picks = [i for i, t in enumerate(leaves) if _differentiable(t)]
+    if not picks:
+        return out
+    call = (model_or_fn, model, args, kwargs, picks, len(params))
+    made = _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params)
+    for i, t in zip(picks, made):
+        leaves[i] = t
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _differentiable(t) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and not t.requires_grad
+
+
+class _RecomputedGrad(torch.autograd.Function):
+    """Outputs computed by the kernels, as they are; their gradient with respect to the
+    parameters from the same call recomputed eagerly (eval mode draws no randomness to replay)."""
+
+    @staticmethod
+    def forward(ctx, call, *tensors):
+        ctx.call = call
+        return tuple(t.detach() for t in tensors[:len(call[4])])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        fn, model, args, kwargs, picks, n_params = ctx.call
+        if model not in TRAINED_IN_EVAL:
+            TRAINED_IN_EVAL.add(model)
+            warnings.warn(f"uniorch: a backward reached an eval-mode call of {type(model).__name__} made with grad "
+                          f"enabled: its gradient was recomputed in PyTorch; later calls take the training path",
+                          RuntimeWarning, stacklevel=2)
+        params = [p for p in model.parameters() if p.requires_grad]
+        with torch.enable_grad():
+            leaves = pytree.tree_leaves(fn(*args, **kwargs))
+        pairs = [(leaves[i], g) for i, g in zip(picks, grads)
+                 if g is not None and isinstance(leaves[i], torch.Tensor) and leaves[i].requires_grad]
+        got = [None] * len(params)
+        if pairs:
+            got = list(torch.autograd.grad([o for o, _ in pairs], params, [g for _, g in pairs], allow_unused=True))
+        if len(got) != n_params:  # parameters frozen or unfrozen in between: none of them is sure
+            raise RuntimeError("uniorch: the model's trainable parameters changed between its eval-mode call and "
+                               "the backward through it")
+        return (None, *([None] * len(grads)), *got)
