@@ -162,6 +162,21 @@ def test_contractions_of_a_single_row_or_column_run_natively(case):
     _close(_native(fn, *args), fn(*args), 1e-4)
 
 
+@pytest.mark.parametrize("case", ["softmax", "amax", "attention_over_one_key"])
+def test_max_reductions_over_one_element_run_natively(case):
+    # the adapter's max reduction has no initial value; the lowering seeds it with the first element,
+    # and over one element (a decoder's first step attends to one key) refused it: interpreter
+    g = torch.Generator().manual_seed(len(case))
+    fn, args = {
+        "softmax": (lambda t: t.softmax(-1), (torch.randn(16, 1, generator=g),)),
+        "amax": (lambda t: t.amax(1) * 2, (torch.randn(16, 1, generator=g),)),
+        "attention_over_one_key": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                                   (torch.randn(2, 4, 3, 8, generator=g), torch.randn(2, 4, 1, 8, generator=g),
+                                    torch.randn(2, 4, 1, 8, generator=g))),
+    }[case]
+    _close(_native(fn, *args), fn(*args), 1e-5)
+
+
 def test_bf16_attention_matches_eager():
     gen = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 2, 9, 16, generator=gen).bfloat16() for _ in range(3))

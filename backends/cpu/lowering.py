@@ -167,7 +167,8 @@ def _seed_reductions(module, entry: str) -> None:
     compiler takes that as "no initial value"); upstream MLIR reads the init, so the result would
     depend on uninitialized memory. Each such reduction starts from its first element instead:
     init = the inputs' slice at index 0 of the reduced dim, inputs = the rest. Exact for any
-    combiner, as "no initial value" means."""
+    combiner, as "no initial value" means; over a dim of one element the rest is empty and the
+    reduction returns that element (a softmax over one key: a decoder's first step)."""
     from torch_mlir import ir
     from torch_mlir.dialects import tensor
 
@@ -178,7 +179,7 @@ def _seed_reductions(module, entry: str) -> None:
             continue
         dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
         shape = ir.RankedTensorType(inputs[0].type).shape
-        if len(dims) != 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape) or shape[dims[0]] < 2:
+        if len(dims) != 1 or any(ir.ShapedType.is_dynamic_size(x) for x in shape) or shape[dims[0]] < 1:
             raise BackendError(f"kernel {entry}: a reduction without an initial value over dims {dims} of "
                                f"{shape}, which the cpu lowering does not seed")
         d = dims[0]
@@ -187,7 +188,8 @@ def _seed_reductions(module, entry: str) -> None:
                 elt = ir.RankedTensorType(x.type).element_type
                 head_sizes = [1 if k == d else n for k, n in enumerate(shape)]
                 tail_sizes = [n - 1 if k == d else n for k, n in enumerate(shape)]
-                offsets = [1 if k == d else 0 for k in range(len(shape))]
+                # an empty rest starts at 0: past the end is out of bounds even for no elements
+                offsets = [1 if k == d and shape[d] > 1 else 0 for k in range(len(shape))]
                 head = tensor.ExtractSliceOp(init.type, x, [], [], [], [0] * len(shape), head_sizes, [1] * len(shape))
                 tail = tensor.ExtractSliceOp(ir.RankedTensorType.get(tail_sizes, elt), x, [], [], [], offsets,
                                              tail_sizes, [1] * len(shape))
