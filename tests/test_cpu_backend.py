@@ -177,6 +177,21 @@ def test_max_reductions_over_one_element_run_natively(case):
     _close(_native(fn, *args), fn(*args), 1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hypot_and_complex_magnitudes_run_natively(dtype):
+    # libdevice's hypot was an extern call the adapter's MLIR cannot parse: the kernel (any complex
+    # abs, a spectrogram's magnitude) ran on the interpreter; it is math ops now, overflow-safe
+    g = torch.Generator().manual_seed(9)
+    big = 3e38 if dtype == torch.float32 else 1e300
+    a = torch.randn(16, 40, generator=g, dtype=dtype) * torch.logspace(-20, 20, 40, dtype=dtype)
+    b = torch.randn(16, 40, generator=g, dtype=dtype)
+    a[0, :6] = torch.tensor([0.0, float("inf"), float("nan"), float("-inf"), -0.0, big], dtype=dtype)
+    b[0, :6] = torch.tensor([0.0, float("nan"), 1.0, 2.0, 0.0, big], dtype=dtype)
+    torch.testing.assert_close(_native(torch.hypot, a, b), torch.hypot(a, b), equal_nan=True)
+    z = torch.complex(a[1:], b[1:])
+    torch.testing.assert_close(_native(torch.abs, z), z.abs())
+
+
 def test_bf16_attention_matches_eager():
     gen = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 2, 9, 16, generator=gen).bfloat16() for _ in range(3))

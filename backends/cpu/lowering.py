@@ -103,13 +103,54 @@ def _extern_as_math(match) -> str:
     return f'"math.{name}"{match.group(1)} <{{fastmath = #arith.fastmath<none>}}>'
 
 
+# a two-operand extern call, whole: result, operands, the operand type and the result type
+_HYPOT = re.compile(r'^(\s*)%(\w+) = "tt\.extern_elementwise"\((%\w+), (%\w+)\) <\{[^}]*symbol = '
+                    r'"(?:__nv_|__ocml_)hypot(?:f|_f32|_f64)?"\}> : \(([^,]+), [^)]+\) -> (\S+)$', re.M)
+_INF_BITS = {"f32": "0x7F800000", "f64": "0x7FF0000000000000"}
+
+
+def _hypot_as_math(match) -> str:
+    """hypot(x, y) in math and arith ops, which MLIR has no op for (complex abs, a spectrogram's
+    magnitude): m sqrt(1 + (n/m)^2) with m, n the larger and smaller of |x| and |y|, so no square
+    overflows; 0 where both are 0, inf where either is inf (a NaN in the other included), as libm's."""
+    indent, res, x, y, ty = match.group(1), match.group(2), match.group(3), match.group(4), match.group(5)
+    elt = re.search(r"f(16|32|64)>?$", ty).group(0).rstrip(">")
+    if elt not in _INF_BITS:
+        return match.group(0)
+    bits = re.sub(r"f(16|32|64)(>?)$", r"i1\2", ty)
+    fm = "<{fastmath = #arith.fastmath<none>}>"
+    tmp = f"%hypot_{res}_"
+
+    def const(name, value):
+        attr = f"dense<{value}> : {ty}" if ty.startswith("tensor") else f"{value} : {ty}"
+        return f'{indent}{tmp}{name} = "arith.constant"() <{{value = {attr}}}> : () -> {ty}'
+
+    def op(name, what, args, out=ty, attrs=fm):
+        return f'{indent}{tmp}{name} = "{what}"({", ".join(args)}) {attrs} : ({", ".join([ty] * len(args))}) -> {out}'
+
+    def cmp(name, a, b, pred):  # 1: oeq
+        return op(name, "arith.cmpf", [a, b], bits, f"<{{fastmath = #arith.fastmath<none>, predicate = {pred} : i64}}>")
+
+    t = lambda n: tmp + n  # noqa: E731
+    lines = [op("ax", "math.absf", [x]), op("ay", "math.absf", [y]),
+             op("m", "arith.maximumf", [t("ax"), t("ay")]), op("n", "arith.minimumf", [t("ax"), t("ay")]),
+             op("r", "arith.divf", [t("n"), t("m")]), const("one", "1.000000e+00"),
+             op("s", "math.fma", [t("r"), t("r"), t("one")]), op("q", "math.sqrt", [t("s")]),
+             op("h", "arith.mulf", [t("m"), t("q")]), const("zero", "0.000000e+00"), const("inf", _INF_BITS[elt]),
+             cmp("z", t("m"), t("zero"), 1), cmp("xi", t("ax"), t("inf"), 1), cmp("yi", t("ay"), t("inf"), 1),
+             f'{indent}{tmp}i = "arith.ori"({t("xi")}, {t("yi")}) : ({bits}, {bits}) -> {bits}',
+             f'{indent}{tmp}hz = "arith.select"({t("z")}, {t("zero")}, {t("h")}) : ({bits}, {ty}, {ty}) -> {ty}',
+             f'{indent}%{res} = "arith.select"({t("i")}, {t("inf")}, {t("hz")}) : ({bits}, {ty}, {ty}) -> {ty}']
+    return "\n".join(lines)
+
+
 def strip_annotations(linalg: str) -> str:
     """The adapter's generic-form output as torch-mlir's MLIR reads it: hints dropped, ops renamed,
     the vendor math library's calls as math ops."""
     linalg = _ANNOTATIONS.sub("", linalg)
     for old, new in _RENAMED.items():
         linalg = linalg.replace(old, new)
-    return _EXTERN.sub(_extern_as_math, linalg)
+    return _EXTERN.sub(_extern_as_math, _HYPOT.sub(_hypot_as_math, linalg))
 
 
 def _uses_ascend_buffers(linalg: str) -> bool:
