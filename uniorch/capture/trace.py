@@ -25,7 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
-from . import aliases, attribute_guard, cia_ops, covariance, eager_layouts
+from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -130,7 +130,8 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, _lazy_graph_modules(), \
                 attribute_guard.recording(module) as (reads, writes):
-            with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced():
+            with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced(), \
+                    causal_mask.as_given():
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             layouts = eager_layouts.output_layouts(ep.graph_module)
             try:

@@ -146,7 +146,7 @@ class TrainingCompile:
 
         from torch._dynamo.exc import TorchDynamoException
 
-        from ..capture import covariance
+        from ..capture import causal_mask, covariance
 
         if self.failure is not None:
             return self.model(*args, **kwargs)
@@ -164,7 +164,7 @@ class TrainingCompile:
             # Dynamo leaves nn.RNN/LSTM/GRU to eager PyTorch unless told (allow_rnn), and by default
             # does not guard module hooks: one registered or removed after a compile went unseen
             with torch._dynamo.config.patch(allow_rnn=True, skip_nnmodule_hook_guards=False), \
-                    covariance.traced(checks=False):
+                    covariance.traced(checks=False), causal_mask.as_given():
                 out = self._compiled(*args, **kwargs)
             for reason, n in counters["graph_break"].items():  # counted when Dynamo compiles a frame
                 if n > breaks.get(reason, 0) and _break_line(reason) not in self.graph_breaks:
