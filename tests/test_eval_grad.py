@@ -59,3 +59,28 @@ def test_frozen_parameters_and_functions_are_left_as_they_are():
     x = torch.randn(4, 8)
     assert not uniorch.compile(model, target="interpret")(x).requires_grad
     assert not uniorch.compile(lambda t: t.sin() * 2, target="interpret")(x).requires_grad
+
+
+def test_compiled_blocks_of_an_eval_mode_model_chain_their_gradients():
+    """Each block compiled on its own (`nn.ModuleList(uniorch.compile(b) ...)`): a block's input
+    requiring grad as the previous block's result keeps it on the inference kernels, and a
+    backward reaches every block's parameters, a frozen block's input gradient included."""
+    torch.manual_seed(3)
+    blocks = nn.ModuleList([_frozen_bn_net()[:3], nn.Sequential(nn.Linear(16, 16), nn.GELU()), nn.Linear(16, 3)])
+    blocks[1].requires_grad_(False)  # frozen in the middle: the gradient must still pass through it
+    blocks.eval()
+    ref = copy.deepcopy(blocks)
+    compiled = [uniorch.compile(b, target="interpret") for b in blocks]
+    x = torch.randn(4, 8)
+    h, r = x, x
+    for cm, b in zip(compiled, ref):
+        h, r = cm(h), b(r)
+    assert h.requires_grad and all(cm._training is None for cm in compiled)  # all three on the inference path
+    torch.testing.assert_close(h, r, rtol=1e-4, atol=1e-5)
+    with pytest.warns(RuntimeWarning, match="recomputed in PyTorch"):
+        h.square().mean().backward()
+    r.square().mean().backward()
+    for (name, p), q in zip(blocks.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")

@@ -24,27 +24,35 @@ TRAINED_IN_EVAL: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
 def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
-    """`out` of an inference-path call, its floating-point tensors requiring grad through the
-    parameters where eager's would (grad enabled, an nn.Module whose parameters require grad)."""
+    """`out` of an inference-path call, its floating-point tensors requiring grad where eager's
+    would: through the parameters of an eval-mode nn.Module that require grad, and through inputs
+    that are such results themselves (compiled blocks of an eval-mode model, one after another)."""
     if not torch.is_grad_enabled():
         return out
     from ..capture.module_modes import owning_module
 
     model = owning_module(model_or_fn)
-    if not isinstance(model, torch.nn.Module):
-        return out
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+    params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, torch.nn.Module) else []
+    inputs = list({id(t): t for t in pytree.tree_leaves((args, kwargs))  # each once, in order
+                   if isinstance(t, torch.Tensor) and t.requires_grad}.values())
+    if not params and not inputs:
         return out
     leaves, spec = pytree.tree_flatten(out)
     picks = [i for i, t in enumerate(leaves) if _differentiable(t)]
     if not picks:
         return out
-    call = (model_or_fn, model, args, kwargs, picks, len(params))
-    made = _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params)
+    call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs))
+    made = _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params, *inputs)
     for i, t in zip(picks, made):
         leaves[i] = t
     return pytree.tree_unflatten(leaves, spec)
+
+
+def recomputed(t: torch.Tensor, model: Any) -> bool:
+    """Whether `t` requires grad only as a result of such a call, and `model` is an eval-mode
+    module no backward has reached yet: its call is inference too, the chain recomputed at once."""
+    return (type(t.grad_fn) is _BACKWARD and isinstance(model, torch.nn.Module) and not model.training
+            and model not in TRAINED_IN_EVAL)
 
 
 def _differentiable(t) -> bool:
@@ -53,7 +61,8 @@ def _differentiable(t) -> bool:
 
 class _RecomputedGrad(torch.autograd.Function):
     """Outputs computed by the kernels, as they are; their gradient with respect to the
-    parameters from the same call recomputed eagerly (eval mode draws no randomness to replay)."""
+    parameters and the inputs requiring grad from the same call recomputed eagerly (eval mode
+    draws no randomness to replay)."""
 
     @staticmethod
     def forward(ctx, call, *tensors):
@@ -62,21 +71,34 @@ class _RecomputedGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        fn, model, args, kwargs, picks, n_params = ctx.call
-        if model not in TRAINED_IN_EVAL:
+        fn, model, args, kwargs, picks, n_params, n_inputs = ctx.call
+        if isinstance(model, torch.nn.Module) and model not in TRAINED_IN_EVAL:
             TRAINED_IN_EVAL.add(model)
             warnings.warn(f"uniorch: a backward reached an eval-mode call of {type(model).__name__} made with grad "
                           f"enabled: its gradient was recomputed in PyTorch; later calls take the training path",
                           RuntimeWarning, stacklevel=2)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, torch.nn.Module) else []
+        if len(params) != n_params:  # parameters frozen or unfrozen in between: none of them is sure
+            raise RuntimeError("uniorch: the model's trainable parameters changed between its eval-mode call and "
+                               "the backward through it")
+        fresh: dict = {}  # each input requiring grad, as a leaf of the recomputation
+
+        def leaf(t):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return fresh.setdefault(id(t), t.detach().requires_grad_())
+            return t
+
+        args, kwargs = pytree.tree_map(leaf, (args, kwargs))
+        wrt = params + list(fresh.values())
         with torch.enable_grad():
             leaves = pytree.tree_leaves(fn(*args, **kwargs))
         pairs = [(leaves[i], g) for i, g in zip(picks, grads)
                  if g is not None and isinstance(leaves[i], torch.Tensor) and leaves[i].requires_grad]
-        got = [None] * len(params)
+        got = [None] * len(wrt)
         if pairs:
-            got = list(torch.autograd.grad([o for o, _ in pairs], params, [g for _, g in pairs], allow_unused=True))
-        if len(got) != n_params:  # parameters frozen or unfrozen in between: none of them is sure
-            raise RuntimeError("uniorch: the model's trainable parameters changed between its eval-mode call and "
-                               "the backward through it")
+            got = list(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True))
+        assert len(got) == n_params + n_inputs  # the same inputs, met in the same order as attach's
         return (None, *([None] * len(grads)), *got)
+
+
+_BACKWARD = _RecomputedGrad._backward_cls

@@ -30,14 +30,13 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
     `eval_grad.py`)."""
     if not torch.is_grad_enabled():
         return False
-    leaves = args if not kwargs and all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves((args, kwargs))
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
-        return True
     from ..capture.module_modes import owning_module
+    from .eval_grad import TRAINED_IN_EVAL, recomputed
 
+    leaves = args if not kwargs and all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves((args, kwargs))
     model = owning_module(model)  # `uniorch.compile(model.forward)` trains as the model
-    from .eval_grad import TRAINED_IN_EVAL
-
+    if any(isinstance(t, torch.Tensor) and t.requires_grad and not recomputed(t, model) for t in leaves):
+        return True
     return (isinstance(model, torch.nn.Module) and (model.training or model in TRAINED_IN_EVAL)
             and any(p.requires_grad for p in model.parameters()))
 
