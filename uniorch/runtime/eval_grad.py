@@ -38,7 +38,8 @@ def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
     if not params and not inputs:
         return out
     leaves, spec = pytree.tree_flatten(out)
-    picks = [i for i, t in enumerate(leaves) if _differentiable(t)]
+    given = {id(t) for t in pytree.tree_leaves((args, kwargs))}  # an input returned as it is stays so
+    picks = [i for i, t in enumerate(leaves) if _differentiable(t) and id(t) not in given]
     if not picks:
         return out
     call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs))
