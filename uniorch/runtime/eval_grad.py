@@ -37,16 +37,40 @@ def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
                    if isinstance(t, torch.Tensor) and t.requires_grad}.values())
     if not params and not inputs:
         return out
-    leaves, spec = pytree.tree_flatten(out)
+    leaves = _tensors(out)
     given = {id(t) for t in pytree.tree_leaves((args, kwargs))}  # an input returned as it is stays so
     picks = [i for i, t in enumerate(leaves) if _differentiable(t) and id(t) not in given]
     if not picks:
         return out
     call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs))
-    made = _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params, *inputs)
-    for i, t in zip(picks, made):
-        leaves[i] = t
-    return pytree.tree_unflatten(leaves, spec)
+    made = dict(zip(picks, _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params, *inputs)))
+    count = iter(range(len(leaves)))
+    return _rebuilt(out, lambda t: made.get(next(count), t))
+
+
+def _tensors(x) -> list:
+    """The tensors of a result, in order, through tuples, lists and dicts (transformers' outputs)
+    only: any other object (a KV cache, often the caller's own, updated in place) is left whole."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if type(x) in (tuple, list) or isinstance(x, dict):
+        return [t for v in (x.values() if isinstance(x, dict) else x) for t in _tensors(v)]
+    return []
+
+
+def _rebuilt(x, swap):
+    """`x` with each tensor `_tensors` finds replaced by `swap(tensor)`, in the same order; a dict
+    subclass (transformers' ModelOutput, made by this call) updated in place, keeping its type."""
+    if isinstance(x, torch.Tensor):
+        return swap(x)
+    if type(x) in (tuple, list):
+        return type(x)(_rebuilt(v, swap) for v in x)
+    if isinstance(x, dict):
+        if type(x) is dict:
+            return {k: _rebuilt(v, swap) for k, v in x.items()}
+        for k in list(x.keys()):
+            x[k] = _rebuilt(x[k], swap)
+    return x
 
 
 def recomputed(t: torch.Tensor, model: Any) -> bool:
@@ -92,7 +116,7 @@ class _RecomputedGrad(torch.autograd.Function):
         args, kwargs = pytree.tree_map(leaf, (args, kwargs))
         wrt = params + list(fresh.values())
         with torch.enable_grad():
-            leaves = pytree.tree_leaves(fn(*args, **kwargs))
+            leaves = _tensors(fn(*args, **kwargs))
         pairs = [(leaves[i], g) for i, g in zip(picks, grads)
                  if g is not None and isinstance(leaves[i], torch.Tensor) and leaves[i].requires_grad]
         got = [None] * len(wrt)
