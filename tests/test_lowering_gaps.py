@@ -313,6 +313,55 @@ def test_embedding_bag_outputs_shaped_as_eager(dtype, mode, pad):
     assert torch.equal(got[1], want[1])
 
 
+@pytest.mark.parametrize("pad,include_last", [(-1, False), (4, False), (-1, True), (0, True)])
+def test_embedding_bag_max_as_eager(pad, include_last):
+    """Mode "max" (a whole-op fallback before) gives all four outputs as ATen's CPU kernel: small
+    integer weights make ties (the earliest row wins), a NaN counts only as a bag's first value,
+    padding rows are skipped, an empty bag is 0 with max index 0."""
+    gen = torch.Generator().manual_seed(21)
+    weight = torch.randint(-3, 4, (12, 5), generator=gen).float()
+    weight[2, 1] = weight[7, 3] = float("nan")
+    idx = torch.randint(0, 12, (15,), generator=gen)
+    idx[0], idx[9] = 2, 7
+    offsets = torch.tensor([0, 4, 4, 9, 10] + ([15] if include_last else []))
+
+    def f(w, i, o):
+        return torch.ops.aten._embedding_bag(w, i, o, False, 2, False, None, include_last, pad)
+
+    cm = uniorch.compile(f, target="interpret", fallback="error")
+    for got, want in zip(cm(weight, idx, offsets), f(weight, idx, offsets)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    bag = torch.nn.EmbeddingBag(12, 5, mode="max")
+    x = torch.randn(12, 5, generator=gen)
+    with torch.no_grad():
+        bag.weight.copy_(x)
+    torch.testing.assert_close(uniorch.compile(bag, fallback="error")(idx, offsets[:5]), bag(idx, offsets[:5]))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_embedding_max_norm_renormalises_the_weight_as_eager(train):
+    """nn.Embedding(max_norm=...) rescales the looked-up rows of its weight in place before each
+    lookup (aten.embedding_renorm, a whole-op fallback before): the compiled call leaves the same
+    weight and output, and in training the same gradients."""
+    import copy
+
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Embedding(20, 8, max_norm=1.0, norm_type=1.5), torch.nn.Linear(8, 3))
+    model.train(train)
+    ref = copy.deepcopy(model)
+    x = torch.randint(0, 20, (4, 6))
+    cm = uniorch.compile(model, fallback="error")
+    with torch.set_grad_enabled(train):
+        got, want = cm(x), ref(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(model[0].weight, ref[0].weight)
+    if train:
+        got.pow(2).sum().backward()
+        want.pow(2).sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+
+
 def test_integer_max_pool3d_runs_eagerly_instead_of_crashing():
     # torch-mlir's lowering kills the process (SIGSEGV) here: runtime/eager_only.py keeps it eager
     def f(x):

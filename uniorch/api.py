@@ -746,7 +746,7 @@ def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = 
 
 def _state_name(cg, o: int) -> str:
     out = cg.outputs[o]
-    return f"'{out.target}'" if out.kind == "buffer_mutation" else f"of input {out.target}"
+    return f"'{out.target}'" if out.kind in ("buffer_mutation", "parameter_mutation") else f"of input {out.target}"
 
 
 def _boundary(i: int, out) -> str:

@@ -14,81 +14,22 @@ import torch
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
 from . import cia_ops
+from .embedding_bag import embedding_bag as _embedding_bag, embedding_bag_backward as _embedding_bag_backward
 
 aten = torch.ops.aten
 
 
-def _sum_fast_path(weight, per_sample_weights, padding_idx) -> bool:
-    """ATen's `is_fast_path` for mode "sum": its CPU kernel then leaves offset2bag empty."""
-    return (weight.dtype in (torch.float32, torch.float16, torch.bfloat16) and weight.stride(1) == 1
-            and padding_idx < 0 and (per_sample_weights is None or per_sample_weights.stride(0) == 1))
+def _embedding_renorm(weight, indices, max_norm, norm_type):
+    """The rows `indices` names whose norm exceeds max_norm, scaled to it (ATen's max_norm / (norm +
+    1e-7)); nn.Embedding(max_norm=...) does this to its weight before every lookup.
 
-
-def _embedding_bag(
-    weight,
-    indices,
-    offsets,
-    scale_grad_by_freq=False,
-    mode=0,
-    sparse=False,
-    per_sample_weights=None,
-    include_last_offset=False,
-    padding_idx=-1,
-):
-    """`_embedding_bag` in modes "mean" (nn.EmbeddingBag's default) and "sum" with a padding index,
-    as a gather plus segment sums (index_add).
-
-    Why: torch-mlir lowers `embedding_bag` to linalg only in mode "sum" without padding_idx. Mean
-    fails with "failed to legalize torch.aten.embedding_bag.padding_idx", sum with a padding index
-    with "'tensor.cast' op operand type 'tensor<0xi64>' and result type 'tensor<Nxi64>' are cast
-    incompatible". Plain sum lowers, but torch-mlir ignores `per_sample_weights` there (a wrong
-answer, found by OpInfo), so every sum goes this way too; max mode is not handled here.
-    Outputs follow ATen's CPU kernel: (bags, offset2bag, bag_size, max_indices).
-    """
-    if mode not in (0, 1):
-        return NotImplemented
-    n = indices.shape[0]
-    num_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
-    starts = offsets[:num_bags]
-    # offset2bag as ATen builds it: mark every bag start, running count - 1 is each index's bag.
-    marks = torch.zeros(n + 1, dtype=indices.dtype, device=indices.device).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
-    offset2bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
-    keep = (indices != padding_idx).to(weight.dtype)  # padding_idx == -1: no padding index
-    rows = weight.index_select(0, indices) * keep[:, None]
-    if per_sample_weights is not None:  # ATen allows them in sum mode only
-        rows = rows * per_sample_weights[:, None]
-    bags = weight.new_zeros(num_bags, weight.shape[1]).index_add(0, offset2bag, rows)
-    if mode == 0:
-        zeros = offsets.new_zeros(num_bags)
-        if _sum_fast_path(weight, per_sample_weights, padding_idx):  # ATen skips offset2bag there
-            offset2bag = indices.new_empty(0)
-        return bags, offset2bag, zeros, zeros.clone()
-    counts = weight.new_zeros(num_bags).index_add(0, offset2bag, keep)
-    bags = bags / counts.clamp(min=1)[:, None]  # empty bags stay zero, as in ATen
-    bag_size = counts.to(offsets.dtype)  # non-padding indices per bag
-    return bags, offset2bag, bag_size, bag_size.clone()
-
-
-def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
-                            scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
-    """The weight's gradient of `_embedding_bag` in modes "sum" and "mean": each index's row gets
-    its bag's gradient (times its per-sample weight, or over its bag's size), summed by index_add.
-
-    Why: torch-mlir cannot lower it and PyTorch has no decomposition. offset2bag is rebuilt from
-    the offsets, since the forward leaves it empty on ATen's sum fast path."""
-    if mode not in (0, 1) or sparse or scale_grad_by_freq:
-        return NotImplemented
-    n, num_bags = indices.shape[0], grad.shape[0]
-    starts = offsets[:num_bags]
-    marks = torch.zeros(n + 1, dtype=indices.dtype, device=indices.device).index_add(0, starts, torch.ones_like(starts, dtype=indices.dtype))
-    bag = torch.cumsum(marks, 0, dtype=indices.dtype)[:n] - 1
-    rows = grad.index_select(0, bag)
-    if mode == 1:
-        rows = rows / bag_size.to(grad.dtype).clamp(min=1).index_select(0, bag)[:, None]
-    elif per_sample_weights is not None:
-        rows = rows * per_sample_weights.to(grad.dtype)[:, None]
-    rows = rows * (indices != padding_idx).to(grad.dtype)[:, None]
-    return grad.new_zeros(num_weights, grad.shape[1]).index_add(0, indices, rows)
+    Why: torch-mlir has no lowering ("lowering to torch backend contract failed"). A repeated index
+    writes the same row twice, so the scatter's order does not matter."""
+    flat = indices.reshape(-1)
+    rows = weight.index_select(0, flat)
+    norms = torch.linalg.vector_norm(rows, ord=norm_type, dim=1, keepdim=True)
+    scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    return weight.index_put((flat,), rows * scale.to(rows.dtype))
 
 
 def _gelu(x, approximate="none"):
@@ -377,6 +318,7 @@ def _table(data_dependent: bool = True) -> dict:
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
     table[aten._embedding_bag_backward.default] = _embedding_bag_backward
+    table[aten.embedding_renorm.default] = _embedding_renorm
     table[aten.gelu.default] = _gelu
     table[aten.elu.default] = _elu
     table[aten.logaddexp2.default] = _logaddexp_like(True)

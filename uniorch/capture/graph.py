@@ -27,7 +27,7 @@ class GraphInput:
 
 @dataclass(frozen=True)
 class GraphOutput:
-    kind: str  # "user" | "buffer_mutation" | "user_input_mutation" | "check"
+    kind: str  # "user" | "buffer_mutation" | "parameter_mutation" | "user_input_mutation" | "check"
     target: Any = None  # buffer fqn, or flat user-argument index, or flat user-output index, or a check's spec
     complex_dtype: Any = None  # a complex output, computed as real pairs (view_as_complex restores it)
     read: Any = None  # "item": a Python scalar; ("narrow", dim, i): trimmed to the count in output i
@@ -88,11 +88,12 @@ class CapturedGraph:
         real pairs, are left out: their update is always a copy."""
         where = {}
         for i, inp in enumerate(self.inputs):
-            if inp.complex_dtype is None and inp.kind in ("buffer", "user"):
+            if inp.complex_dtype is None and inp.kind in ("buffer", "parameter", "user"):
                 where[(inp.kind, inp.target)] = i
         pairs = []
         for j, out in enumerate(self.outputs):
-            kind = {"buffer_mutation": "buffer", "user_input_mutation": "user"}.get(out.kind)
+            kind = {"buffer_mutation": "buffer", "parameter_mutation": "parameter",
+                    "user_input_mutation": "user"}.get(out.kind)
             if kind is not None and out.complex_dtype is None and (kind, out.target) in where:
                 pairs.append((j, where[(kind, out.target)]))
         return pairs
@@ -173,12 +174,12 @@ class CapturedGraph:
         kinds = {o.kind for o in self.outputs}
         user_flat = (pytree.tree_leaves((tuple(args), dict(kwargs or {})))
                      if "user_input_mutation" in kinds or self.aliases.leaves else None)
-        buffers = dict(self.module.named_buffers(remove_duplicate=False)) if "buffer_mutation" in kinds else None
+        state = _module_state(self.module, kinds)
         user_out, copies = [], []
         with torch.no_grad():
             for spec, value in zip(self.outputs, flat_outputs):
-                if spec.kind == "buffer_mutation":
-                    _write_back(buffers[spec.target], value, copies)
+                if spec.kind in ("buffer_mutation", "parameter_mutation"):
+                    _write_back(state[spec.target], value, copies)
                 elif spec.kind == "user_input_mutation":
                     _write_back(user_flat[spec.target], value, copies)
                 elif spec.kind == "user":  # "size" outputs only served to trim others
@@ -270,3 +271,12 @@ def _target_name(target: Callable) -> str:
     name = str(target)
     return name if name.startswith("aten.") else getattr(target, "__name__", name)
 
+
+def _module_state(module, kinds: set) -> dict | None:
+    """The buffers and parameters a call's state updates write, by name (None when it has none)."""
+    state = None
+    if "buffer_mutation" in kinds:
+        state = dict(module.named_buffers(remove_duplicate=False))
+    if "parameter_mutation" in kinds:
+        state = {**(state or {}), **dict(module.named_parameters(remove_duplicate=False))}
+    return state

@@ -60,6 +60,9 @@ class _FunctionModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
 
+# outputs that are the new value of a module's own state (capture/graph.py writes them back)
+_STATE_UPDATES = ("buffer_mutation", "parameter_mutation")
+
 
 def as_module(model_or_fn: Any) -> torch.nn.Module:
     if isinstance(model_or_fn, torch.nn.Module):
@@ -268,7 +271,7 @@ def _unbake(cg: CapturedGraph, module: torch.nn.Module, spec, flat: list, keep: 
     cg.inputs = [dataclasses.replace(i, target=keep[i.target]) if i.kind == "user" else
                  dataclasses.replace(i, target=own(i.target)) for i in cg.inputs]
     cg.outputs = [dataclasses.replace(o, target=keep[o.target]) if o.kind == "user_input_mutation" else
-                  dataclasses.replace(o, target=own(o.target)) if o is not None and o.kind == "buffer_mutation" else o
+                  dataclasses.replace(o, target=own(o.target)) if o is not None and o.kind in _STATE_UPDATES else o
                   for o in cg.outputs]
     cg.constants = {own(k): v for k, v in cg.constants.items()}
     constants = {keep[k]: v for k, v in cg.constant_args.items()}
@@ -321,6 +324,8 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
             outputs.append(GraphOutput("user"))
         elif spec.kind == OutputKind.BUFFER_MUTATION:
             outputs.append(GraphOutput("buffer_mutation", spec.target))
+        elif spec.kind == OutputKind.PARAMETER_MUTATION:  # nn.Embedding(max_norm=...) renormalising its weight
+            outputs.append(GraphOutput("parameter_mutation", spec.target))
         elif spec.kind == OutputKind.USER_INPUT_MUTATION:
             outputs.append(GraphOutput("user_input_mutation", user_index[spec.target]))
         elif spec.kind == OutputKind.TOKEN:

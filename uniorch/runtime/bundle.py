@@ -548,7 +548,7 @@ class LoadedModel:
                 values[-1] = as_pair(values[-1])
         outs = list(self.program(*values))
         try:
-            return self._finish(flat, tables["buffer"], outs)
+            return self._finish(flat, tables["buffer"], tables["parameter"], outs)
         except CheckFailed as failed:  # a rewrite's run-time condition did not hold: eager answers
             if self._model is None:
                 raise BundleError(f"run-time check failed ({failed}); this call needs eager PyTorch: load the "
@@ -607,7 +607,7 @@ class LoadedModel:
                                      f"got {flat[i]!r}; compile another bundle for that value")
         return flat
 
-    def _finish(self, flat: list, buffers: dict, outs: list):
+    def _finish(self, flat: list, buffers: dict, parameters: dict, outs: list):
         for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
             if spec["kind"] == "check":
                 verify(spec["target"], value)
@@ -618,6 +618,8 @@ class LoadedModel:
             for spec, value in zip(self.manifest["outputs"], outs):
                 if spec["kind"] == "buffer_mutation":
                     buffers[spec["target"]].copy_(value)
+                elif spec["kind"] == "parameter_mutation":
+                    parameters[spec["target"]].copy_(value)
                 elif spec["kind"] == "user_input_mutation":
                     flat[spec["target"]].copy_(value)
                 elif spec["kind"] == "user":
