@@ -174,8 +174,9 @@ def _outline(module, main, ops: list[ir.Operation], n: int, prefix: str = "") ->
 
 
 def _scalar_dims(v) -> list:
-    """A scalar kernel input that is a size (index, or an integer computed from sizes): [its expression]."""
-    if isinstance(v.type, (ir.IndexType, ir.IntegerType)):
+    """A scalar kernel input that is a size (index, or an integer computed from sizes), or a float
+    computed from sizes (a mean's 1 / n): [its expression]."""
+    if isinstance(v.type, (ir.IndexType, ir.IntegerType, ir.F64Type, ir.F32Type)):
         try:
             return [dims.index_value(v)]
         except dims.UnknownSize:

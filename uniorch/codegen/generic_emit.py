@@ -303,7 +303,9 @@ class _Emitter:
                 except dims.UnknownSize as err:
                     raise CodegenError(g, f"a scalar kernel argument: {err}") from None
                 ty = B.elem_name(v.type) if not isinstance(v.type, ir.IndexType) else "index"
-                val = Val(f"tl.full([], {size_code(size)}, tl.int64)", ty, frozenset())
+                code = (dims.float_code(size, B.tl_type(ty)) if ty in ("f32", "f64") else
+                        f"tl.full([], {size_code(size)}, tl.int64)")
+                val = Val(code, ty, frozenset())
                 env[v] = val
                 return val
             if owner == self.k.block:
@@ -483,7 +485,8 @@ class _Emitter:
         root.emit(f"row_mask = rows < {size_code(k.np_)}")
         root.emit("row_zero = rows * 0")
         self.decompose(root, "rows", k.order_p)
-        self.persistent = not (self.sched.get("looped") or self.sched["block_r"] < k.nr)
+        # a symbolic row length (a sum over the batch, sequential combiners) is swept in a loop
+        self.persistent = not (self.sched.get("looped") or not isinstance(k.nr, int) or self.sched["block_r"] < k.nr)
         # a looped row's sums of deviations ride on the sweep that sums it (codegen/welford.py)
         self.centred = {} if self.persistent else {c.sum_op: c for c in welford.find(k)}
         riding = {r for c in self.centred.values() for r, _ in c.sums}

@@ -113,6 +113,35 @@ def code(size: Size) -> str:
     return f"({_PRINTER.doprint(size)})"
 
 
+class _FloatPrinter(_CodePrinter):
+    """A float computed from sizes (1 / n, n / 2) as a Triton float64 scalar: each size converted
+    before any arithmetic, so quotients keep their fraction and round as eager's double does."""
+
+    def _print_Symbol(self, expr):
+        return f"tl.full([], {expr.name}, tl.float64)"
+
+    def _print_Integer(self, expr):
+        return f"{int(expr)}.0"
+
+    def _print_Rational(self, expr):
+        return f"({int(expr.p)}.0 / {int(expr.q)}.0)"
+
+    def _print_Pow(self, expr, rational=False):
+        if expr.exp.is_Integer and expr.exp < 0:
+            return f"(1.0 / ({self.doprint(sympy.Pow(expr.base, -expr.exp))}))"
+        return super()._print_Pow(expr, rational)
+
+
+_FLOAT_PRINTER = _FloatPrinter()
+
+
+def float_code(size: Size, tl_type: str) -> str:
+    """A float computed from sizes as a Triton scalar of `tl_type`, evaluated in double."""
+    if isinstance(size, int):
+        return f"tl.full([], {size}.0, {tl_type})"
+    return f"({_FLOAT_PRINTER.doprint(size)}).to({tl_type})"
+
+
 def is_static(size: Size) -> bool:
     return isinstance(size, int)
 
@@ -132,10 +161,13 @@ def symbols_of(sizes) -> list[str]:
     return sorted(out)
 
 
-def evaluate(size: Size, values: dict[str, int]) -> int:
+def evaluate(size: Size, values: dict[str, int], as_float: bool = False) -> int | float:
+    """The value of `size` at these symbol values: an int, or a float where the value is a float
+    computed from sizes (which `int` would truncate: 1 / n is 0)."""
     if isinstance(size, int):
-        return size
-    return int(size.subs({symbol(k): v for k, v in values.items()}))
+        return float(size) if as_float else size
+    value = size.subs({symbol(k): v for k, v in values.items()})
+    return float(value) if as_float else int(value)
 
 
 def prod(sizes) -> Size:

@@ -50,12 +50,29 @@ def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", 
     importer = FxImporter(context=ctx)
     importer._cc = _LocatingCache(ctx, py_attr_tracker=importer._py_attr_tracker)
     importer._cc.tag_nodes = tag_nodes
+    _sym_floats_as_products(graph)
     try:
         importer.import_stateless_graph(graph, func_name=func_name)
     except Exception as exc:
         raise MLIRImportError(f"torch-mlir could not import the captured graph: {type(exc).__name__}: {exc}") from exc
     _devices_as_cpu(importer.module)
     return importer.module
+
+
+def _sym_floats_as_products(graph) -> None:
+    """`torch.sym_float(n)` (a size in float arithmetic: `1.0 / x.shape[0]`) as `n * 1.0`, the same
+    value: torch-mlir's importer has no rule for sym_float ("Unimplemented call_function")."""
+    import operator
+
+    import torch
+
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.sym_float and len(node.args) == 1:
+            with graph.inserting_before(node):
+                product = graph.call_function(operator.mul, (node.args[0], 1.0))
+            product.meta.update(node.meta)
+            node.replace_all_uses_with(product)
+            graph.erase_node(node)
 
 
 def _devices_as_cpu(module: ir.Module) -> None:

@@ -351,9 +351,11 @@ def _size_step(op, v, d):
         size = dims.index_value(v)
     except dims.UnknownSize as err:
         raise PlanError(op, f"returns a size: {err}") from None
+    # a float computed from sizes (1 / n, a batch norm's backward) keeps its fraction
+    as_float = str(v.type) in ("f16", "bf16", "f32", "f64")
 
     def run(slots, ctx):
-        slots[d] = dims.evaluate(size, ctx.sizes)
+        slots[d] = dims.evaluate(size, ctx.sizes, as_float)
 
     return run
 

@@ -1,0 +1,78 @@
+"""Floats computed from symbolic sizes (a mean's 1 / n, `x.shape[0] / 2`, batch norm's backward).
+
+A graph compiled for many sizes reads such a value at run time. It once came back truncated to an
+integer (1 / 8 as 0: BatchNorm's input gradient was wrong after a batch-size change, silently),
+`torch.sym_float` did not import, and kernels taking such a float fell back to PyTorch."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import uniorch
+
+
+def _per_size(fn, sizes=(8, 3, 5), seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, 6, generator=gen) for n in sizes]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("reciprocal", lambda x: x.sum(0) * (1.0 / x.shape[0])),
+    ("half", lambda x: x.sum(0) * (x.shape[0] / 2)),
+    ("ratio", lambda x: (x - x.mean(0)) * (1.0 / (x.shape[0] * x.shape[1] / x.shape[1]))),
+    ("unbiased", lambda x: x.pow(2).sum(0) * (x.shape[0] / (x.shape[0] - 1))),
+])
+def test_floats_of_sizes_as_eager_in_kernels(name, fn):
+    cm = uniorch.compile(fn, dynamic=True, fallback="error")
+    for x in _per_size(fn):
+        torch.testing.assert_close(cm(x), fn(x))
+    assert not cm.explain(x).fallbacks
+
+
+@pytest.mark.parametrize("norm", ["bn1d", "bn2d"])
+def test_batch_norm_trains_as_eager_when_the_batch_size_changes(norm):
+    """The last batch of an epoch is smaller: the backward compiled for every batch size gives
+    eager's gradients at each, in kernels."""
+    torch.manual_seed(3)
+    if norm == "bn1d":
+        model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+        shape = (6,)
+    else:
+        model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                              nn.Linear(4 * 5 * 5, 2))
+        shape = (3, 5, 5)
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model)
+    gen = torch.Generator().manual_seed(4)
+    for n in (8, 3, 5, 8):
+        x = torch.randn(n, *shape, generator=gen)
+        xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        cm(xc).pow(2).sum().backward()
+        ref(xe).pow(2).sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+        for b, c in zip(model.buffers(), ref.buffers()):
+            torch.testing.assert_close(b, c)
+    report = cm.explain(xc)
+    assert report.backward.kernels and not report.backward.fallbacks, [f.why for f in report.backward.fallbacks]
+
+
+def test_a_mean_over_the_batch_differentiates_in_kernels_at_any_batch_size():
+    """The backward of `x - x.mean(0)` sums over the (symbolic) batch with a sequential combiner:
+    its kernel loops over the rows instead of failing to decide whether they fit one block."""
+
+    class Centre(nn.Module):
+        def forward(self, x):
+            return (x - x.mean(0)) * 2
+
+    cm = uniorch.compile(Centre())
+    for x in _per_size(None):
+        xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        g = torch.randn_like(x)
+        cm(xc).backward(g)
+        Centre()(xe).backward(g)
+        torch.testing.assert_close(xc.grad, xe.grad)
+    assert not cm.explain(xc).backward.fallbacks
