@@ -23,6 +23,7 @@ import re
 
 from ..sdk import BackendError
 from . import runtime_calls
+from .bf16_storage import bf16_as_i16
 
 # Ascend's kernel ABI as the adapter writes it: two leading memref<?xi8> (sync-block lock and
 # workspace, named by the SyncBlockLockArgIdx / WorkspaceArgIdx attributes), the TTIR arguments
@@ -38,7 +39,8 @@ BUFFERIZE = ("builtin.module(inline,symbol-dce,func.func(convert-elementwise-to-
 # is scoped to one iteration (`_scope_loop_allocas`) before lowering on.
 PROMOTE = "builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}))"
 # arith-expand with bf16: f32 <-> bf16 conversions as integer ops (round to nearest even). Without
-# AVX512-BF16 LLVM calls compiler-rt's __truncsfbf2 for them, which the JIT does not link.
+# AVX512-BF16 LLVM calls compiler-rt's __truncsfbf2 for them, which the JIT does not link; what is
+# left of bf16 (loads, stores, bitcasts) is then i16 (bf16_storage.py).
 TO_LLVM = ("builtin.module(buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
            "convert-scf-to-cf,convert-cf-to-llvm,func.func(arith-expand{include-bf16=true}),convert-arith-to-llvm,"
            "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
@@ -486,7 +488,7 @@ def to_llvm(linalg: str, entry: str) -> str:
                 # would be allocated anew per program (MLIR's inliner adds no stack save/restore)
                 wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
                 module.body.append(list(wrapper.body.operations)[-1].operation)
-        return str(module)
+        return bf16_as_i16(str(module))
 
 
 __all__ = ["grid_name", "kernel_abi", "to_llvm"]
