@@ -468,3 +468,35 @@ def test_a_rebound_global_of_a_compiled_function_recompiles():
         assert cf.recompiles == ["attributes changed (_W: another tensor, _SCALE: 2.0 -> 5.0)"], cf.recompiles
     finally:
         _W, _SCALE = old, 2.0
+
+
+class _Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act, self.fn = nn.Linear(16, 4), nn.ReLU(), torch.relu
+
+    def forward(self, x):
+        return self.fn(self.act(self.fc(x)) - 0.1)
+
+
+@pytest.mark.parametrize("swap", ["sequential item", "child", "function attribute", "new head"])
+def test_a_replaced_submodule_or_function_recompiles(swap):
+    """Replacing a child module (a Sequential's item, a classifier head) or a function the
+    forward calls after compiling: the compile ran the old graph, silently."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 16)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)) if swap == "sequential item" else _Head()
+    model.eval()
+    cm = uniorch.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), model(x))
+        if swap == "sequential item":
+            model[1] = nn.Tanh()
+        elif swap == "child":
+            model.act = nn.Identity()
+        elif swap == "function attribute":
+            model.fn = torch.sigmoid
+        else:
+            model.fc = nn.Linear(16, 7)
+        torch.testing.assert_close(cm(x), model(x))
+    assert not cm.explain(x).fallbacks

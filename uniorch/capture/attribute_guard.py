@@ -24,6 +24,7 @@ own bookkeeping attributes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import threading
 import types
@@ -43,6 +44,11 @@ def _plain(value) -> bool:
     if isinstance(value, _PLAIN):
         return True
     return type(value) is tuple and len(value) <= 8 and all(isinstance(v, _PLAIN) for v in value)
+
+
+# functions a module holds as attributes (`self.act = torch.relu`): guarded by identity, so setting
+# another one recompiles
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
 
 
 def _is_config(obj) -> bool:
@@ -153,7 +159,8 @@ def _recorder(original):
         if stack and name not in _MODULE_OWN and not name.startswith("__"):
             # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
             # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
-            kept = value if _plain(value) else _TENSOR if isinstance(value, torch.Tensor) else None
+            kept = (value if _plain(value) or isinstance(value, _FUNCTIONS) else
+                    _TENSOR if isinstance(value, torch.Tensor) else None)
             try:
                 mine = kept is not None and name in object.__getattribute__(self, "__dict__")
             except AttributeError:
@@ -348,12 +355,29 @@ class _Hooks:
         return True
 
 
+class _Children:
+    """Which module each of the model's modules holds as a child: replacing one after the compile
+    (`model[1] = nn.Tanh()`, `model.head = nn.Identity()`) changes the forward, and the compile
+    must not serve it. The children are compared by identity at each call, one tuple per module
+    that has any; a replaced child's own children are then another module's."""
+
+    def __init__(self, model: nn.Module):
+        self.tables = [(m._modules, tuple(m._modules.values())) for m in model.modules() if m._modules]
+
+    def holds(self) -> bool:
+        for table, children in self.tables:
+            if len(table) != len(children) or any(map(operator.is_not, table.values(), children)):
+                return False
+        return True
+
+
 class AttributeGuard:
-    """The values one capture read; `holds()` while every one is unchanged (and the hooks too)."""
+    """The values one capture read; `holds()` while every one is unchanged (and the hooks and the
+    modules' children too)."""
 
     def __init__(self, reads: dict, names: dict[int, str], hooks: Optional[_Hooks] = None,
-                 globals_: Optional[_FunctionGlobals] = None):
-        self.hooks, self.globals = hooks, globals_
+                 globals_: Optional[_FunctionGlobals] = None, children: Optional[_Children] = None):
+        self.hooks, self.globals, self.children = hooks, globals_, children
         by_obj: dict[int, tuple[Any, list]] = {}
         self.tensors = []  # (the object's __dict__, name, the tensor it held, where): by identity
         for obj, name, value in reads.values():
@@ -380,6 +404,8 @@ class AttributeGuard:
             return False
         if self.globals is not None and not self.globals.holds():
             return False
+        if self.children is not None and not self.children.holds():
+            return False
         if not _same(self.checks):
             return False
         for state, name, tensor, _ in self.tensors:
@@ -397,6 +423,8 @@ class AttributeGuard:
         out = []
         if self.hooks is not None and _hook_state(self.hooks.model) != self.hooks.state:
             out.append("forward hooks registered or removed")
+        if self.children is not None and not self.children.holds():
+            out.append("a submodule replaced")
         if self.globals is not None:
             out += self.globals.changed()
         out += [f"{where + '.' if where else ''}{name}: another tensor" for state, name, tensor, where in self.tensors
@@ -493,4 +521,4 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
                 for k, v in vars(obj).items():
                     if _plain(v):
                         reads.setdefault((id(obj), k), (obj, k, v))
-    return AttributeGuard(reads, names, _Hooks(model))
+    return AttributeGuard(reads, names, _Hooks(model), children=_Children(model))
