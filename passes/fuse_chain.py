@@ -36,7 +36,7 @@ from uniorch.codegen.chain_lead import LEAD, LEAD_VALUE, check_lead
 
 from .base import Pass, PassContext
 from .fuse_attention import _only_used_by
-from .fuse_common import KIND, _widens
+from .fuse_common import KIND, TILE_STAT, _widens
 from .fuse_row_stats import ROW_STAT
 from .groups import extend_domain, group_of, join, kind_of, merge_into_contractions, renumber
 from .groups import members as group_members
@@ -92,6 +92,8 @@ def _try_merge(block, c2, members: dict) -> bool:
         c1 = _lone_product(a_ops)
         if c1 is None or any(kind_of(o) == "chain" for o in members[g_c]):
             continue  # A computes more than one product (a pooling epilogue), or C is a chain already
+        if any(TILE_STAT in o.attributes for o in members[g_c]):
+            continue  # C's epilogue writes partial sums of its rows (a loss's sum), which a chain does not
         read, reader = (moved.operands[0], moved) if moved is not None else (h, c2)
         if check_pair(c1, h, h, c2) is not None:
             continue

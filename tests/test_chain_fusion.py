@@ -232,3 +232,45 @@ def test_chain_cross_compiles(target, binary, dtype, gated):
     chains = [k for k in art.kernels if k.kind == "chain"]
     assert len(chains) == 1, [k.kind for k in art.kernels]
     assert chains[0].asm[binary][:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("loss", ["sum", "square_mean"])
+def test_mlp_summed_to_a_scalar_compiles(loss):
+    """An MLP's output summed over its rows (a validation loss): the sum's per-tile partials ride on
+    the second product's epilogue, which a chain kernel does not write, so the two products stay
+    two kernels. Joined into a chain before, the kernel failed codegen and the ops ran in PyTorch."""
+    gen = torch.Generator().manual_seed(2)
+    w1, w2 = torch.randn(32, 16, generator=gen), torch.randn(16, 32, generator=gen)
+
+    def f(x):
+        y = F.gelu(x @ w1.T) @ w2.T
+        return y.sum() if loss == "sum" else y.square().mean()
+
+    x = torch.randn(4, 16, generator=gen)
+    cm = uniorch.compile(f, fallback="error")
+    torch.testing.assert_close(cm(x), f(x), rtol=1e-4, atol=1e-4)
+
+
+def test_checkpointed_mlp_trains_in_kernels():
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(3)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+        def forward(self, x):
+            return (x + checkpoint(self.mlp, x, use_reentrant=False)).square().mean()
+
+    model, ref = Block(), Block()
+    ref.load_state_dict(model.state_dict())
+    cm = uniorch.compile(model)
+    x = torch.randn(4, 16)
+    cm(x).backward()
+    ref(x).backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    report = cm.explain(x)
+    assert not report.fallbacks and not report.backward.fallbacks
