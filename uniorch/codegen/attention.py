@@ -439,7 +439,10 @@ class _Flash:
         if init2.const is None or float(init2.const) != 0.0:
             raise CodegenError(p2.gen, "P·v's accumulator does not start from zero")
         sv = e1.value(self.plan.scores, _get(p1.layouts, self.plan.scores), "e")
-        s_text = sv.text if sv.ty == "f32" else f"{sv.text}.to(tl.float32)"
+        # float64 scores (a float64 model) keep float64, their softmax statistics too: eager computes
+        # in double there; otherwise the statistics are float32 (opmath)
+        self.stat_ty = "f64" if sv.ty == "f64" and acc_ty == "f64" else "f32"
+        s_text = sv.text if sv.ty == self.stat_ty else f"{sv.text}.to({_TL[self.stat_ty]})"
         if set(sv.cls) != {"m", "n"}:
             s_text = f"tl.broadcast_to({s_text}, (BLOCK_M, BLOCK_N))"
         # values: P·v's B side per key tile
@@ -637,9 +640,9 @@ class _Flash:
         body += e1.text(self.q)
         if not self.plan.chain:
             body += [
-                "# running max, sum and output of the online softmax (fp32)",
-                'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
-                "l_i = tl.full((BLOCK_M,), 0.0, tl.float32)",
+                f"# running max, sum and output of the online softmax ({self.stat_ty})",
+                f'm_i = tl.full((BLOCK_M,), float("-inf"), {_TL[self.stat_ty]})',
+                f"l_i = tl.full((BLOCK_M,), 0.0, {_TL[self.stat_ty]})",
             ]
         body += [
             f"out = tl.full((BLOCK_M, BLOCK_V), 0.0, {_TL[e2.acc_ty]})",
