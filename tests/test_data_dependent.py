@@ -164,3 +164,27 @@ def test_a_value_read_with_item_into_arithmetic_stays_on_the_device(case):
             assert torch.equal(out, ref)
     fallbacks = [f.op for f in cm.explain(x).fallbacks]
     assert (fallbacks != []) == (case == "f16"), fallbacks
+
+
+def test_an_int_from_item_used_in_arithmetic_under_torch_compile():
+    """`int(t.item()) % 3` is a graph input of Dynamo's next graph whose expression is no size:
+    capture recorded every int input as a size and raised 'not a size expression' at the second
+    call (the first compiles a specialized graph)."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.lin(x)
+            h = h * 2 if h.mean() > 0 else h - 1
+            return h + int(h.abs().sum().item()) % 3
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    compiled = torch.compile(model, backend="uniorch")
+    with torch.no_grad():
+        for i in range(4):
+            x = torch.randn(3, 8) + (i - 1.5)
+            torch.testing.assert_close(compiled(x), model(x))

@@ -76,3 +76,38 @@ def test_a_mean_over_the_batch_differentiates_in_kernels_at_any_batch_size():
         Centre()(xe).backward(g)
         torch.testing.assert_close(xc.grad, xe.grad)
     assert not cm.explain(xc).backward.fallbacks
+
+
+def test_a_label_smoothed_contrastive_loss_trains_as_eager_at_any_batch_size():
+    """A CLIP-style loss: cross-entropy with label smoothing divides 0.1 by the (symbolic) class
+    count, a float constant no size expression took before, so half the graph ran in PyTorch."""
+    import torch.nn.functional as F
+
+    class Clip(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.img, self.txt = nn.Linear(20, 8), nn.Linear(12, 8)
+            self.logit_scale = nn.Parameter(torch.tensor(2.659))
+
+        def forward(self, a, b):
+            i, t = F.normalize(self.img(a), dim=-1), F.normalize(self.txt(b), dim=-1)
+            logits = self.logit_scale.exp().clamp(max=100) * i @ t.T
+            y = torch.arange(a.shape[0])
+            return (F.cross_entropy(logits, y, label_smoothing=0.1) + F.cross_entropy(logits.T, y, label_smoothing=0.1)) / 2
+
+    torch.manual_seed(6)
+    model = Clip()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model)
+    gen = torch.Generator().manual_seed(7)
+    for n in (6, 4, 5):
+        a, b = torch.randn(n, 20, generator=gen), torch.randn(n, 12, generator=gen)
+        got, want = cm(a, b), ref(a, b)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    report = cm.explain(a, b)
+    assert not report.fallbacks and not report.backward.fallbacks

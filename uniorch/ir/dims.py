@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 import threading
 from typing import Union
@@ -329,7 +330,10 @@ def record_symbols(module: ir.Module, graph) -> None:
         if isinstance(val, torch.Tensor):
             arg_dims.append([size(s) for s in val.shape])
         elif isinstance(val, torch.SymInt):
-            arg_dims.append([size(val)])
+            try:
+                arg_dims.append([size(val)])
+            except ValueError:  # an int computed from a value (`int(x.sum().item()) % 3`): not a size
+                arg_dims.append([])
         else:
             arg_dims.append([])
     if not found:
@@ -530,9 +534,10 @@ def index_value(v: ir.Value) -> Size:
         attr = owner.attributes["value"]
         if isinstance(attr, ir.FloatAttr):
             v = ir.FloatAttr(attr).value
-            if v != int(v):
-                raise UnknownSize(f"a size computed from the non-integer constant {v}")
-            return int(v)
+            if not math.isfinite(v):
+                raise UnknownSize(f"a size computed from the constant {v}")
+            # a float computed from sizes (label smoothing's 0.1 / n): the constant's exact value
+            return int(v) if v == int(v) else sympy.Rational(v)
         return ir.IntegerAttr(attr).value
     if name == "tensor.dim":
         return shape(owner.operands[0])[_const_int(owner.operands[1])]
