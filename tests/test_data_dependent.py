@@ -188,3 +188,16 @@ def test_an_int_from_item_used_in_arithmetic_under_torch_compile():
         for i in range(4):
             x = torch.randn(3, 8) + (i - 1.5)
             torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_a_data_dependent_length_is_reported_as_such():
+    """bincount's length depends on its input's values: it and what reads it run in PyTorch, as
+    eager, and explain says why in those words rather than as an internal error."""
+    def f(x):
+        return torch.bincount(x, minlength=5).float() * 2
+
+    x = torch.randint(0, 7, (20,))
+    cm = uniorch.compile(f)
+    assert torch.equal(cm(x), f(x))
+    whys = [fb.why for fb in cm.explain(x).fallbacks if "bincount" in fb.op]
+    assert whys and all("data-dependent size" in w and "internal error" not in w for w in whys), whys

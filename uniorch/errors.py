@@ -52,5 +52,10 @@ class LoweringError(UniorchError):
         self.diagnostics = list(diagnostics)
 
 
+class DataDependentSize(UniorchError, ValueError):
+    """An op's loop bounds depend on tensor values (bincount's length, nonzero's count) where no
+    kernel can bound them: the ops run in PyTorch, which `explain` says in these words."""
+
+
 class PipelineError(UniorchError):
     """A pass pipeline's text is malformed, or names an unknown pass or option."""

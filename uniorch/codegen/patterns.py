@@ -206,7 +206,10 @@ def loop_sizes(op) -> list[int]:
             if isinstance(e, ir.AffineDimExpr) and (sizes[e.position] is None or _neg(sizes[e.position])):
                 sizes[e.position] = shape[j] if shape[j] >= 0 else _symbolic_dim(v, j)
     if any(s is None or _neg(s) for s in sizes):
-        raise ValueError(f"{o.name}: loop bounds not static or not derivable from pure-dim map results")
+        from uniorch.errors import DataDependentSize
+
+        raise DataDependentSize(f"{o.name}: its loop bounds depend on tensor values (a data-dependent size, as "
+                                "bincount's or nonzero's), which no kernel here can bound")
     return [s if not isinstance(s, int) else int(s) for s in sizes]
 
 
