@@ -196,6 +196,29 @@ def test_max_reductions_over_one_element_run_natively(case):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lgamma_and_nextafter_run_natively_as_eager(dtype):
+    """libdevice's lgamma and nextafter were extern calls no MLIR here parses (the kernel ran on
+    Triton's interpreter); they are calls of libm's, which ATen's CPU kernels call too: poles,
+    negative non-integers, huge arguments, NaN and infinities as eager."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.cat([torch.randn(40, generator=gen, dtype=dtype) * 6, torch.rand(20, generator=gen, dtype=dtype) * 1e30,
+                   torch.tensor([0.0, -0.0, -1.0, -2.0, -2.5, 1.0, 2.0, 0.5, float("inf"), -float("inf"), float("nan")],
+                                dtype=dtype)])
+    y = torch.randn(x.shape, generator=gen, dtype=dtype)
+    y[:5] = x[:5]  # toward itself: unchanged
+
+    def fn(x, y):
+        return torch.lgamma(x), torch.nextafter(x, y), torch.nextafter(x, torch.full_like(x, float("inf")))
+
+    got, want = _native(fn, x, y), fn(x, y)
+    tol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(got[0], want[0], rtol=tol, atol=tol, equal_nan=True)
+    assert torch.equal(got[1].view(torch.int64 if dtype == torch.float64 else torch.int32),
+                       want[1].view(torch.int64 if dtype == torch.float64 else torch.int32))
+    torch.testing.assert_close(got[2], want[2], rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_hypot_and_complex_magnitudes_run_natively(dtype):
     # libdevice's hypot was an extern call the adapter's MLIR cannot parse: the kernel (any complex
     # abs, a spectrogram's magnitude) ran on the interpreter; it is math ops now, overflow-safe

@@ -29,13 +29,15 @@ ABI_KEY, ENTRY_KEY, SERIAL_KEY = "uniorch_cpu_abi", "uniorch_entry", "uniorch_cp
 
 
 def _sources_hash() -> str:
-    """The stages' own code, in the driver's cache key: a change to the lowering recompiles."""
+    """The stages' own code, in the driver's cache key: a change to the lowering (or to a module
+    it calls: bf16_storage, libm_calls, runtime_calls) recompiles."""
     import hashlib
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
-    for path in (os.path.join(here, "lowering.py"), os.path.join(os.path.dirname(here), "triton_adapter.py")):
+    stages = [os.path.join(here, n) for n in ("lowering.py", "bf16_storage.py", "libm_calls.py", "runtime_calls.py")]
+    for path in (*stages, os.path.join(os.path.dirname(here), "triton_adapter.py")):
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]

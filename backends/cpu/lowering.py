@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from ..sdk import BackendError
-from . import runtime_calls
+from . import libm_calls, runtime_calls
 from .bf16_storage import bf16_as_i16
 
 # Ascend's kernel ABI as the adapter writes it: two leading memref<?xi8> (sync-block lock and
@@ -91,13 +91,16 @@ _RENAMED = {'"bufferization.to_memref"(': '"bufferization.to_buffer"('}
 # `tt.extern_elementwise` calls of the vendor math library (codegen's `libdevice.atan`, ...), which
 # the adapter passes through: upstream MLIR's math op of the same function, which the lowering
 # turns into a libm call (convert-math-to-libm). Others stay, and the kernel runs on the interpreter.
-_EXTERN = re.compile(r'"tt\.extern_elementwise"(\([^)]*\)) <\{[^}]*symbol = "(?:__nv_|__ocml_)(\w+?)"\}>')
+_EXTERN = re.compile(r'"tt\.extern_elementwise"(\([^)]*\)) <\{[^}]*symbol = "((?:__nv_|__ocml_)\w+?)"\}>')
 _LIBM = {"acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "erf", "erfc", "expm1", "log1p",
          "tan", "tanh", "sinh", "cosh"}
 
 
 def _extern_as_math(match) -> str:
-    name = re.sub(r"_f(32|64)$", "", match.group(2))  # ROCm's ocml: __ocml_atan_f32
+    routed = libm_calls.stand_in(match.group(2), match.group(1))  # lgamma, Bessel, nextafter
+    if routed is not None:
+        return routed
+    name = re.sub(r"_f(32|64)$", "", re.sub(r"^(__nv_|__ocml_)", "", match.group(2)))  # ROCm's ocml: __ocml_atan_f32
     if name not in _LIBM and name.endswith("f") and name[:-1] in _LIBM:  # CUDA's f32 names: __nv_atanf
         name = name[:-1]
     if name not in _LIBM:
@@ -484,6 +487,7 @@ def to_llvm(linalg: str, entry: str) -> str:
                 _bound_frame(module)
             if stage == "bufferize":
                 _copies_to_linalg(module)
+                libm_calls.as_calls(module)
                 # added after the inliner ran: inlined into the grid loop, the kernel's stack tiles
                 # would be allocated anew per program (MLIR's inliner adds no stack save/restore)
                 wrapper = ir.Module.parse(_grid_wrapper(entry, types[:-TRAILING]))
