@@ -598,3 +598,32 @@ def test_training_over_varying_batch_sizes_compiles_each_half_twice_and_matches_
         assert half.cache_size == 1 and half._symbolic, half.recompiles
     rep = cm.explain(torch.randn(7, 16))
     assert rep.symbolic and not rep.fallbacks and rep.backward.symbolic and not rep.backward.fallbacks, str(rep)
+
+
+def test_explain_of_a_training_call_leaves_the_model_as_it_was():
+    """explain counts what eager autograd would save by running the model once: a forward that
+    writes its own weights in place (rescaling under no_grad, an EMA buffer) had them written twice, so the weights moved away from eager's."""
+
+    class Writes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.register_buffer("ema", torch.zeros(8))
+
+        def forward(self, x):
+            y = self.lin(x)
+            with torch.no_grad():
+                self.lin.weight.mul_(0.5)
+                self.ema.mul_(0.9).add_(y.mean(0), alpha=0.1)
+            return y
+
+    torch.manual_seed(0)
+    model = Writes()
+    cm = uniorch.compile(model)
+    x = torch.randn(4, 8)
+    cm(x.clone()).sum().backward()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    report = cm.explain(x)
+    assert report.eager_saved_bytes is not None
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k

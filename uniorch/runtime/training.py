@@ -215,14 +215,25 @@ def saved_activation_bytes(backward: torch.fx.GraphModule) -> int:
     return total
 
 
-def eager_saved_activation_bytes(model: Any, args: tuple, kwargs: dict) -> int:
+# what eager_saved_activation_bytes copies to undo the call's writes at most: past it, no count
+SNAPSHOT_LIMIT_BYTES = 1 << 30
+
+
+def eager_saved_activation_bytes(model: Any, args: tuple, kwargs: dict) -> Optional[int]:
     """The same for eager PyTorch: bytes of the tensors its autograd saves in one forward call,
     counted once per storage, leaving out the parameters', buffers' and inputs' storages. The call's
-    effects (running statistics, the random generator) are undone."""
+    effects are undone: the random generator, and every parameter, buffer and input tensor it
+    wrote in place (running statistics, an EMA, a weight the forward rescales under no_grad: the
+    call `explain` makes must not move the model). None where copying them all for that would
+    take more than SNAPSHOT_LIMIT_BYTES."""
     import torch.utils._pytree as pytree
 
     state = [t for t in (*model.parameters(), *model.buffers())] if isinstance(model, torch.nn.Module) else []
     inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    written = list({id(t): t for t in (*state, *inputs)}.values())
+    if sum(t.numel() * t.element_size() for t in written) > SNAPSHOT_LIMIT_BYTES:
+        return None
+    before = [(t, t._version, t.detach().clone()) for t in written]
     keep = {t.untyped_storage().data_ptr() for t in (*state, *inputs)}
     saved: dict[int, int] = {}
 
@@ -232,13 +243,16 @@ def eager_saved_activation_bytes(model: Any, args: tuple, kwargs: dict) -> int:
             saved[ptr] = t.untyped_storage().nbytes()
         return t
 
-    buffers = [b.detach().clone() for b in model.buffers()] if isinstance(model, torch.nn.Module) else []
     devices = [t.device.index for t in inputs + state if t.device.type == "cuda"]
-    with torch.random.fork_rng(devices=sorted(set(devices))), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(*args, **kwargs)
-    with torch.no_grad():
-        for b, old in zip(model.buffers() if buffers else (), buffers):
-            b.copy_(old)
+    try:
+        with torch.random.fork_rng(devices=sorted(set(devices))), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(*args, **kwargs)
+    finally:
+        with torch.no_grad():
+            for t, version, old in before:
+                if t._version != version:
+                    t.copy_(old)
     return sum(saved.values())
 
 
