@@ -53,6 +53,28 @@ def test_cache_limit_warns_and_runs_eagerly():
     assert cm.cache_size == 1
 
 
+def test_a_number_changing_at_every_call_past_the_limit_is_reported_as_eager():
+    """A temperature passed as a Python float is a new spec per value: past the limit the calls run
+    eagerly, and explain says so (it reported a fresh compile's kernels), with the way out (a 0-d
+    tensor: one compile serves every value)."""
+    def fn(x, t):
+        return torch.softmax(x / t, -1)
+
+    cm = uniorch.compile(fn, target="interpret", cache_size_limit=2)
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for t in (1.0, 1.5, 2.0):
+            torch.testing.assert_close(cm(x, t), fn(x, t))
+    assert any("2 compiles held" in str(m.message) and "0-d tensor" in str(m.message) for m in w)
+    report = cm.explain(x, 2.0)
+    assert not report.kernels and "limit reached" in report.fallbacks[0].why
+    as_tensor = uniorch.compile(fn, target="interpret", cache_size_limit=2)
+    for t in (1.0, 1.5, 2.0, 2.5):
+        torch.testing.assert_close(as_tensor(x, torch.tensor(t)), fn(x, t))
+    assert as_tensor.cache_size == 1
+
+
 def test_constant_argument_is_a_guard():
     def fn(x, scale: float):
         return torch.tanh(x) * scale

@@ -21,7 +21,7 @@ from .minimum_bytes import input_bytes, spec_input_bytes
 from .runtime import eval_grad, frozen_layouts, weight_folding
 from .runtime.boundary import CheckFailed
 from .runtime.compiler import trials_on_interpreter
-from .runtime.guards import call_spec as _spec, shallow_key as _shallow_key
+from .runtime.guards import LIMIT_HINT as _LIMIT_HINT, call_spec as _spec, shallow_key as _shallow_key
 from .runtime.inplace import program_writes
 from .runtime.partition import Program, compile_program
 from .targets import Target, parse_target, require_runnable
@@ -200,9 +200,8 @@ class CompiledModule:
                 return entry
             if self.cache_size >= self._limit:
                 if not self._warned:
-                    warnings.warn(f"uniorch: {len(self._cache)} input specs compiled for this model "
-                                  f"(cache_size_limit={self._limit}); further new specs run eagerly. "
-                                  f"Raise cache_size_limit or keep input shapes fixed.", stacklevel=3)
+                    warnings.warn(f"uniorch: {self.cache_size} compiles held for this model (cache_size_limit="
+                                  f"{self._limit}); further new input specs run eagerly. {_LIMIT_HINT}", stacklevel=3)
                     self._warned = True
                 return None
             _check_devices(args, kwargs, self._target)
@@ -440,12 +439,11 @@ class CompiledModule:
         return inner
 
     def explain(self, *args, **kwargs) -> "Report":
-        """The report for this input spec (compiling it first if needed); with no arguments, that of
-        the last call made with some (`cm(x); cm.explain()`). For a call autograd must
-        record (training), the report of the forward graphs the last training call ran (several
-        when Dynamo broke the model into pieces: `graph_breaks` says why), with the backward
-        graphs' as `.backward` (compiled at the first backward: run one before asking for it)."""
-        from .runtime.training import needs_autograd
+        """The report for this input spec (compiling it first if needed); with no arguments, that of the
+        last call made with some (`cm(x); cm.explain()`). For a call autograd must record (training),
+        the report of the forward graphs the last training call ran (several when Dynamo broke the model
+        into pieces: `graph_breaks` says why), with the backward graphs' as `.backward`."""
+        from .runtime.training import eager_saved_activation_bytes, needs_autograd
 
         if not args and not kwargs and self._last[1] is None and _takes_inputs(self._model) and not (
                 self._training is not None and (self._training.forward or self._training.failure)):
@@ -461,8 +459,6 @@ class CompiledModule:
                 rep = _report(_Entry(None, None, {}, f"training path: {tc.failure}"), self._target, args, kwargs)
                 rep.backward = None
                 return rep
-            from .runtime.training import eager_saved_activation_bytes
-
             backward = list(dict.fromkeys(tc.ran_backward)) or tc.backward[-1:]
             rep = tc.forward_report()
             rep.backward = merged_report([tc.report(h) for h in backward]) if backward else None
@@ -479,7 +475,10 @@ class CompiledModule:
             rep.recompiles = list(self.recompiles)
             return rep
         with trials_on_interpreter():  # a kernel the interpreter rejects is reported now, by name
-            entry = self.entry(args, kwargs) or _compile_entry(
+            entry = self.entry(args, kwargs)
+            if entry is None and self.cache_size >= self._limit:  # what the call does: PyTorch runs it
+                return _report(_Entry(None, None, {}, f"limit reached. {_LIMIT_HINT}"), self._target, args, kwargs)
+            entry = entry or _compile_entry(
                 self._model, args, kwargs, self._target, self._fallback, cuda_graphs=self._cuda_graphs,
                 kernel_prefix=self.kernel_prefix, freeze=self._freeze)
         if self._in_pieces(entry):

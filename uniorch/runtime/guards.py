@@ -23,6 +23,10 @@ import torch
 import torch.utils._pytree as pytree
 
 
+# what a model at its cache_size_limit is told (the warning, explain's report of such a call)
+LIMIT_HINT = ("Raise cache_size_limit, keep input shapes fixed, or pass a Python number that changes at "
+              "every call (a temperature, a step) as a 0-d tensor: each value of a number is a new spec.")
+
 def shallow_key(args: tuple):
     """A key equal for two calls only where `call_spec` is: per argument a tensor's metadata, or a
     list's or tuple's type and its tensors' metadata (an optimizer's arguments); None for any
