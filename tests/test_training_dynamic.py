@@ -2,6 +2,7 @@
 symbolic sizes (runtime/symbolic_halves.py). Gradients against eager on fresh inputs."""
 import copy
 
+import pytest
 import torch
 from torch import nn
 
@@ -195,3 +196,35 @@ def test_written_out_attention_trains_over_varying_lengths_in_kernels():
     assert cm.training_compile.forward[-1]._symbolic
     rep = cm.explain(x)
     assert rep.symbolic and not rep.fallbacks and not rep.backward.fallbacks, (str(rep), str(rep.backward))
+
+
+@pytest.mark.parametrize("kw", [{}, {"padding_idx": 3}, {"scale_grad_by_freq": True}])
+def test_embedding_gradient_at_varying_batch_and_length_is_in_kernels(kw):
+    """An embedding looked up by (batch, length) ids: its gradient scattered by the 2-D index was
+    lowered to batch-many updates for batch x length indices at symbolic sizes, so it ran in
+    PyTorch after a failed compile at every new length. The index is flattened first."""
+    import copy
+
+    torch.manual_seed(4)
+
+    class Lookup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.out = torch.nn.Embedding(50, 16, **kw), torch.nn.Linear(16, 4)
+
+        def forward(self, ids):
+            return self.out(self.emb(ids)).pow(2).mean()
+
+    model = Lookup()
+    ref = copy.deepcopy(model)
+    cm = uniorch.compile(model)
+    gen = torch.Generator().manual_seed(5)
+    for shape in [(2, 8), (3, 21), (4, 5)]:
+        ids = torch.randint(0, 50, shape, generator=gen)
+        ids.view(-1)[:3] = 3
+        cm(ids).backward()
+        ref(ids).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+            p.grad = q.grad = None
+    assert not cm.explain(ids).backward.fallbacks

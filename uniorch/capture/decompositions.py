@@ -32,6 +32,20 @@ def _embedding_renorm(weight, indices, max_norm, norm_type):
     return weight.index_put((flat,), rows * scale.to(rows.dtype))
 
 
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """PyTorch's decomposition, given the indices flattened to one dim and the gradient to match.
+
+    Why: with the (batch, length) indices of a language model it scatters by a 2-D index, which
+    torch-mlir lowers, at symbolic sizes, to as many updates as batch rows for batch x length
+    indices; such a scatter stays in PyTorch (`fuse_common._scatter_rows_agree`), so every training
+    step at varying lengths ran the embedding's gradient eagerly after a failed compile."""
+    from torch._decomp.decompositions import embedding_dense_backward
+
+    flat = indices.reshape(-1)
+    rows = grad_output.reshape((flat.shape[0],) + tuple(grad_output.shape[indices.dim():]))
+    return embedding_dense_backward(rows, flat, num_weights, padding_idx, scale_grad_by_freq)
+
+
 def _gelu(x, approximate="none"):
     """`gelu(approximate="tanh")` as ATen's own formula, with sqrt(2/pi) in full precision.
 
@@ -319,6 +333,7 @@ def _table(data_dependent: bool = True) -> dict:
     table[aten._embedding_bag_forward_only.default] = _embedding_bag
     table[aten._embedding_bag_backward.default] = _embedding_bag_backward
     table[aten.embedding_renorm.default] = _embedding_renorm
+    table[aten.embedding_dense_backward.default] = _embedding_dense_backward
     table[aten.gelu.default] = _gelu
     table[aten.elu.default] = _elu
     table[aten.logaddexp2.default] = _logaddexp_like(True)
