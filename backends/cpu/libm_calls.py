@@ -22,9 +22,10 @@ MARK = "uniorch.libm"
 _STAND_IN = {1: "math.erf", 2: "math.atan2"}
 
 
-def libm_name(symbol: str) -> str | None:
-    """`lgammaf` for `__nv_lgammaf` or `__ocml_lgamma_f32`, `lgamma` for the f64 ones; None for a
-    function this module does not route to libm."""
+def libm_name(symbol: str) -> tuple[str, str] | None:
+    """(the function, its libm name): ("lgamma", "lgammaf") for `__nv_lgammaf` or
+    `__ocml_lgamma_f32`, ("lgamma", "lgamma") for the f64 ones; None for a function this module does
+    not route to libm."""
     name = re.sub(r"^(__nv_|__ocml_)", "", symbol)
     m = re.fullmatch(r"(\w+?)_f(32|64)", name)
     if m:  # ocml
@@ -35,15 +36,15 @@ def libm_name(symbol: str) -> str | None:
         base, f32 = name, False
     if base not in FUNCTIONS:
         return None
-    return base + ("f" if f32 else "")
+    return base, base + ("f" if f32 else "")
 
 
 def stand_in(symbol: str, operands: str) -> str | None:
     """The marked math op replacing an extern call's `"tt.extern_elementwise"(operands) <{...}>`."""
-    name = libm_name(symbol)
-    if name is None:
+    found = libm_name(symbol)
+    if found is None:
         return None
-    arity = FUNCTIONS[name.rstrip("f") if name.rstrip("f") in FUNCTIONS else name]
+    arity, name = FUNCTIONS[found[0]], found[1]
     if operands.count("%") != arity:
         return None
     return f'"{_STAND_IN[arity]}"{operands} <{{fastmath = #arith.fastmath<none>}}> {{{MARK} = "{name}"}}'

@@ -49,6 +49,16 @@ def tl_type(name: str) -> str:
     return DTYPES[name][0]
 
 
+
+def size_scalar(size, ty: str) -> str:
+    """A kernel's scalar argument computed from the size parameters (`uniorch.arg_dims`) as Triton
+    code: a float one (a mean's 1 / n) in double, as eager's Python arithmetic, else an int64."""
+    from uniorch.ir import dims
+
+    if ty in ("f32", "f64"):
+        return dims.float_code(size, tl_type(ty))
+    return f"tl.full([], {dims.code(size)}, tl.int64)"
+
 def unsigned(name: str) -> str:
     u = DTYPES[name][2]
     if u is None:

@@ -380,10 +380,7 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
             size = dims.index_value(v)
         except dims.UnknownSize as err:
             raise CodegenError(op, f"a scalar kernel argument: {err}") from None
-        ty = str(v.type)
-        if ty in ("f32", "f64"):  # a float computed from sizes (a mean's 1 / n)
-            return _Val(dims.float_code(size, _body.tl_type(ty)), ty)
-        return _Val(f"tl.full([], {size_code(size)}, tl.int64)", ty)
+        return _Val(_body.size_scalar(size, str(v.type)), str(v.type))
 
     def scalar(self, v, op) -> _Val:
         if isinstance(v.owner, ir.Block):

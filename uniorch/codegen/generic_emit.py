@@ -303,9 +303,7 @@ class _Emitter:
                 except dims.UnknownSize as err:
                     raise CodegenError(g, f"a scalar kernel argument: {err}") from None
                 ty = B.elem_name(v.type) if not isinstance(v.type, ir.IndexType) else "index"
-                code = (dims.float_code(size, B.tl_type(ty)) if ty in ("f32", "f64") else
-                        f"tl.full([], {size_code(size)}, tl.int64)")
-                val = Val(code, ty, frozenset())
+                val = Val(B.size_scalar(size, ty), ty, frozenset())
                 env[v] = val
                 return val
             if owner == self.k.block:

@@ -234,7 +234,7 @@ def eager_saved_activation_bytes(model: Any, args: tuple, kwargs: dict) -> Optio
     if sum(t.numel() * t.element_size() for t in written) > SNAPSHOT_LIMIT_BYTES:
         return None
     before = [(t, t._version, t.detach().clone()) for t in written]
-    keep = {t.untyped_storage().data_ptr() for t in (*state, *inputs)}
+    keep = {t.untyped_storage().data_ptr() for t in written}
     saved: dict[int, int] = {}
 
     def pack(t):
