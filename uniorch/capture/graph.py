@@ -32,6 +32,9 @@ class GraphOutput:
     complex_dtype: Any = None  # a complex output, computed as real pairs (view_as_complex restores it)
     read: Any = None  # "item": a Python scalar; ("narrow", dim, i): trimmed to the count in output i
     layout: Any = None  # (stride, storage offset) eager gives this output when not contiguous
+    # eager returns a view of a graph input: (the GraphInputs it reads, a GraphModule replaying
+    # eager's view ops on them); the boundary returns that view of the caller's tensor
+    view_of: Any = None
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,9 @@ class CapturedGraph:
         flat_outputs = bounded(self.outputs, [as_complex(v) if o.complex_dtype is not None else v
                                               for o, v in zip(self.outputs, flat_outputs)])
         kinds = {o.kind for o in self.outputs}
+        views = any(o.view_of is not None for o in self.outputs)
         user_flat = (pytree.tree_leaves((tuple(args), dict(kwargs or {})))
-                     if "user_input_mutation" in kinds or self.aliases.leaves else None)
+                     if "user_input_mutation" in kinds or self.aliases.leaves or views else None)
         state = _module_state(self.module, kinds)
         user_out, copies = [], []
         with torch.no_grad():
@@ -183,18 +187,37 @@ class CapturedGraph:
                 elif spec.kind == "user_input_mutation":
                     _write_back(user_flat[spec.target], value, copies)
                 elif spec.kind == "user":  # "size" outputs only served to trim others
-                    user_out.append(value if spec.layout is None else laid_out(value, spec.layout))
+                    user_out.append(value if spec.layout is None or spec.view_of is not None
+                                    else laid_out(value, spec.layout))
             _copy_all(copies)
+        if views:  # in the caller's grad mode: a view of an input that requires grad does too, as in eager
+            user_specs = [o for o in self.outputs if o.kind == "user"]
+            for j, spec in enumerate(user_specs):
+                if spec.view_of is not None:
+                    view = self._input_view(spec.view_of, user_out[j], user_flat)
+                    user_out[j] = view if view is not None else user_out[j] if spec.layout is None \
+                        else laid_out(user_out[j].detach(), spec.layout)
         user_out = leaves_as_inputs(self.aliases, user_out, user_flat)
         out = restore_sizes(pytree.tree_unflatten(user_out, self.out_spec), self.out_spec)
         return objects_as_inputs(self.aliases, out, (tuple(args), dict(kwargs or {})))
+
+    def _input_view(self, view_of, value, user_flat):
+        """Eager's view of a graph input (capture/input_views.py), replayed on the caller's tensors:
+        a write through it reaches the input, as in eager. The graph's writes into that input are
+        copied through its own storage, so the view sees them. None (the computed copy is
+        returned) where the replay does not give the computed value's shape and dtype."""
+        inputs, replay = view_of
+        view = replay(*[_input_reader(i)(self.module, user_flat, self.constants) for i in inputs])
+        if not isinstance(view, torch.Tensor) or view.shape != value.shape or view.dtype != value.dtype:
+            return None
+        return view
 
     def _plain_output_shape(self) -> str:
         """"leaf" or "tuple" where the outputs are the user's tensors as computed (no state update,
         check, trim, layout, complex pair or alias) in one tensor or a plain tuple; else ""."""
         if self.aliases.leaves or self.aliases.objects or any(
                 o.kind != "user" or o.layout is not None or o.complex_dtype is not None or o.read
-                for o in self.outputs):
+                or o.view_of is not None for o in self.outputs):
             return ""
         spec = self.out_spec
         if spec.is_leaf() and len(self.outputs) == 1:

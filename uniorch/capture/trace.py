@@ -25,7 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
-from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts
+from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -136,7 +136,8 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced(), \
                     causal_mask.as_given():
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
-            layouts = eager_layouts.output_layouts(ep.graph_module)
+            layouts = _user_outputs(ep, eager_layouts.output_layouts(ep.graph_module))
+            views = _user_outputs(ep, input_views.input_views(ep.graph_module))
             try:
                 with cia_ops.memoized(decomposition_table()) as table:
                     ep = ep.run_decompositions(table)
@@ -145,7 +146,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 # bound symbolically fails the trace; without those rewrites the ops stay eager
                 with cia_ops.memoized(decomposition_table(data_dependent=False)) as table:
                     ep = ep.run_decompositions(table)
-            eager_layouts.mark(ep.graph_module, layouts)
+            # the decomposed program returns the new values of the inputs it writes first
+            eager_layouts.mark(ep.graph_module, _at_user_outputs(ep, layouts))
+            input_views.mark(ep.graph_module, _at_user_outputs(ep, views))
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     changed = attribute_guard.attribute_writes(writes, module)
@@ -182,6 +185,23 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     to_pairs(cg)
     _record_layouts(cg)
     return cg
+
+
+def _user_outputs(ep: ExportedProgram, per_output: list) -> list:
+    """The entries of `per_output` (one per output of `ep`'s graph) for the user's outputs."""
+    kinds = [s.kind for s in ep.graph_signature.output_specs]
+    if len(kinds) != len(per_output):
+        return []
+    return [v for k, v in zip(kinds, per_output) if k == OutputKind.USER_OUTPUT]
+
+
+def _at_user_outputs(ep: ExportedProgram, user: list) -> list:
+    """`user` (one entry per user output) spread over all of `ep`'s outputs, None at the others."""
+    kinds = [s.kind for s in ep.graph_signature.output_specs]
+    if sum(k == OutputKind.USER_OUTPUT for k in kinds) != len(user):
+        return [None] * len(kinds)
+    it = iter(user)
+    return [next(it) if k == OutputKind.USER_OUTPUT else None for k in kinds]
 
 
 DIM_NAMES = "_uniorch_dim_names"  # on an example tensor: {dim: (name, a, b)}: the dim is a * name + b
@@ -246,11 +266,16 @@ def _record_layouts(cg: CapturedGraph) -> None:
     import dataclasses
 
     values = cg.graph_module.graph.output_node().args[0]
+    by_name = {i.name: i for i in cg.inputs}
     for i, (node, spec) in enumerate(zip(values, cg.outputs)):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if (spec.kind != "user" or spec.read is not None or spec.complex_dtype is not None
                 or not isinstance(val, torch.Tensor) or val.is_complex()):
             continue
+        view = node.meta.get(input_views.INPUT_VIEW) if isinstance(node, torch.fx.Node) else None
+        if view is not None and all(n in by_name and by_name[n].kind in ("user", "parameter", "buffer")
+                                    and by_name[n].complex_dtype is None for n in view[0]):
+            spec = cg.outputs[i] = dataclasses.replace(spec, view_of=(tuple(by_name[n] for n in view[0]), view[1]))
         # symbolic strides stay as computed: int() of a SymInt would specialize its size symbol
         if any(isinstance(s, torch.SymInt) for s in (*val.stride(), val.storage_offset())):
             continue

@@ -117,7 +117,7 @@ def save(art, path: str) -> str:
         "target": art.target, "device_type": parse_target(art.target).backend.device_type,
         "name": captured.name, "signature": _signature(captured.module),
         "in_spec": _treespec(captured.in_spec, "input"), "out_spec": _treespec(captured.out_spec, "output"),
-        "inputs": inputs, "symbols": _symbols(captured, inputs), "outputs": [_output_spec(o) for o in captured.outputs],
+        "inputs": inputs, "symbols": _symbols(captured, inputs), "outputs": [_output_spec(o, captured.inputs) for o in captured.outputs],
         "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
         "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
         "fallbacks": [dataclasses.asdict(f) for f in art.fallbacks],
@@ -250,8 +250,10 @@ def _symbols(captured, inputs: list[dict]) -> dict:
     return out
 
 
-def _output_spec(o) -> dict:
+def _output_spec(o, inputs: list) -> dict:
     spec = {"kind": o.kind, "target": o.target}
+    if o.view_of is not None and all(i in inputs for i in o.view_of[0]):  # capture/input_views.py
+        spec["view_of"] = {"inputs": [inputs.index(i) for i in o.view_of[0]], "graph": dump_graph(o.view_of[1].graph)}
     if o.read is not None:
         spec["read"] = o.read
     if o.complex_dtype is not None:
@@ -548,7 +550,7 @@ class LoadedModel:
                 values[-1] = as_pair(values[-1])
         outs = list(self.program(*values))
         try:
-            return self._finish(flat, tables["buffer"], tables["parameter"], outs)
+            return self._finish(flat, tables["buffer"], tables["parameter"], outs, values)
         except CheckFailed as failed:  # a rewrite's run-time condition did not hold: eager answers
             if self._model is None:
                 raise BundleError(f"run-time check failed ({failed}); this call needs eager PyTorch: load the "
@@ -607,15 +609,26 @@ class LoadedModel:
                                      f"got {flat[i]!r}; compile another bundle for that value")
         return flat
 
-    def _finish(self, flat: list, buffers: dict, parameters: dict, outs: list):
+    def _input_view(self, k: int, spec: dict, value, inputs: list):
+        """Eager's view of program inputs (capture/input_views.py), replayed on the caller's
+        tensors; None where it does not give the computed value's shape and dtype."""
+        replays = self.__dict__.setdefault("_replays", {})
+        if k not in replays:
+            replays[k] = fx.GraphModule(torch.nn.Module(), load_graph(spec["view_of"]["graph"], self._device))
+        view = replays[k](*[inputs[i] for i in spec["view_of"]["inputs"]])
+        if not isinstance(view, torch.Tensor) or view.shape != value.shape or view.dtype != value.dtype:
+            return None
+        return view
+
+    def _finish(self, flat: list, buffers: dict, parameters: dict, outs: list, inputs: list):
         for spec, value in zip(self.manifest["outputs"], outs):  # before any state changes
             if spec["kind"] == "check":
                 verify(spec["target"], value)
         outs = bounded(self.manifest["outputs"], [as_complex(v) if "complex" in spec else v
                                                   for spec, v in zip(self.manifest["outputs"], outs)])
-        user_out = []
+        user_out, views = [], []
         with torch.no_grad():
-            for spec, value in zip(self.manifest["outputs"], outs):
+            for k, (spec, value) in enumerate(zip(self.manifest["outputs"], outs)):
                 if spec["kind"] == "buffer_mutation":
                     buffers[spec["target"]].copy_(value)
                 elif spec["kind"] == "parameter_mutation":
@@ -623,7 +636,12 @@ class LoadedModel:
                 elif spec["kind"] == "user_input_mutation":
                     flat[spec["target"]].copy_(value)
                 elif spec["kind"] == "user":
+                    if "view_of" in spec:  # made after the writes, in the caller's grad mode
+                        views.append((len(user_out), k))
                     user_out.append(laid_out(value, spec["layout"]) if "layout" in spec else value)
+        for j, k in views:
+            view = self._input_view(k, self.manifest["outputs"][k], user_out[j], inputs)
+            user_out[j] = user_out[j] if view is None else view
         return restore_sizes(pytree.tree_unflatten(user_out, self._out_spec), self._out_spec)
 
     def __repr__(self) -> str:

@@ -39,13 +39,21 @@ def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
         return out
     leaves = _tensors(out)
     given = {id(t) for t in pytree.tree_leaves((args, kwargs))}  # an input returned as it is stays so
-    picks = [i for i, t in enumerate(leaves) if _differentiable(t) and id(t) not in given]
+    # and eager's view of an input or a parameter (capture/input_views.py), made in the caller's grad
+    # mode: it requires grad where eager's does, its graph reaching what it views
+    roots = {id(_root(t)) for t in [*pytree.tree_leaves((args, kwargs)), *params] if isinstance(t, torch.Tensor)}
+    picks = [i for i, t in enumerate(leaves) if _differentiable(t) and id(t) not in given
+             and not (t._is_view() and id(_root(t)) in roots)]
     if not picks:
         return out
     call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs))
     made = dict(zip(picks, _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params, *inputs)))
     count = iter(range(len(leaves)))
     return _rebuilt(out, lambda t: made.get(next(count), t))
+
+
+def _root(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
 
 
 def _tensors(x) -> list:
