@@ -22,6 +22,8 @@ def _per_size(fn, sizes=(8, 3, 5), seed=0):
     ("half", lambda x: x.sum(0) * (x.shape[0] / 2)),
     ("ratio", lambda x: (x - x.mean(0)) * (1.0 / (x.shape[0] * x.shape[1] / x.shape[1]))),
     ("unbiased", lambda x: x.pow(2).sum(0) * (x.shape[0] / (x.shape[0] - 1))),
+    ("inverse_root", lambda x: x * x.shape[0] ** -0.5),  # attention's scale, q.shape[-1] ** -0.5
+    ("root", lambda x: x.sum(0) / x.shape[0] ** 0.5),
 ])
 def test_floats_of_sizes_as_eager_in_kernels(name, fn):
     cm = uniorch.compile(fn, dynamic=True, fallback="error")
@@ -111,3 +113,24 @@ def test_a_label_smoothed_contrastive_loss_trains_as_eager_at_any_batch_size():
             p.grad = q.grad = None
     report = cm.explain(a, b)
     assert not report.fallbacks and not report.backward.fallbacks
+
+
+def test_attention_scaled_by_the_root_of_a_symbolic_head_dim_is_one_compile():
+    """`q.shape[-1] ** -0.5` at symbolic sizes (every dim is under dynamic=True): a square root of a
+    size, computed in double by the kernel, where it fell back to PyTorch whole."""
+    def attn(q, k, v):
+        return ((q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5).softmax(-1) @ v
+
+    cm = uniorch.compile(attn, dynamic=True, fallback="error")
+    gen = torch.Generator().manual_seed(1)
+    for t, d in [(5, 8), (7, 3), (4, 6)]:
+        q, k, v = (torch.randn(2, t, d, generator=gen) for _ in range(3))
+        torch.testing.assert_close(cm(q, k, v), attn(q, k, v))
+    report = cm.explain(q, k, v)
+    assert not report.fallbacks and "recompil" not in str(report).split("symbolic sizes")[0]
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "rocm:gfx942"])
+def test_root_of_a_size_compiles_for_gpu_targets(target):
+    art = uniorch.compile_aot(lambda x: x * x.shape[0] ** -0.5, (torch.randn(5, 3),), target=target, dynamic=True)
+    assert not art.fallbacks and art.kernels

@@ -46,7 +46,7 @@ def symbol(name: str) -> sympy.Symbol:
 # what a size expression may hold: it comes from MLIR attributes and bundle files, which anyone can
 # write, and sympify evaluates Python; symbols, integers, arithmetic and these functions only
 _NAMES = {"ceiling": sympy.ceiling, "floor": sympy.floor, "Max": sympy.Max, "Min": sympy.Min, "Mod": sympy.Mod,
-          "Abs": sympy.Abs}
+          "Abs": sympy.Abs, "sqrt": sympy.sqrt}
 _SIZE_TEXT = re.compile(r"[A-Za-z0-9_+\-*/(), ]*")
 
 
@@ -130,6 +130,10 @@ class _FloatPrinter(_CodePrinter):
     def _print_Pow(self, expr, rational=False):
         if expr.exp.is_Integer and expr.exp < 0:
             return f"(1.0 / ({self.doprint(sympy.Pow(expr.base, -expr.exp))}))"
+        if expr.exp == sympy.Rational(1, 2):
+            return f"tl.sqrt({self.doprint(expr.base)})"
+        if expr.exp == sympy.Rational(-1, 2):
+            return f"(1.0 / tl.sqrt({self.doprint(expr.base)}))"
         return super()._print_Pow(expr, rational)
 
 
@@ -549,6 +553,8 @@ def index_value(v: ir.Value) -> Size:
         if not x.is_integer:
             x = sympy.ceiling(x) if name == "math.ceil" else sympy.floor(x)
         return _simplify(x)
+    if name == "math.sqrt":  # a size's square root (attention's scale, n ** -0.5)
+        return sympy.sqrt(index_value(owner.operands[0]))
     if name in ("arith.divf",):
         q = sympy.cancel(sympy.Integer(1) * index_value(owner.operands[0]) / index_value(owner.operands[1]))
         return _simplify(q) if q.is_integer else q

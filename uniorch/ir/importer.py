@@ -66,6 +66,16 @@ def _sym_floats_as_products(graph) -> None:
 
     import torch
 
+    for node in list(graph.nodes):  # `n ** -0.5` (attention's scale): a square root, which lowers to math.sqrt
+        base = node.args[0] if node.op == "call_function" and node.target is operator.pow and node.args else None
+        if isinstance(base, torch.fx.Node) and base.target is torch.sym_float and node.args[1] in (0.5, -0.5):
+            with graph.inserting_before(node):
+                root = graph.call_function(torch.ops.aten.sqrt.int, (base.args[0],))
+                value = root if node.args[1] > 0 else graph.call_function(operator.truediv, (1.0, root))
+            root.meta.update(node.meta)
+            value.meta.update(node.meta)
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is torch.sym_float and len(node.args) == 1:
             with graph.inserting_before(node):

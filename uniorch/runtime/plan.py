@@ -343,7 +343,8 @@ def _bind(binders: list, inputs: list) -> dict[str, int]:
     return sizes
 
 
-_HOST_SIZE_OPS = ("tensor.dim", "affine.apply", "cf.assert", "tensor.from_elements", "math.ceil", "math.floor")
+_HOST_SIZE_OPS = ("tensor.dim", "affine.apply", "cf.assert", "tensor.from_elements", "math.ceil", "math.floor",
+                  "math.sqrt")
 
 
 def _size_step(op, v, d):
