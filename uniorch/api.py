@@ -17,7 +17,7 @@ from .compiled_nn import ModuleFacade, model_attribute
 from .capture.module_modes import (SEP, autocast_tag, module_modes, split_autocast, split_grad, split_modes,
                                    split_params)
 from .report import FallbackReport, KernelReport, Report, compute_types as _compute_types, merged_report  # noqa: F401 - public names
-from .minimum_bytes import input_bytes, spec_input_bytes
+from .entry_report import entry_report as _report
 from .runtime import eval_grad, frozen_layouts, weight_folding
 from .runtime.boundary import CheckFailed
 from .runtime.compiler import trials_on_interpreter
@@ -364,6 +364,7 @@ class CompiledModule:
             # as the model, part of the outer graph
             return self._model(*args, **kwargs)
         if needs_autograd(self._model, args, kwargs):
+            self._last[1] = None  # explain() reports the training path's graphs
             return self.training_compile(*args, **kwargs)
         entry = self.entry(args, kwargs)
         if args or kwargs:
@@ -372,6 +373,8 @@ class CompiledModule:
             if entry is not None and self._in_pieces(entry):
                 return self.training_compile(*args, **kwargs)
             return self._model(*args, **kwargs)
+        if torch.is_grad_enabled() and eval_grad.takes_training_path(self._model, entry.captured):
+            return self.training_compile(*args, **kwargs)
         flat = entry.captured.flat_inputs(args, kwargs)
         outs = entry.program(*flat)
         try:  # eval mode with grad enabled: results require grad, as eager's (runtime/eval_grad.py)
@@ -451,6 +454,13 @@ class CompiledModule:
             raise TypeError(f"explain() with no inputs reports the last call made with some, and "
                             f"{type(self._model).__name__} has not been called yet: pass its inputs, "
                             f"explain(*args, **kwargs), or call it first")
+        if not args and not kwargs and self._last[1] is not None and self._last[1][0] is not None:
+            entry, key = self._last[1]  # the last call, an inference one
+            if self._in_pieces(entry):
+                return self._pieces_report(entry, args, kwargs)
+            rep = _report(entry, self._target, None, None, spec=key, freeze=self._freeze)
+            rep.recompiles = list(self.recompiles)
+            return rep
         if needs_autograd(self._model, args, kwargs):
             tc = self.training_compile
             if not tc.forward and tc.failure is None:
@@ -466,13 +476,6 @@ class CompiledModule:
                 rep.saved_bytes = sum(tc.saved.get(id(h), 0) for h in backward)
                 if args or kwargs:  # eager's count runs the model on them
                     rep.eager_saved_bytes = eager_saved_activation_bytes(self._model, args, kwargs)
-            return rep
-        if not args and not kwargs and self._last[1] is not None and self._last[1][0] is not None:
-            entry, key = self._last[1]
-            if self._in_pieces(entry):
-                return self._pieces_report(entry, args, kwargs)
-            rep = _report(entry, self._target, None, None, spec=key, freeze=self._freeze)
-            rep.recompiles = list(self.recompiles)
             return rep
         with trials_on_interpreter():  # a kernel the interpreter rejects is reported now, by name
             entry = self.entry(args, kwargs)
@@ -682,86 +685,6 @@ def explain_static(model_or_fn: Any, args: Any = (), kwargs: Optional[dict] = No
     kwargs = dict(kwargs or {})
     return _report(_compile_entry(model_or_fn, args, kwargs, tgt, fallback, launch=False, freeze=freeze), tgt,
                    args, kwargs, freeze=freeze)
-
-
-def _report(entry: _Entry, tgt: Target, args, kwargs, spec=None, freeze: bool = False) -> Report:
-    """`spec` in place of `args` and `kwargs`: the call's guard key (`_spec`) gives the inputs' sizes.
-    `freeze`: parameters' layout copies are made once, not counted per call."""
-    from .capture.locations import node_source_loc
-
-    cg, program = entry.captured, entry.program
-    if cg is None:
-        why = FallbackReport("(whole model)", _where_model(), "capture", entry.capture_error)
-        return Report(str(tgt), [], [why], dict(entry.timings), 0, 0, 0, 0)
-    nodes = {n.name: n for n in cg.graph_module.graph.nodes}
-    aten = [n for n in nodes.values() if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-
-    def where(name: str) -> str:
-        return str(node_source_loc(nodes[name])) if name in nodes else "?"
-
-    kernels = []
-    for r, region in enumerate(program.regions):
-        for k in region.kernels:
-            ops = [(str(nodes[n].target), where(n)) for n in k.nodes if n in nodes]
-            name = k.name  # unique in the program: compile_program names each region's kernels apart
-            planned = region.plan.kernels.get(k.name)
-            func = planned.func_op if planned is not None else None
-            note = str(getattr(planned.fn, "note", "") or "") if planned is not None else ""
-            runs_as = str(getattr(planned.fn, "runs_as", "") or name) if planned is not None else name
-            once = k.weight_relayout if freeze else 0
-            kernels.append(KernelReport(name, k.kind, ops, k.schedule, k.bytes_read - once, k.bytes_written - once,
-                                        k.source, _compute_types(func), note, k.weight_relayout, runs_as))
-    failed = program.fallbacks + program.launch_failures
-    fallbacks = [FallbackReport(op, where(n), f.stage, f.reason) for f in failed for n, op in zip(f.nodes, f.ops)]
-    eager_now = {n for f in program.launch_failures for n in f.nodes}
-    folded = sum(1 for n in aten if n.name in program.folded_nodes)
-    compiled = folded + sum(1 for n in aten if n.name in program.compiled_nodes and n.name not in eager_now)
-    if spec is not None:
-        minimum = spec_input_bytes(cg, spec)
-    else:
-        minimum = input_bytes(cg, cg.flat_inputs(args, kwargs))
-    if program.prelude is not None:  # freeze=True: the kernels read the fold's outputs, not what it read
-        minimum = max(0, minimum + program.prelude.minimum_change)
-    outs = [n for n in cg.graph_module.graph.nodes if n.op == "output"][0].args[0]
-    outs_meta = [o.meta.get("val") if isinstance(o, torch.fx.Node) else None for o in pytree.tree_leaves(outs)]
-    for val in outs_meta:
-        if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):  # data-dependent sizes: unknown
-            minimum += val.numel() * val.element_size()
-    moved = sum(k.bytes_read + k.bytes_written for k in kernels)
-    boundary = []
-    for o, why in entry.writes.items():  # a state update not written in place is copied back
-        val = outs_meta[o] if o < len(outs_meta) else None
-        if why and isinstance(val, torch.Tensor) and isinstance(val.numel(), int):
-            moved += 2 * val.numel() * val.element_size()
-            boundary.append(f"state update {_state_name(cg, o)}: copied back after the kernels ({why})")
-    allocated = sum(1 for n in aten if n.name in program.allocated_nodes)
-    checks = [f"{c['api']}: info == 0" if c["op"] == "linalg_check_errors" else f"require: {c['what']}"
-              for c in cg.checks]
-    boundary += [_boundary(i, o) for i, o in enumerate(o for o in cg.outputs if o.kind == "user")]
-    boundary = [b for b in boundary if b]
-    return Report(str(tgt), kernels, fallbacks, dict(entry.timings), len(aten), compiled, moved, minimum, allocated,
-                  checks, boundary, list(entry.symbols), folded_ops=folded)
-
-
-def _state_name(cg, o: int) -> str:
-    out = cg.outputs[o]
-    return f"'{out.target}'" if out.kind in ("buffer_mutation", "parameter_mutation") else f"of input {out.target}"
-
-
-def _boundary(i: int, out) -> str:
-    """How output i leaves the graph when it is not the kernels' tensor as is."""
-    how = []
-    if out.complex_dtype is not None:
-        how.append(f"view_as_complex ({str(out.complex_dtype).removeprefix('torch.')})")
-    if out.read == "item":
-        how.append(".item()")
-    elif out.read:
-        how.append(f"trimmed along dim {out.read[1]} to a count computed in the kernels")
-    return f"output {i}: " + " and ".join(how) if how else ""
-
-
-def _where_model() -> str:
-    return "every op runs eagerly"
 
 
 BACKEND_OPTIONS = ("target", "fallback", "cache_size_limit", "cuda_graphs", "freeze")

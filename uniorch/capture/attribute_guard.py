@@ -34,7 +34,9 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from . import user_code
 from .module_modes import mode_free, owning_module
+from .user_code import _LIBRARY_ROOTS, named_slots
 
 _PLAIN = (bool, int, float, str, type(None))
 _MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}
@@ -44,6 +46,46 @@ def _plain(value) -> bool:
     if isinstance(value, _PLAIN):
         return True
     return type(value) is tuple and len(value) <= 8 and all(isinstance(v, _PLAIN) for v in value)
+
+
+class Snapshot:
+    """A dict or list a forward read (`self.cfg["k"]`, a global `CFG`, a list of anchor tensors),
+    as it was: equal to the live one while that holds the same keys, equal plain values and the
+    same tensors (by identity: the capture reads a tensor each call, so one updated in place is
+    seen). A guard compares `live != snapshot`, which Python answers here."""
+
+    __slots__ = ("kind", "items")
+
+    def __init__(self, value):
+        self.kind = type(value)
+        self.items = tuple(value.items()) if self.kind is dict else tuple(value)
+
+    def __eq__(self, other):
+        if type(other) is not self.kind or len(other) != len(self.items):
+            return False
+        if self.kind is dict:
+            return all(k == j and _same_item(v, w) for (k, v), (j, w) in zip(other.items(), self.items))
+        return all(_same_item(v, w) for v, w in zip(other, self.items))
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items) if self.kind is dict else self.kind(self.items))
+
+
+def _same_item(now, then) -> bool:
+    return now is then or (not isinstance(now, torch.Tensor) and type(now) is type(then) and now == then)
+
+
+def is_container(value) -> bool:
+    """A small dict or list of plain values and tensors (dict keys plain): what `Snapshot` keeps."""
+    if type(value) is dict:
+        return len(value) <= 64 and all(isinstance(k, _PLAIN) and (_plain(v) or isinstance(v, torch.Tensor))
+                                        for k, v in value.items())
+    return type(value) is list and len(value) <= 64 and all(_plain(v) or isinstance(v, torch.Tensor) for v in value)
 
 
 # functions a module holds as attributes (`self.act = torch.relu`): guarded by identity, so setting
@@ -114,10 +156,6 @@ def settings_held(m: nn.Module) -> list[tuple[str, Any]]:
     return out
 
 
-_LIBRARY_ROOTS = {"builtins", "torch", "transformers", "typing", "collections", "functools", "logging", "threading",
-                  "numpy", "enum"}
-
-
 _writes = [0]  # attributes set on instances of the classes `_count_writes` patched, ever
 
 
@@ -160,7 +198,7 @@ def _recorder(original):
             # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
             # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
             kept = (value if _plain(value) or isinstance(value, _FUNCTIONS) else
-                    _TENSOR if isinstance(value, torch.Tensor) else None)
+                    _TENSOR if isinstance(value, torch.Tensor) else _CONTAINER if is_container(value) else None)
             try:
                 mine = kept is not None and name in object.__getattribute__(self, "__dict__")
             except AttributeError:
@@ -363,8 +401,12 @@ class _Children:
 
     def __init__(self, model: nn.Module):
         self.tables = [(m._modules, tuple(m._modules.values())) for m in model.modules() if m._modules]
+        # a forward set on the instance (`model.forward = types.MethodType(...)`), by identity
+        self.own, self.forward = model.__dict__, model.__dict__.get("forward")
 
     def holds(self) -> bool:
+        if self.own.get("forward") is not self.forward:
+            return False
         for table, children in self.tables:
             if len(table) != len(children) or any(map(operator.is_not, table.values(), children)):
                 return False
@@ -386,6 +428,11 @@ class AttributeGuard:
                 if isinstance(state.get(name), torch.Tensor):
                     self.tensors.append((state, name, state[name], names.get(id(obj), type(obj).__name__)))
                 continue
+            if value is _CONTAINER:  # a dict or list attribute: its items, as they are after the capture
+                held = object.__getattribute__(obj, "__dict__").get(name)
+                if not is_container(held):
+                    continue
+                value = Snapshot(held)
             by_obj.setdefault(id(obj), (obj, []))[1].append((name, value))
         self.checks, self.written = [], []  # compared at every call; after a counted write
         self.seen = _writes[0]
@@ -424,7 +471,7 @@ class AttributeGuard:
         if self.hooks is not None and _hook_state(self.hooks.model) != self.hooks.state:
             out.append("forward hooks registered or removed")
         if self.children is not None and not self.children.holds():
-            out.append("a submodule replaced")
+            out.append("a submodule or the forward replaced")
         if self.globals is not None:
             out += self.globals.changed()
         out += [f"{where + '.' if where else ''}{name}: another tensor" for state, name, tensor, where in self.tensors
@@ -452,24 +499,25 @@ def _same(checks: list) -> bool:
 
 
 class _FunctionGlobals:
-    """The globals and closure variables a compiled function names in its own code, where they
-    hold a plain value or a tensor: rebinding `w = torch.randn(...)` or `scale = 5.0` after the
-    compile must not leave it computing with the old one (a tensor by identity: updating it in
-    place is seen, the capture reads it each call). Helpers it calls are not looked into."""
+    """The globals and closure variables the user's functions name in their own code (a compiled
+    function, or the forwards and hooks of a model's own classes: `user_code.py`), where they hold
+    a plain value, a tensor, or a small dict or list of those: rebinding `w = torch.randn(...)` or
+    `SCALE = 5.0`, or setting `CFG["scale"] = 2.0`, after the compile must not leave it computing
+    with the old one (a tensor by identity: updating it in place is seen, the capture reads it each
+    call). Helpers they call are not looked into."""
 
-    def __init__(self, fn):
-        code = fn.__code__
-        self.slots = []  # (namespace dict or cell, name or None, value)
-        for name in dict.fromkeys(code.co_names):
-            if name in fn.__globals__ and _guarded(fn.__globals__[name]):
-                self.slots.append((fn.__globals__, name, fn.__globals__[name]))
-        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # not yet bound
-                continue
-            if _guarded(value):
-                self.slots.append((cell, name, value))
+    def __init__(self, fns):
+        self.slots = []  # (namespace dict or cell, name, value or Snapshot)
+        seen = set()
+        for fn in fns:
+            for where, name, value in named_slots(fn):
+                if (id(where), name) in seen:
+                    continue
+                seen.add((id(where), name))
+                if _guarded(value):
+                    self.slots.append((where, name, value))
+                elif is_container(value):
+                    self.slots.append((where, name, Snapshot(value)))
 
     @staticmethod
     def _now(where, name):
@@ -477,6 +525,8 @@ class _FunctionGlobals:
 
     @staticmethod
     def _differs(now, value) -> bool:
+        if isinstance(value, Snapshot):
+            return value != now
         return now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value)
 
     def holds(self) -> bool:
@@ -494,6 +544,7 @@ class _FunctionGlobals:
 
 _GONE = object()
 _TENSOR = object()  # a read of a tensor attribute, resolved after the capture
+_CONTAINER = object()  # a read of a dict or list attribute, its snapshot taken after the capture
 
 
 def _guarded(value) -> bool:
@@ -504,7 +555,7 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
     model = owning_module(model)
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule):
         fn = getattr(model, "__func__", model)  # a bound method: its function's names
-        named = _FunctionGlobals(fn) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None
+        named = _FunctionGlobals([fn]) if hasattr(fn, "__code__") and hasattr(fn, "__globals__") else None
         if not reads and not (named and named.slots):
             return None
         return AttributeGuard(reads, {}, globals_=named)
@@ -521,4 +572,6 @@ def attribute_guard(model, reads: dict) -> Optional[AttributeGuard]:
                 for k, v in vars(obj).items():
                     if _plain(v):
                         reads.setdefault((id(obj), k), (obj, k, v))
-    return AttributeGuard(reads, names, _Hooks(model), children=_Children(model))
+    named = _FunctionGlobals(user_code.functions(model))
+    return AttributeGuard(reads, names, _Hooks(model), globals_=named if named.slots else None,
+                          children=_Children(model))

@@ -25,7 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
-from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views
+from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views, side_effects
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -34,6 +34,7 @@ from .flex_math import flex_as_math
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .masked_reductions import masked_reductions
 from .library_pytrees import register_for
+from .module_modes import owning_module
 from .outside_writes import NoOutsideWrites
 from .nested_encoder import NestedEncoderAsEager
 from .rnn_cells import CellsAsMath
@@ -110,7 +111,6 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     grad_enabled = torch.is_grad_enabled()  # the call's: export may trace under another mode
     module = as_module(model_or_fn)
     register_for(module)
-    attribute_guard.warn_of_user_hooks(module)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     flat, spec = pytree.tree_flatten((args, kwargs))
@@ -133,22 +133,27 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
         with _TRACING, _quiet_tracing(), aliases.recording(module) as found, _lazy_graph_modules(), \
                 attribute_guard.recording(module) as (reads, writes):
+            watch = side_effects.Watch(owning_module(model_or_fn))
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced(), \
                     causal_mask.as_given():
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
-            layouts = _user_outputs(ep, eager_layouts.output_layouts(ep.graph_module))
-            views = _user_outputs(ep, input_views.input_views(ep.graph_module))
-            try:
-                with cia_ops.memoized(decomposition_table()) as table:
-                    ep = ep.run_decompositions(table)
-            except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
-                # a count from nonzero/masked_select/unique that later shape arithmetic cannot
-                # bound symbolically fails the trace; without those rewrites the ops stay eager
-                with cia_ops.memoized(decomposition_table(data_dependent=False)) as table:
-                    ep = ep.run_decompositions(table)
-            # the decomposed program returns the new values of the inputs it writes first
-            eager_layouts.mark(ep.graph_module, _at_user_outputs(ep, layouts))
-            input_views.mark(ep.graph_module, _at_user_outputs(ep, views))
+            written = watch.changed()
+            if written:
+                watch.undo()
+            if not written:  # else no use decomposing: the call runs through Dynamo
+                layouts = _user_outputs(ep, eager_layouts.output_layouts(ep.graph_module))
+                views = _user_outputs(ep, input_views.input_views(ep.graph_module))
+                try:
+                    with cia_ops.memoized(decomposition_table()) as table:
+                        ep = ep.run_decompositions(table)
+                except Exception:  # noqa: BLE001 - retried without the rewrites that bring unbacked sizes
+                    # a count from nonzero/masked_select/unique that later shape arithmetic cannot
+                    # bound symbolically fails the trace; without those rewrites the ops stay eager
+                    with cia_ops.memoized(decomposition_table(data_dependent=False)) as table:
+                        ep = ep.run_decompositions(table)
+                # the decomposed program returns the new values of the inputs it writes first
+                eager_layouts.mark(ep.graph_module, _at_user_outputs(ep, layouts))
+                input_views.mark(ep.graph_module, _at_user_outputs(ep, views))
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     changed = attribute_guard.attribute_writes(writes, module)
@@ -160,6 +165,11 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         if not err.lazy_init:  # else the writes stay, done once (api.py captures again at once)
             attribute_guard.undo_writes(writes, reads)
         raise err
+    if written:
+        raise StateWriteError(
+            f"the forward writes outside the model's graph ({', '.join(written[:3])}"
+            f"{' and more' if len(written) > 3 else ''}: a hook or the forward storing a value), which export runs "
+            f"once, while tracing: the call runs through Dynamo, which replays such writes at every call")
     kept = attribute_guard.tensor_writes(writes, module)
     if kept:
         raise StateWriteError(

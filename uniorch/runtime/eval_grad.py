@@ -46,7 +46,10 @@ def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
              and not (t._is_view() and id(_root(t)) in roots)]
     if not picks:
         return out
-    call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs))
+    # the recomputation reads them at backward time: a change in between (an EMA, another
+    # optimizer's step) would differentiate the new values, silently; eager uses the old ones
+    versions = tuple(t._version for t in (*params, *inputs))
+    call = (model_or_fn, model, args, kwargs, picks, len(params), len(inputs), versions)
     made = dict(zip(picks, _RecomputedGrad.apply(call, *[leaves[i] for i in picks], *params, *inputs)))
     count = iter(range(len(leaves)))
     return _rebuilt(out, lambda t: made.get(next(count), t))
@@ -104,7 +107,7 @@ class _RecomputedGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        fn, model, args, kwargs, picks, n_params, n_inputs = ctx.call
+        fn, model, args, kwargs, picks, n_params, n_inputs, versions = ctx.call
         if isinstance(model, torch.nn.Module) and model not in TRAINED_IN_EVAL:
             TRAINED_IN_EVAL.add(model)
             warnings.warn(f"uniorch: a backward reached an eval-mode call of {type(model).__name__} made with grad "
@@ -114,6 +117,14 @@ class _RecomputedGrad(torch.autograd.Function):
         if len(params) != n_params:  # parameters frozen or unfrozen in between: none of them is sure
             raise RuntimeError("uniorch: the model's trainable parameters changed between its eval-mode call and "
                                "the backward through it")
+        inputs = list({id(t): t for t in pytree.tree_leaves((args, kwargs))
+                       if isinstance(t, torch.Tensor) and t.requires_grad}.values())
+        if tuple(t._version for t in (*params, *inputs)) != versions:
+            raise RuntimeError(
+                f"uniorch: a parameter or input of an eval-mode call of {type(model).__name__} made with grad enabled "
+                f"was modified in place before the backward through it; uniorch computes that gradient in PyTorch "
+                f"at backward time, from the current values, which would be wrong. Call the model in train mode "
+                f"(or keep the values until the backward) so the call records autograd as it runs")
         fresh: dict = {}  # each input requiring grad, as a leaf of the recomputation
 
         def leaf(t):
@@ -135,3 +146,28 @@ class _RecomputedGrad(torch.autograd.Function):
 
 
 _BACKWARD = _RecomputedGrad._backward_cls
+
+
+def takes_training_path(model_or_fn: Any, captured) -> bool:
+    """Whether an eval-mode call with grad enabled must record autograd as it runs, rather than
+    recompute its gradient at backward time: its graph draws random numbers (a VAE's noise, made
+    in eval mode too), which a recomputation would draw anew. The model then takes the training
+    path from this call on."""
+    from ..capture.module_modes import owning_module
+
+    model = owning_module(model_or_fn)
+    if not isinstance(model, torch.nn.Module) or model.training or not _draws_random(captured):
+        return False
+    if not any(p.requires_grad for p in model.parameters()):
+        return False
+    TRAINED_IN_EVAL.add(model)
+    return True
+
+
+def _draws_random(captured) -> bool:
+    draws = captured.__dict__.get("_draws_random")
+    if draws is None:
+        draws = captured.__dict__["_draws_random"] = any(
+            n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in n.target.tags for n in captured.graph_module.graph.nodes)
+    return draws
