@@ -106,7 +106,20 @@ class TrainingCompile:
                 return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward, sizes)
             return compile_half
 
-        return aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
+        aot = aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
+
+        def traced_without_onednn(gm: torch.fx.GraphModule, example_inputs: list):
+            # ATen's CPU LSTM/GRU, on data that needs no gradient, records oneDNN's layer op
+            # (`mkldnn_rnn_layer`: an opaque workspace, run by PyTorch); without oneDNN while
+            # AOTAutograd traces, PyTorch's own decomposition records the cell math, compiled
+            enabled = torch._C._get_mkldnn_enabled()
+            torch._C._set_mkldnn_enabled(False)  # (mkldnn.flags() also sets TF32, with a warning)
+            try:
+                return aot(gm, example_inputs)
+            finally:
+                torch._C._set_mkldnn_enabled(enabled)
+
+        return traced_without_onednn
 
     def _eager_half(self, gm: torch.fx.GraphModule, store: list, cm, err: Exception):
         """The graph itself, run by PyTorch, for a half uniorch failed to compile; `explain` lists it."""
