@@ -157,3 +157,23 @@ def test_fmod_is_exact(dtype):
     for got, want in zip(uniorch.compile(fn, target="interpret")(a, b), fn(a, b)):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+_BYTE_OPS = {
+    "mul": lambda x: x * 3, "sub": lambda x: x - 3, "rsub": lambda x: 3 - x, "remainder": lambda x: x % 3,
+    "floordiv": lambda x: x // 2, "trunc_div": lambda x: torch.div(x, 2, rounding_mode="trunc"),
+    "mul_wide": lambda x: x * 300, "remainder_wide": lambda x: x % 300, "zero_point": lambda x: (x - 7) * 5,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8])
+@pytest.mark.parametrize("name", sorted(_BYTE_OPS))
+def test_byte_arithmetic_wraps_as_eager(name, dtype):
+    """int8/uint8 times, minus, modulo or divided by a number (quantization's zero points and
+    scales) crashed the process in torch-mlir's lowering; computed in int32 and cast back."""
+    fn = _BYTE_OPS[name]
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min, info.max + 1, (64,), dtype=dtype)
+    x[:4] = torch.tensor([info.min, info.max, 0, 1], dtype=dtype)
+    cm = uniorch.compile(fn, fallback="error")
+    assert torch.equal(cm(x), fn(x))

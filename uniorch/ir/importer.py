@@ -51,6 +51,7 @@ def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", 
     importer._cc = _LocatingCache(ctx, py_attr_tracker=importer._py_attr_tracker)
     importer._cc.tag_nodes = tag_nodes
     _sym_floats_as_products(graph)
+    _byte_arithmetic_in_int32(graph)
     try:
         importer.import_stateless_graph(graph, func_name=func_name)
     except Exception as exc:
@@ -83,6 +84,48 @@ def _sym_floats_as_products(graph) -> None:
             product.meta.update(node.meta)
             node.replace_all_uses_with(product)
             graph.erase_node(node)
+
+
+_BYTE_PACKETS = ("mul", "sub", "rsub", "remainder", "div", "floor_divide")
+
+
+def _byte_arithmetic_in_int32(graph) -> None:
+    """int8/uint8 `x * 3`, `x - 1`, `x % 3`, `x // 2`: torch-mlir's lowering reports "for
+    conversion to byte or char type dstOriginalDtype has to be passed" and then crashes the
+    process (a segfault in convert-torch-to-linalg). Computed in int32 from the same values and
+    cast back, which wraps as the byte arithmetic does; a scalar is first wrapped to the byte
+    range, as ATen converts it (int8 `x % 300` is `x % 44`)."""
+    import torch
+
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        val = node.meta.get("val") if node.op == "call_function" else None
+        packet = getattr(node.target, "overloadpacket", None)
+        if (not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.uint8) or packet is None
+                or packet.__name__ not in _BYTE_PACKETS):
+            continue
+        bits = torch.iinfo(val.dtype)
+        args = []
+        with graph.inserting_before(node):
+            for a in node.args:
+                t = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                if isinstance(t, torch.Tensor) and t.dtype == val.dtype:
+                    wide = graph.call_function(aten._to_copy.default, (a,), {"dtype": torch.int32})
+                    wide.meta.update({k: v for k, v in a.meta.items() if k not in ("val", "tensor_meta")})
+                    wide.meta["val"] = t.to(torch.int32)
+                    args.append(wide)
+                elif type(a) is int:
+                    args.append((a - bits.min) % (bits.max - bits.min + 1) + bits.min)
+                else:
+                    args.append(a)
+            node.args = tuple(args)
+            wide_val = val.to(torch.int32)
+        with graph.inserting_after(node):
+            narrow = graph.call_function(aten._to_copy.default, (node,), {"dtype": val.dtype})
+        node.replace_all_uses_with(narrow, delete_user_cb=lambda user: user is not narrow)
+        narrow.meta.update(node.meta)
+        node.meta.pop("tensor_meta", None)  # the importer reads it before "val"
+        node.meta["val"] = wide_val
 
 
 def _devices_as_cpu(module: ir.Module) -> None:
