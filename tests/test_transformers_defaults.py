@@ -310,6 +310,29 @@ def test_generate_matches_eager_token_for_token(name):
         assert not e.program.fallbacks, e.program.fallbacks
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_second_generate_compiles_nothing(cache):
+    """Each generate() routes the model's forward through its compile with a wrapper of its own;
+    guarded by identity, the second generate() recompiled every spec and ran past the cache limit
+    in PyTorch (the same prompts: Llama, Qwen2, Gemma2, GPT-2, T5)."""
+    torch.manual_seed(2)
+    model = MODELS["llama"](transformers).eval()
+    cm = uniorch.compile(model)
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    prompts = [torch.randint(1, 96, (2, 6)) for _ in range(4)]
+    # transformers' first generate() passes the prefill no cache, later ones an empty DynamicCache
+    # (one more spec, once)
+    for ids in prompts[:2]:
+        cm.generate(ids, **kw)
+    compiled = cm.cache_size
+    for ids in prompts[2:]:
+        got = cm.generate(ids, **kw)
+        assert torch.equal(got, model.generate(ids, **kw))
+    assert cm.cache_size == compiled, cm.recompiles
+
+
 @pytest.mark.parametrize("name", ["recurrent_gemma", "mamba", "mamba2", "mixtral", "qwen3_moe", "deepseek_v3", "jamba",
                                   "llama4"])
 @torch.no_grad()

@@ -71,6 +71,9 @@ def _forward_through(runner: Any, compiled: Callable):
         finally:
             inside.on = False
 
+    # the guards look through it (capture/attribute_guard.py): each generate() installs another,
+    # and guarded by identity the second generate() recompiled every spec, until the cache limit
+    forward.uniorch_generate = True
     runner.forward = forward
     try:
         yield

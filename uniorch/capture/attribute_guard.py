@@ -194,7 +194,7 @@ def _recorder(original):
         if stack and name in _WHOLE and not isinstance(self, nn.Module) and id(self) in stack[-1][2]:
             _read_whole(self, stack[-1][0])
         value = original(self, name)
-        if stack and name not in _MODULE_OWN and not name.startswith("__"):
+        if stack and name not in _MODULE_OWN and not name.startswith("__") and not _generate_wrapper(value):
             # a plain tensor attribute (not a parameter or buffer) is guarded by identity; what
             # export's trace reads may be its fake stand-in, so the tensor is taken afterwards
             kept = (value if _plain(value) or isinstance(value, _FUNCTIONS) else
@@ -402,15 +402,26 @@ class _Children:
     def __init__(self, model: nn.Module):
         self.tables = [(m._modules, tuple(m._modules.values())) for m in model.modules() if m._modules]
         # a forward set on the instance (`model.forward = types.MethodType(...)`), by identity
-        self.own, self.forward = model.__dict__, model.__dict__.get("forward")
+        self.own, self.forward = model.__dict__, _own_forward(model.__dict__)
 
     def holds(self) -> bool:
-        if self.own.get("forward") is not self.forward:
+        if _own_forward(self.own) is not self.forward:
             return False
         for table, children in self.tables:
             if len(table) != len(children) or any(map(operator.is_not, table.values(), children)):
                 return False
         return True
+
+
+def _generate_wrapper(value) -> bool:
+    """uniorch's `generate()` routes the model's forward through its compile (generation.py), a
+    new wrapper each call; what the capture traces is the forward inside it."""
+    return getattr(value, "uniorch_generate", False) is True
+
+
+def _own_forward(state: dict):
+    f = state.get("forward")
+    return None if _generate_wrapper(f) else f
 
 
 class AttributeGuard:
