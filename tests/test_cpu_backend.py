@@ -152,6 +152,17 @@ def test_bf16_constants_as_eager():
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
+@pytest.mark.parametrize("src", [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool])
+def test_integer_to_bf16_casts_run_natively(src):
+    """int -> bf16 (gpt-fast's int8 weight-only linear: `weight.to(x.dtype)`) was an `llvm.sitofp`
+    to bf16, which the i16 carrying of bf16 made invalid: every such kernel fell back to PyTorch."""
+    x = torch.randint(-100 if src not in (torch.uint8, torch.bool) else 0, 2 if src == torch.bool else 100,
+                      (7, 24)).to(src)
+    fn = lambda x: x.to(torch.bfloat16) * 1.5  # noqa: E731
+    got = _native(fn, x)
+    assert torch.equal(got.view(torch.int16), fn(x).view(torch.int16))
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 12, 16), (1, 33, 20), (3, 12, 16)])
 def test_bf16_matmuls_with_a_single_row_match_eager(m, k, n):
     # a bf16 dot of a broadcast row came out ~1e10 through the adapter's lowering: the cpu target

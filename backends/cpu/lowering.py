@@ -38,11 +38,15 @@ BUFFERIZE = ("builtin.module(inline,symbol-dce,func.func(convert-elementwise-to-
 # larger ones are malloc'd and freed by the deallocation pipeline. A tile promoted inside a loop
 # is scoped to one iteration (`_scope_loop_allocas`) before lowering on.
 PROMOTE = "builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=65536}))"
+# Other arith ops on bf16 (an int -> bf16 cast, `llvm.sitofp` to bf16, which no i16 can carry) are
+# first emulated in f32 with a truncation after each (arith-emulate-unsupported-floats).
 # arith-expand with bf16: f32 <-> bf16 conversions as integer ops (round to nearest even). Without
 # AVX512-BF16 LLVM calls compiler-rt's __truncsfbf2 for them, which the JIT does not link; what is
 # left of bf16 (loads, stores, bitcasts) is then i16 (bf16_storage.py).
 TO_LLVM = ("builtin.module(buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
-           "convert-scf-to-cf,convert-cf-to-llvm,func.func(arith-expand{include-bf16=true}),convert-arith-to-llvm,"
+           "convert-scf-to-cf,convert-cf-to-llvm,"
+           "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true}),"
+           "convert-arith-to-llvm,"
            "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
            "convert-index-to-llvm,memref-expand,expand-strided-metadata,finalize-memref-to-llvm,"
            "convert-func-to-llvm,lower-affine,convert-arith-to-llvm,reconcile-unrealized-casts)")
