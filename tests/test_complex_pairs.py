@@ -78,3 +78,16 @@ def test_complex_values_at_a_symbolic_length_compile_once():
         torch.testing.assert_close(cm(x, freqs), _complex_rotary(x, freqs))
     assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
     assert not cm.explain(x, freqs).fallbacks
+
+
+def test_log_mel_style_stft_magnitude_transposed_into_a_matmul():
+    # to_pairs could not view the transposed magnitude ("Cannot view a tensor with shape [2, 101, 33]
+    # and strides (3333, 1, 101)"): the error reached the user; now the call compiles
+    window, fb = torch.hann_window(64), torch.rand(33, 16)
+
+    def fn(wav):
+        return torch.stft(wav, 64, 16, window=window, return_complex=True).abs().transpose(-1, -2) @ fb
+
+    x = torch.randn(2, 1600)
+    got, want = uniorch.compile(fn)(x), fn(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)

@@ -175,25 +175,31 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         raise StateWriteError(
             f"the forward keeps tensors on the model ({', '.join(kept[:3])}{' and more' if len(kept) > 3 else ''}), "
             f"which export does not replay: the call runs through Dynamo, which does")
-    cg = _from_exported(ep, traced, t_args, t_kwargs)
-    as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
-    scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
-    split_gated_projections(cg.graph_module)  # Phi-3's fused gate/up: two products, one gated kernel
-    scalar_reads_as_tensors(cg.graph_module)  # x / t.item(): t stays a 0-d tensor
-    if dynamic:
-        specialized_sizes_as_ints(cg.graph_module)
-        drop_noop_expands(cg.graph_module)
-        decided_min_max(cg.graph_module)
-        collapse_symbolic_views(cg.graph_module)
-    if baked:
-        _unbake(cg, module, spec, flat, keep)
-    cg.aliases = found[0]
-    cg.attribute_reads = reads
-    masked_reductions(cg.graph_module)  # loss[mask].mean(): no op waits for the count
-    bound_outputs(cg)
-    flex_as_math(cg)
-    to_pairs(cg)
-    _record_layouts(cg)
+    try:
+        cg = _from_exported(ep, traced, t_args, t_kwargs)
+        as_strided_as_views(cg.graph_module)  # GroupNorm's reshape: a view, not a gather of index tables
+        scatter_add_rows(cg.graph_module)  # a graph network's message sum: whole rows, not elements
+        split_gated_projections(cg.graph_module)  # Phi-3's fused gate/up: two products, one gated kernel
+        scalar_reads_as_tensors(cg.graph_module)  # x / t.item(): t stays a 0-d tensor
+        if dynamic:
+            specialized_sizes_as_ints(cg.graph_module)
+            drop_noop_expands(cg.graph_module)
+            decided_min_max(cg.graph_module)
+            collapse_symbolic_views(cg.graph_module)
+        if baked:
+            _unbake(cg, module, spec, flat, keep)
+        cg.aliases = found[0]
+        cg.attribute_reads = reads
+        masked_reductions(cg.graph_module)  # loss[mask].mean(): no op waits for the count
+        bound_outputs(cg)
+        flex_as_math(cg)
+        to_pairs(cg)
+        _record_layouts(cg)
+    except CaptureError:
+        raise
+    except Exception as exc:  # a bug in a rewrite of ours: the call runs eagerly (or in Dynamo's pieces), said so
+        raise CaptureError(f"capturing {_describe(model_or_fn)} failed in uniorch's rewrites of the exported graph: "
+                           f"{type(exc).__name__}: {exc}") from exc
     return cg
 
 
@@ -290,7 +296,11 @@ def _record_layouts(cg: CapturedGraph) -> None:
         if any(isinstance(s, torch.SymInt) for s in (*val.stride(), val.storage_offset())):
             continue
         stride, offset = tuple(val.stride()), int(val.storage_offset())
-        if offset != 0 or not val.is_contiguous():
+        try:
+            contiguous = val.is_contiguous()
+        except Exception:  # noqa: BLE001 - a size from the data (torch.where(mask)[0]): as computed
+            continue
+        if offset != 0 or not contiguous:
             cg.outputs[i] = dataclasses.replace(spec, layout=(stride, offset))
 
 
