@@ -84,3 +84,27 @@ def test_compiled_blocks_of_an_eval_mode_model_chain_their_gradients():
         assert (p.grad is None) == (q.grad is None), name
         if q.grad is not None:
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+class _NoGradForward(torch.nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.lin, self.how = torch.nn.Linear(8, 8), how
+
+    def forward(self, x):
+        mode = torch.no_grad() if self.how == "no_grad" else torch.inference_mode()
+        with mode:
+            return self.lin(x).relu()
+
+
+@pytest.mark.parametrize("how", ["no_grad", "inference_mode"])
+def test_a_forward_that_disables_grad_returns_results_without_grad(how):
+    # Meta's Llama decorates its forward with @torch.inference_mode(): the compiled results
+    # required grad (an eval-mode call with grad enabled), and `.numpy()` on them raised
+    model = _NoGradForward(how).eval()
+    cm = uniorch.compile(model)
+    x = torch.randn(2, 8)
+    got, want = cm(x), model(x)
+    assert not got.requires_grad and not want.requires_grad
+    torch.testing.assert_close(got, want)
+    got.numpy()

@@ -378,7 +378,8 @@ class CompiledModule:
         flat = entry.captured.flat_inputs(args, kwargs)
         outs = entry.program(*flat)
         try:  # eval mode with grad enabled: results require grad, as eager's (runtime/eval_grad.py)
-            return eval_grad.attach(self._model, entry.captured.finish(args, kwargs, list(outs)), args, kwargs)
+            out = entry.captured.finish(args, kwargs, list(outs))
+            return out if entry.captured.grad_free else eval_grad.attach(self._model, out, args, kwargs)
         except CheckFailed:  # a rewrite's run-time condition failed: eager gives the right answer
             return self._model(*args, **kwargs)
 

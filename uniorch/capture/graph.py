@@ -71,6 +71,7 @@ class CapturedGraph:
     # (id(obj), name) -> (obj, name, value): plain values the trace read from the model (capture/attribute_guard.py)
     attribute_reads: dict = field(default_factory=dict)
     symbol_ranges: dict = field(default_factory=dict)  # size symbol -> (low, high or None): export's ranges
+    grad_free: bool = False  # every output computed with grad disabled (a @torch.no_grad() forward)
 
     # -- what was captured --------------------------------------------------------------------
     @property

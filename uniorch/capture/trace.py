@@ -135,9 +135,10 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 attribute_guard.recording(module) as (reads, writes):
             watch = side_effects.Watch(owning_module(model_or_fn))
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced(), \
-                    causal_mask.as_given():
+                    causal_mask.as_given(), _InferenceModeSeen(module) as inference:
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             written = watch.changed()
+            grad_free = _outputs_without_grad(ep) or inference.throughout()
             if written:
                 watch.undo()
             if not written:  # else no use decomposing: the call runs through Dynamo
@@ -190,6 +191,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             _unbake(cg, module, spec, flat, keep)
         cg.aliases = found[0]
         cg.attribute_reads = reads
+        cg.grad_free = grad_free
         masked_reductions(cg.graph_module)  # loss[mask].mean(): no op waits for the count
         bound_outputs(cg)
         flex_as_math(cg)
@@ -201,6 +203,53 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed in uniorch's rewrites of the exported graph: "
                            f"{type(exc).__name__}: {exc}") from exc
     return cg
+
+
+class _InferenceModeSeen(torch.overrides.TorchFunctionMode):
+    """Whether the traced forward ran every torch call in inference mode (`@torch.inference_mode()`
+    on it, as Meta's Llama has), which export does not record: eager's results are inference
+    tensors then, which require no grad."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.outside = torch.is_inference_mode_enabled()
+        self.calls = self.inside = 0
+        self.active = False  # counting the calls the model's forward makes, not export's own
+        self.hooks = []
+        if isinstance(module, torch.nn.Module):
+            self.hooks = [module.register_forward_pre_hook(lambda *a: setattr(self, "active", True)),
+                          module.register_forward_hook(lambda *a: setattr(self, "active", False), always_call=True)]
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.active:
+            self.calls += 1
+            self.inside += torch.is_inference_mode_enabled()
+        return func(*args, **(kwargs or {}))
+
+    def throughout(self) -> bool:
+        return not self.outside and self.calls > 0 and self.inside == self.calls
+
+
+def _outputs_without_grad(ep: ExportedProgram) -> bool:
+    """Whether every tensor the user gets is computed with grad disabled (a forward decorated
+    with `@torch.no_grad()`, or returning from inside `with torch.no_grad():`): export records
+    such a region as `wrap_with_set_grad_enabled(False, ...)`. Eager's results then require no
+    grad, whatever the caller's mode."""
+    wrap = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    outs = _user_outputs(ep, list(ep.graph.output_node().args[0]))
+    tensors = [o for o in outs if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)]
+    if wrap is None or not tensors:
+        return False
+    for o in tensors:
+        src = o.args[0] if o.target is operator.getitem else None
+        if not (isinstance(src, torch.fx.Node) and src.target is wrap and src.args and src.args[0] is False):
+            return False
+    return True
 
 
 def _user_outputs(ep: ExportedProgram, per_output: list) -> list:
