@@ -168,3 +168,33 @@ def test_explain_without_inputs_reports_the_last_call_of_either_path():
     assert cm.explain().kernels  # it ran the training path with no inputs
     cm(torch.randn(4, 8)).sum().backward()
     assert cm.explain().backward is not None
+
+
+class _InferenceCache(nn.Module):  # Meta's Llama: @torch.inference_mode() forward, freqs_cis moved, KV cache
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(2, 16, 8), persistent=False)
+        self.freqs = torch.randn(16, 8)
+
+    @torch.inference_mode()
+    def forward(self, x, pos: int):
+        y = self.lin(x)
+        self.freqs = self.freqs.to(y.device)
+        self.cache[:, pos:pos + x.shape[1]] = y
+        return self.cache[:, :pos + x.shape[1]].sum(1) + self.freqs[pos]
+
+
+def test_a_call_dynamo_cannot_compile_leaves_pytorch_working():
+    # AOTAutograd fails on it under inference mode ("Cannot set version_counter for inference
+    # tensor"), and left the Python dispatcher's key set in the thread: every later indexing in
+    # the process, eager included, raised an INTERNAL ASSERT
+    model, ref = _InferenceCache().eval(), _InferenceCache().eval()
+    ref.load_state_dict(model.state_dict())
+    ref.freqs = model.freqs.clone()
+    cm = uniorch.compile(model)
+    x = torch.randn(2, 3, 8)
+    with pytest.warns(RuntimeWarning, match="Cannot set version_counter"):
+        got = cm(x, 0)
+    _close(got, ref(x, 0))
+    assert got[:, -1].shape == (2,) and torch.randn(3, 3)[:, -1].shape == (3,)

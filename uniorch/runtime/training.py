@@ -170,6 +170,7 @@ class TrainingCompile:
         from torch._dynamo.utils import counters
 
         breaks = dict(counters["graph_break"])
+        tls = _dispatch_tls()
         self.ran_forward.clear()
         self.ran_backward.clear()
         try:
@@ -190,12 +191,33 @@ class TrainingCompile:
             # Dynamo or AOTAutograd cannot trace this model (an in-place write to a view of a
             # multi-output op, ...): eager PyTorch runs it, with its autograd, from now on; an error
             # of the model itself raises again there, as the user's error
+            # an AOTAutograd failure under inference mode left the Python dispatcher's key on in
+            # this thread, and every later indexing in the process raised an INTERNAL ASSERT
+            _restore_dispatch_tls(tls)
             if self.fallback == "error":
                 raise
-            self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            inner = getattr(err, "inner_exception", None)  # BackendCompilerFailed's first line ends at "raised:"
+            why = f"{type(inner).__name__}: {inner}" if inner is not None else f"{type(err).__name__}: {err}"
+            self.failure = why.strip().splitlines()[0][:300]
             warnings.warn(f"uniorch: Dynamo cannot compile {type(self.model).__name__} and it runs "
                           f"eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
             return self.model(*args, **kwargs)
+
+
+_TLS_KEYS = ("PythonDispatcher", "PreDispatch", "Python", "PythonTLSSnapshot", "Functionalize", "ADInplaceOrView")
+
+
+def _dispatch_tls() -> list:
+    """This thread's dispatcher key include/exclude flags that tracing toggles."""
+    keys = [getattr(torch._C.DispatchKey, k) for k in _TLS_KEYS if hasattr(torch._C.DispatchKey, k)]
+    return [(k, torch._C._dispatch_tls_is_dispatch_key_included(k), torch._C._dispatch_tls_is_dispatch_key_excluded(k))
+            for k in keys]
+
+
+def _restore_dispatch_tls(saved: list) -> None:
+    for key, included, excluded in saved:
+        torch._C._dispatch_tls_set_dispatch_key_included(key, included)
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
 
 
 _ENTRIES = itertools.count()
