@@ -103,3 +103,17 @@ def test_16bit_times_a_python_float_as_eager(dtype, name, fn):
     x = torch.randn(4096).to(dtype)
     got, ref = uniorch.compile(fn, target="interpret", fallback="error")(x), fn(x)
     assert got.dtype == ref.dtype and torch.equal(got, ref)
+
+
+def test_fp16_product_of_normalized_operands_compiles():
+    """CLIP-style cosine similarity in fp16: a norm's zero guard (`tl.where(c, 0.0, h)`) made the
+    B tile fp32 in Triton, which rejected tl.dot(fp16, fp32); the product ran in PyTorch."""
+    import torch.nn.functional as F
+
+    def fn(a, b):
+        return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(-1, -2)
+
+    a, b = torch.randn(2, 5, 8).half(), torch.randn(2, 6, 8).half()
+    cm = uniorch.compile(fn)
+    torch.testing.assert_close(cm(a, b).float(), fn(a, b).float(), rtol=2e-3, atol=2e-3)
+    assert not cm.explain(a, b).fallbacks

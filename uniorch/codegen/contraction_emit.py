@@ -580,7 +580,12 @@ class _Emitter(_Reductions, _Gathers, _TileStats, _Windows, _OperandSums):
             finally:
                 self.win = None
             factors.setdefault(side, v)
-            return v.text if v.ty == dt else self.line(side, {"k"}, f"{v.text}.to({_TL[dt]})", side)
+            # a 16-bit dot's operand is cast even where its MLIR type is already the dot's: Triton
+            # types `tl.where(c, 0.0, h)` of an fp16 h as fp32 (a norm's zero guard before a
+            # division), and rejected tl.dot(fp16, fp32): the contraction ran in PyTorch
+            if v.ty == dt and dt not in ("f16", "bf16"):
+                return v.text
+            return self.line(side, {"k"}, f"{v.text}.to({_TL[dt]})", side)
 
         # a pooling epilogue: one accumulator per window element, each from the windowed factor's
         # tile at shifted positions and the other factor's tile, loaded once
