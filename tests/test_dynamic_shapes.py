@@ -10,6 +10,7 @@ import pytest
 import sympy
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import uniorch
 from uniorch.runtime.guards import call_spec as _spec
@@ -506,3 +507,28 @@ def test_decode_attention_probabilities_split_from_the_value_product_with_a_symb
         s, v, flag = torch.randn(2, 4, 1, n), torch.randn(2, 4, n, 8), torch.rand(2, 4, 1, 1) > 0.7
         torch.testing.assert_close(cm(s, v, flag), f(s, v, flag), rtol=1e-5, atol=1e-6)
     assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
+
+
+class _ConvNeXtBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.up, self.down = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        h = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        return x + self.down(F.gelu(self.up(h))).permute(0, 3, 1, 2)
+
+
+@torch.no_grad()
+def test_a_patchified_convnext_compiles_once_for_every_image_size():
+    # the sizes after the stride-4 stem are floor(s/4), which the launch plan tried to invert with
+    # sympy (NotImplementedError, no message): every image size compiled anew
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 4, 4), _ConvNeXtBlock(16), _ConvNeXtBlock(16)).eval()
+    cm = uniorch.compile(model, dynamic=True)
+    for shape in [(2, 3, 32, 32), (3, 3, 48, 40), (2, 3, 36, 44)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-4)
+    assert len(cm.recompiles) == 1 and "symbolic sizes" in cm.recompiles[0], cm.recompiles

@@ -328,7 +328,10 @@ def _binders(block) -> list:
         if str(sym) in direct or any(b[2] == str(sym) for b in out):
             continue
         value = sympy.Symbol("value")
-        sols = [x for x in sympy.solve(sympy.Eq(n, value), sym) if x.free_symbols <= {value}]
+        try:
+            sols = [x for x in sympy.solve(sympy.Eq(n, value), sym) if x.free_symbols <= {value}]
+        except NotImplementedError:  # floor(s/4): not invertible, another input must give s
+            continue
         if len(sols) == 1:
             out.append((i, d, str(sym), sympy.lambdify(value, sols[0])))
     return out
