@@ -5,6 +5,7 @@ or a hook makes outside the graph happens at every call with real values (the ca
 Dynamo, which replays it), and an eval-mode call with grad enabled gives gradients of what it
 returned. Each was silently wrong: the values at capture, FakeTensors in the user's dict, or
 gradients of another draw of the noise."""
+import gc
 import types
 
 import pytest
@@ -194,7 +195,13 @@ def test_a_call_dynamo_cannot_compile_leaves_pytorch_working():
     ref.freqs = model.freqs.clone()
     cm = uniorch.compile(model)
     x = torch.randn(2, 3, 8)
+    state = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
     with pytest.warns(RuntimeWarning, match="Cannot set version_counter"):
         got = cm(x, 0)
     _close(got, ref(x, 0))
     assert got[:, -1].shape == (2,) and torch.randn(3, 3)[:, -1].shape == (3,)
+    # inference mode stayed on (every new parameter an inference tensor), and collecting the failed
+    # trace's frames later brought back the dispatcher flags of the middle of the trace
+    gc.collect()
+    assert not torch.is_inference_mode_enabled() and not nn.Linear(2, 2).weight.is_inference()
+    assert (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()) == state

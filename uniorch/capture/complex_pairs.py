@@ -316,6 +316,9 @@ def has_complex(gm: fx.GraphModule) -> bool:
     return any(any(complex_val(v) for v in pytree.tree_leaves(n.meta.get("val"))) for n in gm.graph.nodes)
 
 
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
 class _PairInterpreter(fx.Interpreter):
     def run_node(self, n: fx.Node) -> Any:
         with fx_traceback.set_current_meta(n):  # source locations carry over to the new nodes
@@ -330,6 +333,14 @@ class _PairInterpreter(fx.Interpreter):
         involved = any(isinstance(a, Pair) for a in pytree.tree_leaves((args, kwargs)))
         out_complex = any(isinstance(v, torch.Tensor) and v.is_complex() for v in pytree.tree_leaves(n.meta.get("val")))
         if not involved and not out_complex:
+            if n.target in _VIEWS:
+                try:
+                    return n.target(*args, **kwargs)
+                except (RuntimeError, ValueError):
+                    # a real tensor a pair rule made (a magnitude) need not have the layout the complex
+                    # op's result had, so a view taken of it may need a copy (a log-mel front end:
+                    # stft(...).abs().transpose(-1, -2) @ fb viewed its (2, 101, 33) operand as (202, 33))
+                    return torch.ops.aten.reshape.default(*args, **kwargs)
             return n.target(*args, **kwargs)
         rule = RULES.get(n.target)
         if rule is None:

@@ -226,7 +226,9 @@ class _InferenceModeSeen(torch.overrides.TorchFunctionMode):
         return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if self.active:
+        # not inside Dynamo's own tracing (flex_attention compiles its kernel while export traces),
+        # which inlines this method and refuses is_inference_mode_enabled
+        if self.active and not torch.compiler.is_dynamo_compiling():
             self.calls += 1
             self.inside += torch.is_inference_mode_enabled()
         return func(*args, **(kwargs or {}))
@@ -478,11 +480,12 @@ def _checks_as_outputs(gm: torch.fx.GraphModule, outputs: list, tokens: list) ->
         effectful.append(node)
     if not effectful and not tokens:
         return outputs
-    out_node.args = (tuple(values),)
     doomed = set(effectful)
     for node in gm.graph.nodes:  # the token getitems of with_effects
         if node.op == "call_function" and node.target is operator.getitem and node.args[0] in doomed:
             doomed.add(node)
+    # a check's own result returned (None: Dynamo's graph of `require(...)` as a statement)
+    out_node.args = (tuple(None if v in doomed else v for v in values),)
     for node in reversed(list(gm.graph.nodes)):
         if node in doomed:
             gm.graph.erase_node(node)

@@ -193,6 +193,7 @@ class TrainingCompile:
             # of the model itself raises again there, as the user's error
             # an AOTAutograd failure under inference mode left the Python dispatcher's key on in
             # this thread, and every later indexing in the process raised an INTERNAL ASSERT
+            _release_guards(err)
             _restore_dispatch_tls(tls)
             if self.fallback == "error":
                 raise
@@ -212,6 +213,34 @@ def _dispatch_tls() -> list:
     keys = [getattr(torch._C.DispatchKey, k) for k in _TLS_KEYS if hasattr(torch._C.DispatchKey, k)]
     return [(k, torch._C._dispatch_tls_is_dispatch_key_included(k), torch._C._dispatch_tls_is_dispatch_key_excluded(k))
             for k in keys]
+
+
+def _release_guards(err: BaseException) -> None:
+    """Destroys the mode guards (PyTorch's C++ RAII objects: inference mode, the Python
+    dispatcher, functionalization) that the failed trace's frames still hold through the
+    exception's tracebacks, innermost first, so each puts back the state it found. Left alive,
+    inference mode stayed on for the thread (every new tensor an inference tensor), and when the
+    frames were collected later, out of order, the dispatcher flags of the middle of the trace
+    came back."""
+    import gc
+
+    frames, seen, todo = [], set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        todo += [e.__cause__, e.__context__, getattr(e, "inner_exception", None)]
+    for frame in reversed(frames):
+        try:
+            frame.clear()
+        except RuntimeError:  # a frame still running (ours): its guards are not the trace's
+            pass
+    gc.collect()
 
 
 def _restore_dispatch_tls(saved: list) -> None:
