@@ -45,7 +45,8 @@ PROMOTE = "builtin.module(func.func(promote-buffers-to-stack{max-alloc-size-in-b
 # left of bf16 (loads, stores, bitcasts) is then i16 (bf16_storage.py).
 TO_LLVM = ("builtin.module(buffer-deallocation-pipeline,convert-linalg-to-loops,lower-affine,"
            "convert-scf-to-cf,convert-cf-to-llvm,"
-           "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true}),"
+           "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},"
+           "arith-expand{include-bf16=true}),"
            "convert-arith-to-llvm,"
            "convert-math-to-llvm,convert-math-to-libm,convert-complex-to-llvm,convert-vector-to-llvm,"
            "convert-index-to-llvm,memref-expand,expand-strided-metadata,finalize-memref-to-llvm,"

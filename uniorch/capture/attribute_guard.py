@@ -36,10 +36,9 @@ from torch import nn
 
 from . import user_code
 from .module_modes import mode_free, owning_module
-from .user_code import _LIBRARY_ROOTS, named_slots
+from .user_code import LIBRARY_ROOTS, MODULE_OWN as _MODULE_OWN, current, named_slots
 
 _PLAIN = (bool, int, float, str, type(None))
-_MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}
 
 
 def _plain(value) -> bool:
@@ -150,7 +149,7 @@ def settings_held(m: nn.Module) -> list[tuple[str, Any]]:
             continue
         cls = type(obj)
         if cls is types.SimpleNamespace or (
-                hasattr(obj, "__dict__") and cls.__module__.partition(".")[0] not in _LIBRARY_ROOTS
+                hasattr(obj, "__dict__") and cls.__module__.partition(".")[0] not in LIBRARY_ROOTS
                 and not _is_config(obj)):
             out.append((key, obj))
     return out
@@ -531,22 +530,18 @@ class _FunctionGlobals:
                     self.slots.append((where, name, Snapshot(value)))
 
     @staticmethod
-    def _now(where, name):
-        return where.get(name, _GONE) if isinstance(where, dict) else getattr(where, "cell_contents", _GONE)
-
-    @staticmethod
     def _differs(now, value) -> bool:
         if isinstance(value, Snapshot):
             return value != now
         return now is not value and (isinstance(value, torch.Tensor) or type(now) is not type(value) or now != value)
 
     def holds(self) -> bool:
-        return not any(self._differs(self._now(where, name), value) for where, name, value in self.slots)
+        return not any(self._differs(current(where, name), value) for where, name, value in self.slots)
 
     def changed(self) -> list[str]:
         out = []
         for where, name, value in self.slots:
-            now = self._now(where, name)
+            now = current(where, name)
             if self._differs(now, value):
                 what = "another tensor" if isinstance(value, torch.Tensor) else f"{value!r} -> {now!r}"
                 out.append(f"{name}: {what}")

@@ -20,7 +20,6 @@ from torch import nn
 from . import user_code
 
 _CONTAINERS = (dict, list, set)
-_MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}
 
 
 def _contents(c) -> tuple:
@@ -42,7 +41,7 @@ class Watch:
             owners += [(type(o).__name__, o) for o in user_code.hook_owners(model)]
         for where, obj in owners:
             for key, value in vars(obj).items():
-                if key not in _MODULE_OWN and type(value) in _CONTAINERS:
+                if key not in user_code.MODULE_OWN and type(value) in _CONTAINERS:
                     self._keep(f"{where}.{key}", value)
         for fn in user_code.functions(model):
             for ns, name, value in user_code.named_slots(fn):
@@ -54,13 +53,9 @@ class Watch:
         if id(c) not in self.containers:
             self.containers[id(c)] = (where, c, _contents(c), c.copy())
 
-    @staticmethod
-    def _now(ns, name):
-        return ns.get(name, _GONE) if isinstance(ns, dict) else getattr(ns, "cell_contents", _GONE)
-
     def changed(self) -> list[str]:
         out = [where for where, c, ids, _ in self.containers.values() if _contents(c) != ids]
-        out += [name for ns, name, value in self.names if self._now(ns, name) is not value]
+        out += [name for ns, name, value in self.names if user_code.current(ns, name) is not value]
         return list(dict.fromkeys(out))
 
     def undo(self) -> None:
@@ -71,13 +66,11 @@ class Watch:
                 c.clear()
                 c.update(copy) if type(c) is not list else c.extend(copy)
         for ns, name, value in self.names:
-            if self._now(ns, name) is not value:
+            if user_code.current(ns, name) is not value:
                 if isinstance(ns, dict):
                     ns[name] = value
                 else:
                     ns.cell_contents = value
 
-
-_GONE = object()
 
 __all__ = ["Watch"]

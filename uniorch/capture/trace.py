@@ -139,9 +139,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             written = watch.changed()
             grad_free = _outputs_without_grad(ep) or inference.throughout()
-            if written:
+            if written:  # no use decomposing: the call runs through Dynamo
                 watch.undo()
-            if not written:  # else no use decomposing: the call runs through Dynamo
+            else:
                 layouts = _user_outputs(ep, eager_layouts.output_layouts(ep.graph_module))
                 views = _user_outputs(ep, input_views.input_views(ep.graph_module))
                 try:

@@ -14,12 +14,14 @@ from typing import Any, Iterator
 
 from torch import nn
 
-_LIBRARY_ROOTS = {"builtins", "torch", "transformers", "typing", "collections", "functools", "logging", "threading",
-                  "numpy", "enum", "diffusers", "peft", "accelerate", "uniorch"}
+LIBRARY_ROOTS = {"builtins", "torch", "transformers", "typing", "collections", "functools", "logging", "threading",
+                 "numpy", "enum", "diffusers", "peft", "accelerate", "uniorch"}
+MODULE_OWN = frozenset(nn.Module().__dict__) | {"training"}  # nn.Module's own bookkeeping attributes
+MISSING = object()
 
 
 def is_library(obj) -> bool:
-    return (getattr(obj, "__module__", None) or "").partition(".")[0] in _LIBRARY_ROOTS
+    return (getattr(obj, "__module__", None) or "").partition(".")[0] in LIBRARY_ROOTS
 
 
 def _function(obj):
@@ -93,4 +95,10 @@ def named_slots(fn: types.FunctionType) -> Iterator[tuple[Any, str, Any]]:
             continue
 
 
-__all__ = ["functions", "hook_owners", "hooks", "is_library", "named_slots"]
+def current(where, name: str):
+    """The value a `named_slots` entry holds now (MISSING where unbound)."""
+    return where.get(name, MISSING) if isinstance(where, dict) else getattr(where, "cell_contents", MISSING)
+
+
+__all__ = ["LIBRARY_ROOTS", "MISSING", "MODULE_OWN", "current", "functions", "hook_owners", "hooks", "is_library",
+           "named_slots"]

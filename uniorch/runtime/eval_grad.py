@@ -41,7 +41,9 @@ def attach(model_or_fn: Any, out: Any, args: tuple, kwargs: dict) -> Any:
     given = {id(t) for t in pytree.tree_leaves((args, kwargs))}  # an input returned as it is stays so
     # and eager's view of an input or a parameter (capture/input_views.py), made in the caller's grad
     # mode: it requires grad where eager's does, its graph reaching what it views
-    roots = {id(_root(t)) for t in [*pytree.tree_leaves((args, kwargs)), *params] if isinstance(t, torch.Tensor)}
+    roots = set()
+    if any(t._is_view() for t in leaves):  # (most calls return none: the parameters are not walked)
+        roots = {id(_root(t)) for t in [*pytree.tree_leaves((args, kwargs)), *params] if isinstance(t, torch.Tensor)}
     picks = [i for i, t in enumerate(leaves) if _differentiable(t) and id(t) not in given
              and not (t._is_view() and id(_root(t)) in roots)]
     if not picks:

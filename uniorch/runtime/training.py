@@ -208,11 +208,9 @@ class TrainingCompile:
 _TLS_KEYS = ("PythonDispatcher", "PreDispatch", "Python", "PythonTLSSnapshot", "Functionalize", "ADInplaceOrView")
 
 
-def _dispatch_tls() -> list:
-    """This thread's dispatcher key include/exclude flags that tracing toggles."""
-    keys = [getattr(torch._C.DispatchKey, k) for k in _TLS_KEYS if hasattr(torch._C.DispatchKey, k)]
-    return [(k, torch._C._dispatch_tls_is_dispatch_key_included(k), torch._C._dispatch_tls_is_dispatch_key_excluded(k))
-            for k in keys]
+def _dispatch_tls() -> tuple:
+    """This thread's dispatcher include and exclude key sets (two calls: taken at every call)."""
+    return torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()
 
 
 def _release_guards(err: BaseException) -> None:
@@ -243,10 +241,16 @@ def _release_guards(err: BaseException) -> None:
     gc.collect()
 
 
-def _restore_dispatch_tls(saved: list) -> None:
-    for key, included, excluded in saved:
-        torch._C._dispatch_tls_set_dispatch_key_included(key, included)
-        torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+def _restore_dispatch_tls(saved: tuple) -> None:
+    """The flags tracing toggles put back as `saved` had them, where they moved."""
+    if _dispatch_tls() == saved:
+        return
+    include, exclude = saved
+    for name in _TLS_KEYS:
+        key = getattr(torch._C.DispatchKey, name, None)
+        if key is not None:
+            torch._C._dispatch_tls_set_dispatch_key_included(key, include.has(key))
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, exclude.has(key))
 
 
 _ENTRIES = itertools.count()
