@@ -30,11 +30,15 @@ def test_manifest_records_symbols_and_symbolic_input_dims(llama_bundle):
     _, _, path = llama_bundle
     manifest = json.loads((path / "manifest.json").read_text())
     user = [s for s in manifest["inputs"] if s["kind"] == "user"]
-    assert len(user) == 1
+    assert len(user) == 2
     batch, length, feat = user[0]["shape"]
     assert feat == 32 and isinstance(batch, str) and isinstance(length, str) and batch != length
+    # the int start_pos is a size too: taken as the rows of an (n, 0) tensor (capture/int_sizes.py)
+    start, zero = user[1]["shape"]
+    assert user[1].get("int_rows") and zero == 0 and isinstance(start, str) and start not in (batch, length)
     assert manifest["symbols"] == {batch: {"input": 0, "dim": 0, "range": [2, None]},
-                                   length: {"input": 0, "dim": 1, "range": [2, None]}}
+                                   length: {"input": 0, "dim": 1, "range": [2, None]},
+                                   start: {"input": 1, "dim": 0, "range": [2, None]}}
     assert all(isinstance(d, int) for s in manifest["inputs"] if s["kind"] != "user" for d in s["shape"])
     # at least one kernel's grid is an expression of the symbols, stored as text
     grids = [json.loads((path / k["info"]).read_text())["launch"]["grid"] for k in manifest["kernels"]]
@@ -47,12 +51,12 @@ def test_loaded_bundle_matches_eager_at_every_size(llama_bundle):
     fn = uniorch.load(str(path))
     live = uniorch.load(str(path), model=model)  # weights read from the model, by its own names
     gen = torch.Generator().manual_seed(7)
-    for b, t in [(2, 5), (3, 19), (8, 33), (2, 8)]:
+    for b, t, start in [(2, 5, 3), (3, 19, 40), (8, 33, 2), (2, 8, 7)]:
         x = torch.randn(b, t, 32, generator=gen)
         with torch.no_grad():
-            want = model(x, args[1])
+            want = model(x, start)
         for f in (fn, live):
-            got = f(x, args[1])
+            got = f(x, start)
             assert got.shape == want.shape
             assert _rel_err(got, want) <= 1e-5, (b, t, _rel_err(got, want))
 
@@ -62,6 +66,10 @@ def test_loaded_bundle_rejects_sizes_outside_its_symbols(llama_bundle):
     fn = uniorch.load(str(path))
     with pytest.raises(InputSpecError, match=r"args\[0\] dim 0 is 1, outside the range \[2, inf\]"):
         fn(torch.randn(1, 9, 32), args[1])
+    with pytest.raises(InputSpecError, match=r"args\[1\] is 1, outside the range \[2, inf\]"):
+        fn(torch.randn(2, 9, 32), 1)  # start_pos 0 and 1 are traced apart, as torch.compile does
+    with pytest.raises(InputSpecError, match=r"args\[1\]: expected an int"):
+        fn(torch.randn(2, 9, 32), 2.5)
     with pytest.raises(InputSpecError, match=r"compiled for float32\[s\d+, s\d+, 32\].*float32\[2, 9, 16\]"):
         fn(torch.randn(2, 9, 16), args[1])
     with pytest.raises(InputSpecError, match="compiled for float32"):
@@ -99,7 +107,7 @@ def test_cross_compiled_symbolic_bundle_keeps_size_parameters(tmp_path, target, 
         assert sig.count(": i32") + sig.count(": i64") >= len(k.source.symbols), sig
     art.save(str(tmp_path / "b"))
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert len(manifest["symbols"]) == 2 and manifest["target"] == target
+    assert len(manifest["symbols"]) == 3 and manifest["target"] == target  # batch, length, start_pos
 
 
 def test_size_expressions_from_files_are_parsed_not_evaluated():

@@ -247,7 +247,8 @@ class CompiledModule:
             if diff:
                 for i, dims in diff.items():
                     self._varying.setdefault(i, set()).update(d for d, _, _ in dims)
-                what = ", ".join(f"input {i} dim {d}: {a} -> {b}" for i, dims in diff.items() for d, a, b in dims)
+                what = ", ".join(f"input {i}{'' if key[1][i][0] == 'C' else f' dim {d}'}: {a} -> {b}"
+                                 for i, dims in diff.items() for d, a, b in dims)
                 return f"sizes changed ({what})", old
         if self._symbolic:
             return f"not served by the symbolic compile: {self._symbolic[-1][0].check(key)}", None

@@ -10,7 +10,7 @@ import torch.utils._pytree as pytree
 
 from uniorch.runtime.sizes import restore_sizes
 
-from uniorch.runtime.boundary import as_complex, as_pair, bounded, laid_out, verify
+from uniorch.runtime.boundary import as_complex, as_pair, bounded, int_rows, laid_out, verify
 from .aliases import Aliases, leaves_as_inputs, objects_as_inputs
 from .locations import SourceLoc, node_source_loc
 
@@ -23,6 +23,7 @@ class GraphInput:
     name: str  # placeholder name
     target: Any = None  # fqn for parameter/buffer/constant; flat user-argument index for "user"
     complex_dtype: Any = None  # a complex input, fed to the graph as its real pairs (view_as_real)
+    int_rows: bool = False  # an int argument fed as an (n, 0) tensor: a symbolic size (int_sizes.py)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class CapturedGraph:
     # (id(obj), name) -> (obj, name, value): plain values the trace read from the model (capture/attribute_guard.py)
     attribute_reads: dict = field(default_factory=dict)
     symbol_ranges: dict = field(default_factory=dict)  # size symbol -> (low, high or None): export's ranges
+    # export's guards relating size symbols (runtime/size_guards.py): (kept (op, lhs, rhs), unreadable)
+    size_guards: tuple = ((), ())
     grad_free: bool = False  # every output computed with grad disabled (a @torch.no_grad() forward)
 
     # -- what was captured --------------------------------------------------------------------
@@ -243,6 +246,9 @@ def _input_reader(inp) -> Callable:
         return lambda module, flat, constants: constants[name]
     if inp.kind not in ("parameter", "buffer"):
         index = inp.target
+        if inp.int_rows:  # on the device of the tensors beside it: the launch plan reads its rows
+            return lambda module, flat, constants: int_rows(
+                flat[index], next((t.device for t in flat if isinstance(t, torch.Tensor)), None))
         return lambda module, flat, constants: flat[index]
     *path, leaf = inp.target.split(".")
     table = "_parameters" if inp.kind == "parameter" else "_buffers"

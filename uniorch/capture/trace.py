@@ -12,6 +12,7 @@ decomposing inside the first trace would run decompositions above functionalizat
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
 import operator
@@ -25,12 +26,14 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
-from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views, side_effects
+from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views, int_sizes, \
+    side_effects
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
 from .decompositions import decomposition_table
 from .flex_math import flex_as_math
+from ..runtime import size_guards
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .masked_reductions import masked_reductions
 from .library_pytrees import register_for
@@ -88,14 +91,14 @@ class _Baked(torch.nn.Module):
     """Calls the model with the arguments export cannot take as inputs (dtypes, devices, layouts,
     arbitrary objects) fixed to their capture-time values; the rest arrive flat, in order."""
 
-    def __init__(self, inner: torch.nn.Module, spec, flat: list, keep: list[int]):
+    def __init__(self, inner: torch.nn.Module, spec, flat: list, keep: list[int], rows: frozenset = frozenset()):
         super().__init__()
-        self.inner, self._spec, self._flat, self._keep = inner, spec, flat, keep
+        self.inner, self._spec, self._flat, self._keep, self._rows = inner, spec, flat, keep, rows
 
     def forward(self, *kept):
         flat = list(self._flat)
         for i, v in zip(self._keep, kept):
-            flat[i] = v
+            flat[i] = int_sizes.value(v) if i in self._rows else v
         args, kwargs = pytree.tree_unflatten(flat, self._spec)
         return self.inner(*args, **kwargs)
 
@@ -119,6 +122,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiled forward: runtime/training.py); export of an input requiring grad would trace it
         flat = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in flat]
         args, kwargs = pytree.tree_unflatten(flat, spec)
+    rows = frozenset(int_sizes.carried(flat, dynamic))
+    flat = int_sizes.as_rows(flat, rows)  # the ints traced as symbolic sizes
+    rows = frozenset(i for i in rows if isinstance(flat[i], torch.Tensor))
     keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
     baked = len(keep) < len(flat) or bool(dynamic)
     traced, t_args, t_kwargs = module, args, kwargs
@@ -127,7 +133,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         shapes = _shape_specs(flat, keep, dynamic, named=False)
         named = _shape_specs(flat, keep, dynamic, named=True)
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
-        traced, t_args, t_kwargs = _Baked(module, spec, flat, keep), tuple(flat[i] for i in keep), {}
+        traced, t_args, t_kwargs = _Baked(module, spec, flat, keep, rows), tuple(flat[i] for i in keep), {}
     try:
         # one trace at a time in the process: export's tracing modes are global (two threads
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
@@ -189,6 +195,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
             collapse_symbolic_views(cg.graph_module)
         if baked:
             _unbake(cg, module, spec, flat, keep)
+        if rows:
+            cg.inputs = [dataclasses.replace(i, int_rows=True) if i.kind == "user" and i.target in rows else i
+                         for i in cg.inputs]
         cg.aliases = found[0]
         cg.attribute_reads = reads
         cg.grad_free = grad_free
@@ -443,6 +452,7 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
         constants=dict(ep.constants),
         name=_describe(module),
         symbol_ranges=_symbol_ranges(ep),
+        size_guards=size_guards.of_exported(ep, {str(s) for s in ep.range_constraints if str(s).startswith("s")}),
     )
 
 

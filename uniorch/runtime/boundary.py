@@ -34,6 +34,12 @@ def as_pair(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(x.resolve_conj())
 
 
+def int_rows(n: int, device=None) -> torch.Tensor:
+    """An int argument traced as a symbolic size, as the graph takes it: n rows, no elements
+    (capture/int_sizes.py)."""
+    return torch.empty((n, 0), dtype=torch.float32, device=device)
+
+
 def bounded(specs, values: list) -> list:
     """Outputs of data-dependent size trimmed to their counts, and Python scalars read out."""
     out = list(values)

@@ -35,8 +35,9 @@ import torch.utils._pytree as pytree
 
 from uniorch.errors import UniorchError
 
-from .boundary import CheckFailed, as_complex, as_pair, bounded, laid_out, verify
+from .boundary import CheckFailed, as_complex, as_pair, bounded, int_rows, laid_out, verify
 from .graph_json import GraphFormatError, dump_graph, load_graph
+from .size_guards import SizeGuards
 from .sizes import restore_sizes
 
 FORMAT = "uniorch-bundle"
@@ -109,6 +110,9 @@ def save(art, path: str) -> str:
     for spec in inputs:
         if spec["kind"] != "user" and any(isinstance(d, str) for d in spec["shape"]):
             raise BundleError(f"{spec['kind']} {spec['target']} has symbolic sizes {spec['shape']}; only inputs may")
+    kept, unread = captured.size_guards
+    if unread and any(isinstance(d, str) for spec in inputs for d in spec["shape"]):
+        raise BundleError(f"the capture assumed a relation of its symbolic sizes that bundles cannot check: {unread[0]}")
     buf = io.BytesIO()
     torch.save(_weights(captured), buf)
     files["weights.pt"] = buf.getvalue()
@@ -117,7 +121,7 @@ def save(art, path: str) -> str:
         "target": art.target, "device_type": parse_target(art.target).backend.device_type,
         "name": captured.name, "signature": _signature(captured.module),
         "in_spec": _treespec(captured.in_spec, "input"), "out_spec": _treespec(captured.out_spec, "output"),
-        "inputs": inputs, "symbols": _symbols(captured, inputs),
+        "inputs": inputs, "symbols": _symbols(captured, inputs), "size_guards": [list(g) for g in kept],
         "outputs": [_output_spec(o, captured.inputs) for o in captured.outputs],
         "constant_args": [[i, _jsonable(v)] for i, v in captured.constant_args.items()],
         "graph": "graph.json", "weights": "weights.pt", "regions": regions, "kernels": kernels,
@@ -230,6 +234,8 @@ def _input_specs(captured) -> list[dict]:
             shape, dtype = shape[:-1], inp.complex_dtype
         specs.append({"kind": inp.kind, "name": inp.name, "target": inp.target, "shape": shape,
                       "dtype": str(dtype).removeprefix("torch."), "pairs": inp.complex_dtype is not None})
+        if inp.int_rows:  # an int argument, fed as the rows of an (n, 0) tensor (capture/int_sizes.py)
+            specs[-1]["int_rows"] = True
     return specs
 
 
@@ -515,6 +521,8 @@ class LoadedModel:
         self._weights, self._model, self._device = weights, model, device
         self._inputs = manifest["inputs"]
         self._symbols = manifest.get("symbols", {})
+        guards = manifest.get("size_guards")
+        self._relations = SizeGuards(guards) if guards else None  # runtime/size_guards.py
         _name_return_types()
         self._in_spec = pytree.treespec_loads(manifest["in_spec"])
         self._out_spec = pytree.treespec_loads(manifest["out_spec"])
@@ -576,6 +584,11 @@ class LoadedModel:
                 continue
             value, want = flat[spec["target"]], f"{spec['dtype']}{_shape_text(spec['shape'])} on {self._device.type}"
             where = _where(args, kwargs, spec["target"])
+            if spec.get("int_rows"):  # an int the bundle takes as a symbolic size
+                if type(value) is not int or value < 0:
+                    raise InputSpecError(f"{where}: expected an int of at least 0 (a size the bundle was compiled "
+                                         f"for as {spec['shape'][0]}), got {value!r}")
+                value = flat[spec["target"]] = int_rows(value, self._device)
             if not isinstance(value, torch.Tensor):
                 raise InputSpecError(f"{where}: expected a tensor {want}, got {type(value).__name__}")
             if (value.dim() != len(spec["shape"]) or str(value.dtype).removeprefix("torch.") != spec["dtype"]
@@ -592,9 +605,13 @@ class LoadedModel:
         for sym, n in bound.items():
             lo, hi = self._symbols[sym]["range"]
             if n < lo or (hi is not None and n > hi):
-                where = _where(args, kwargs, self._symbols[sym]["input"])
-                raise InputSpecError(f"{where} dim {self._symbols[sym]['dim']} is {n}, outside the range [{lo}, "
+                raise InputSpecError(f"{self._symbol_source(args, kwargs, sym)} is {n}, outside the range [{lo}, "
                                      f"{'inf' if hi is None else hi}] the bundle was compiled for (symbol {sym})")
+        where = {s: self._symbol_source(args, kwargs, s) for s in self._symbols}
+        failed = self._relations.failed(bound, where) if self._relations is not None else None
+        if failed:
+            raise InputSpecError(f"{self.manifest.get('name', 'model')}: {failed}; the bundle's symbolic sizes "
+                                 f"were compiled on that assumption")
         if later:
             from uniorch.ir import dims
         for where, d, size, n, want, value in later:  # dims that are expressions of others (a concat's)
@@ -609,6 +626,12 @@ class LoadedModel:
                 raise InputSpecError(f"{_where(args, kwargs, i)} was the constant {value!r} when compiled, "
                                      f"got {flat[i]!r}; compile another bundle for that value")
         return flat
+
+    def _symbol_source(self, args, kwargs, sym: str) -> str:
+        """Where the call gives a symbol: `args[0] dim 1`, or `args[1]` for an int argument."""
+        info = self._symbols[sym]
+        ints = {spec["target"] for spec in self._inputs if spec.get("int_rows")}
+        return _where(args, kwargs, info["input"]) + ("" if info["input"] in ints else f" dim {info['dim']}")
 
     def _input_view(self, k: int, spec: dict, value, inputs: list):
         """Eager's view of program inputs (capture/input_views.py), replayed on the caller's

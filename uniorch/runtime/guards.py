@@ -22,6 +22,8 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
+from .size_guards import SizeGuards
+
 
 # what a model at its cache_size_limit is told (the warning, explain's report of such a call)
 LIMIT_HINT = ("Raise cache_size_limit, keep input shapes fixed, or pass a Python number that changes at "
@@ -67,10 +69,13 @@ def marked_dims(args: tuple, kwargs: dict) -> dict[int, set[int]]:
 
 
 def every_dim(args: tuple, kwargs: dict) -> dict[int, set[int]]:
-    """`dynamic=True`: every dim of every tensor argument that is not 0 or 1."""
+    """`dynamic=True`: every dim of every tensor argument that is not 0 or 1, and every int
+    argument above 1 (as dim 0: traced as the rows of an (n, 0) tensor, capture/int_sizes.py)."""
     leaves = pytree.tree_leaves((args, kwargs))
-    return {i: {d for d, n in enumerate(t.shape) if n > 1} for i, t in enumerate(leaves)
+    dims = {i: {d for d, n in enumerate(t.shape) if n > 1} for i, t in enumerate(leaves)
             if isinstance(t, torch.Tensor) and any(n > 1 for n in t.shape)}
+    dims.update({i: {0} for i, n in enumerate(leaves) if type(n) is int and n > 1})
+    return dims
 
 
 def varying_dims(old_key, new_key) -> Optional[dict[int, list[tuple[int, int, int]]]]:
@@ -81,6 +86,9 @@ def varying_dims(old_key, new_key) -> Optional[dict[int, list[tuple[int, int, in
         return None
     out: dict[int, list[tuple[int, int, int]]] = {}
     for i, (a, b) in enumerate(zip(leaves_a, leaves_b)):
+        if a[:2] == b[:2] == ("C", "int") and a[2] != b[2]:  # an int argument: its dim 0 as a size
+            out[i] = [(0, a[2], b[2])]
+            continue
         if a[0] != "T" or b[0] != "T":
             if a != b:
                 return None
@@ -120,6 +128,7 @@ class SymbolicGuard:
     leaves: list  # per flat argument: ("T", dims, dtype, device, requires_grad) with dims int | sympy expr; or a constant key
     ranges: dict = field(default_factory=dict)  # symbol name -> (low, high or None)
     names: dict = field(default_factory=dict)  # symbol name -> "input i dim d", where it is first read
+    relations: Any = None  # size_guards.SizeGuards: export's guards relating the symbols
 
     @staticmethod
     def of(captured, key) -> "SymbolicGuard":
@@ -127,9 +136,15 @@ class SymbolicGuard:
         vals = {n.name: n.meta.get("val") for n in captured.graph_module.graph.nodes if n.op == "placeholder"}
         by_index = {i.target: vals.get(i.name) for i in captured.inputs if i.kind == "user"}
         out, names, derived = [], {}, {}
+        rows = {i.target for i in captured.inputs if i.kind == "user" and getattr(i, "int_rows", False)}
         for i, leaf in enumerate(leaves):
             val = by_index.get(i)
-            if leaf[0] == "T" and isinstance(val, torch.Tensor) and val.dim() == len(leaf[1]):
+            if i in rows and isinstance(val, torch.Tensor) and val.dim() == 2:  # an int traced as a size
+                e = _sym_expr(val.shape[0])
+                if not isinstance(e, int) and e.is_Symbol:
+                    names.setdefault(str(e), f"input {i} (an int)")
+                out.append(("N", e) if not isinstance(e, int) else leaf)
+            elif leaf[0] == "T" and isinstance(val, torch.Tensor) and val.dim() == len(leaf[1]):
                 dims = tuple(_sym_expr(s) for s in val.shape)
                 for d, e in enumerate(dims):
                     if not isinstance(e, int) and e.is_Symbol:
@@ -145,7 +160,10 @@ class SymbolicGuard:
         for sym, vr in getattr(captured, "symbol_ranges", {}).items():
             if sym in names:
                 ranges[sym] = vr
-        return SymbolicGuard(tree, out, ranges, names)
+        kept, unread = getattr(captured, "size_guards", ((), ()))
+        if unread:  # the compile's caller keeps the static compile, and says why
+            raise ValueError(f"a size guard uniorch cannot check: {unread[0]}")
+        return SymbolicGuard(tree, out, ranges, names, SizeGuards(kept) if kept else None)
 
     @property
     def symbolic(self) -> bool:
@@ -159,6 +177,8 @@ class SymbolicGuard:
         bound: dict[str, int] = {}
         later = []
         for i, (want, got) in enumerate(zip(self.leaves, leaves)):
+            if want[0] == "N" and got[:2] == ("C", "int"):  # an int traced as a size: (n,) to the checks below
+                want, got = ("T", (want[1],)), ("T", (got[2],))
             if want[0] != "T" or got[0] != "T":
                 if want != got:
                     return f"input {i} differs ({_short(want)} vs {_short(got)})"
@@ -193,7 +213,7 @@ class SymbolicGuard:
                 return f"input {i} dim {d}: {e} is not determined by the other inputs"
             if int(e.subs({x: bound[str(x)] for x in e.free_symbols})) != n:
                 return f"input {i} dim {d} is {n}, not {e}"
-        return None
+        return self.relations.failed(bound, self.names) if self.relations is not None else None
 
     def ones_below_range(self, key) -> set[str]:
         """The symbols that would be 1 for `key` where the guard starts at 2, when `key` passes the

@@ -1,0 +1,107 @@
+"""Python int arguments as symbolic sizes (capture/int_sizes.py) and export's guards relating
+size symbols (runtime/size_guards.py), against eager on fresh inputs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import uniorch
+
+
+class CachedAttention(torch.nn.Module):
+    """Meta's Llama pattern: a cache buffer written at `start_pos`, read up to `start_pos + T`."""
+
+    def __init__(self, d=16, max_len=24):
+        super().__init__()
+        self.wq, self.wk = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.register_buffer("cache", torch.zeros(1, max_len, d))
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d))
+
+    def forward(self, x, start_pos: int):
+        t = x.shape[1]
+        pos = torch.arange(start_pos, start_pos + t, dtype=torch.float32)
+        x = x * torch.outer(pos, self.inv_freq).cos().repeat(1, 2)
+        self.cache[:, start_pos:start_pos + t] = self.wk(x)
+        keys = self.cache[:, :start_pos + t]
+        scores = self.wq(x) @ keys.transpose(1, 2) / keys.shape[-1] ** 0.5
+        return F.softmax(scores, -1) @ keys
+
+
+def _pair():
+    model = CachedAttention().eval()
+    ref = CachedAttention().eval()
+    ref.load_state_dict(model.state_dict())
+    return model, ref
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_decode_loop_compiles_once_for_every_position(dynamic):
+    model, ref = _pair()
+    cm = uniorch.compile(model, target="interpret", dynamic=dynamic)
+    with torch.no_grad():
+        x = torch.randn(1, 5, 16)
+        torch.testing.assert_close(cm(x, 0), ref(x, 0))
+        for pos in range(5, 14):
+            x = torch.randn(1, 1, 16)
+            torch.testing.assert_close(cm(x, pos), ref(x, pos))
+    torch.testing.assert_close(model.cache, ref.cache)
+    # the prefill at 0 and one compile with start_pos symbolic; not one per position
+    assert cm.cache_size == 2, cm.recompiles
+    assert "(an int)" in cm.recompiles[-1], cm.recompiles
+
+
+def test_an_int_in_arithmetic_and_factories_stays_symbolic():
+    def fn(x, n: int, scale: float):
+        ramp = torch.arange(n, dtype=x.dtype) * scale
+        return (x[..., None] * n + ramp).sum(-1), torch.zeros(n, 3) + x.mean()
+
+    cm = uniorch.compile(fn, target="interpret", dynamic=True)
+    for n in (3, 7, 4, 11):
+        x = torch.randn(4, 6)
+        for got, want in zip(cm(x, n, 0.5), fn(x, n, 0.5)):
+            torch.testing.assert_close(got, want)
+    assert cm.cache_size == 1, cm.recompiles
+
+
+def test_an_int_that_picks_a_branch_follows_it():
+    def fn(x, n: int):
+        return x * 2 if n > 4 else x[:, :n].sum(-1, keepdim=True) + x
+
+    cm = uniorch.compile(fn, target="interpret")
+    for n in (2, 3, 6, 9, 3, 4):  # 0 and 1 and any branch change: what eager computes
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(cm(x, n), fn(x, n))
+
+
+def _prefix(x, y):
+    n = y.shape[0]
+    return x[:n] * n, torch.arange(n, dtype=x.dtype)[:, None].expand(n, x.shape[1])
+
+
+def _prefix_int(x, n: int):
+    return _prefix(x, torch.empty(n))
+
+
+@pytest.mark.parametrize("fn,arg", [(_prefix, torch.randn), (_prefix_int, int)], ids=["tensor", "int"])
+def test_a_relation_export_assumed_is_checked_at_every_call(fn, arg):
+    """Traced with 4 <= 12 rows, `x[:n]` keeps n rows; at n = 13 eager keeps 12 and the arange
+    has 13: the guard `n <= rows` fails, and the call compiles anew instead of a wrong answer."""
+    cm = uniorch.compile(fn, target="interpret", dynamic=True)
+    for n in (4, 7, 13, 20, 5):
+        x = torch.randn(12, 5)
+        for got, want in zip(cm(x, arg(n)), fn(x, arg(n))):
+            torch.testing.assert_close(got, want)
+    assert any("size guard" in r for r in cm.recompiles), cm.recompiles
+
+
+def test_bundle_takes_the_int_and_checks_the_relation(tmp_path):
+    from uniorch.runtime.bundle import InputSpecError
+
+    uniorch.compile_aot(_prefix_int, (torch.randn(12, 5), 4), target="interpret", dynamic=True).save(
+        str(tmp_path / "b"))
+    fn = uniorch.load(str(tmp_path / "b"))
+    for n in (2, 9, 12):
+        x = torch.randn(12, 5)
+        for got, want in zip(fn(x, n), _prefix_int(x, n)):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(InputSpecError, match=r"size guard s\d+ <= s\d+ does not hold: .*args\[1\]"):
+        fn(torch.randn(12, 5), 13)

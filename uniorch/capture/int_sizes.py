@@ -1,0 +1,32 @@
+"""Python int arguments traced as symbolic sizes: a position in a cache (Meta's Llama
+`start_pos`), a step count, a length passed beside the tensors.
+
+export specializes an int argument to its value, so a decode loop compiled once per position.
+torch.compile makes such an int symbolic once it has seen two values (or at once with
+`dynamic=True`); here it is traced as the rows of an `(n, 0)` tensor whose dim 0 is symbolic, and
+the model is handed `t.shape[0]`, a SymInt. Everything that binds a size symbol from an input's
+shape (the launch plan, guards, bundles) then serves the int as well; the caller's int becomes such
+a tensor at every call (`boundary.int_rows`), which has no elements to move.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..runtime.boundary import int_rows
+
+
+def carried(flat: list, dynamic: Optional[dict]) -> set[int]:
+    """The flat positions of int arguments (not bools) that `dynamic` asks to trace symbolic."""
+    return {i for i in (dynamic or {}) if type(flat[i]) is int and dynamic[i]}
+
+
+def as_rows(flat: list, positions: set[int]) -> list:
+    """`flat` with the ints at `positions` as (n, 0) tensors (negative ints stay ints)."""
+    return [int_rows(v) if i in positions and v >= 0 else v for i, v in enumerate(flat)]
+
+
+def value(t) -> int:
+    """The int a carried argument stands for, as the model reads it (a SymInt while tracing)."""
+    return t.shape[0] if isinstance(t, torch.Tensor) else t

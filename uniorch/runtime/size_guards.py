@@ -1,0 +1,91 @@
+"""Relations between size symbols that a symbolic capture assumed, checked at every call.
+
+Tracing `x[:n]` with n = 4 and x of 12 rows decides that the slice keeps n rows, and export notes
+the guard `n <= rows(x)`; the graph computes n rows from then on. Export's range constraints keep
+only each symbol's own bounds, so a call with n = 13 passed the symbolic guard and got 12 rows
+where eager gives 13 (a wrong result, not an error). Such guards (two or more symbols, a modulus,
+a floor division) are kept per capture as `(op, lhs, rhs)` texts over the size symbols, evaluated
+as Python for the symbols a call binds; bundles store the same texts. A guard uniorch cannot read
+(an `Or`, a function it does not know) makes the symbolic compile refuse to serve at all.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import sympy
+
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
+        "!=": operator.ne}
+_RELATIONS = {sympy.LessThan: "<=", sympy.StrictLessThan: "<", sympy.GreaterThan: ">=",
+              sympy.StrictGreaterThan: ">", sympy.Equality: "==", sympy.Unequality: "!="}
+
+
+def of_exported(ep, symbols: set[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(the guards over `symbols` beyond each one's range, the guards that cannot be kept)."""
+    from torch.export.exported_program import _get_shape_env
+
+    shape_env = _get_shape_env(ep.graph_module)
+    kept, unread = [], []
+    for guard in getattr(shape_env, "guards", ()):
+        expr = guard.expr
+        names = {str(s) for s in expr.free_symbols}
+        if not names or not names <= symbols:  # weights' sizes, data-dependent counts: checked in the graph
+            continue
+        for rel in (expr.args if isinstance(expr, sympy.And) else (expr,)):
+            if _a_range(rel):
+                continue
+            op = _RELATIONS.get(type(rel))
+            entry = (op, str(rel.lhs), str(rel.rhs)) if op else None
+            if entry is None or not _readable(entry):
+                unread.append(str(rel))
+            elif entry not in kept:
+                kept.append(entry)
+    return kept, unread
+
+
+def _a_range(rel) -> bool:
+    """A bound of one symbol by a number (`s0 >= 2`): export's range constraints hold those."""
+    sides = getattr(rel, "args", ())
+    return (len(rel.free_symbols) == 1 and len(sides) == 2
+            and any(isinstance(s, sympy.Symbol) for s in sides) and any(s.is_number for s in sides))
+
+
+def _readable(entry) -> bool:
+    from ..ir import dims
+
+    try:
+        for side in entry[1:]:
+            dims.parse(side)
+    except ValueError:
+        return False
+    return True
+
+
+class SizeGuards:
+    """The kept guards as Python functions of the symbols (compiled once: one check per call)."""
+
+    def __init__(self, entries: list):
+        from ..ir import dims
+
+        self.entries = [tuple(e) for e in entries]
+        self._checks = []
+        for op, lhs, rhs in self.entries:
+            left, right = dims.parse(lhs), dims.parse(rhs)
+            names = sorted({str(s) for side in (left, right) if not isinstance(side, int) for s in side.free_symbols})
+            args = [dims.symbol(n) for n in names]
+            fns = [sympy.lambdify(args, side, modules="math") for side in (left, right)]
+            self._checks.append((names, _OPS[op], fns, f"{lhs} {op} {rhs}"))
+
+    def failed(self, bound: dict, where: Optional[dict] = None) -> Optional[str]:
+        """The first guard the symbol values `bound` break (or cannot decide), else None; `where`
+        names the input each symbol is read from."""
+        for names, op, (left, right), text in self._checks:
+            try:
+                values = [bound[n] for n in names]
+            except KeyError:
+                return f"the size guard {text} is not determined by the inputs"
+            if not op(left(*values), right(*values)):
+                said = [f"{n} = {bound[n]}" + (f" ({where[n]})" if where and n in where else "") for n in names]
+                return f"the size guard {text} does not hold: {', '.join(said)}"
+        return None
