@@ -11,7 +11,8 @@ program (size_one.py), else a symbolic dim seeing 1 is a new compile.
 Which dims to try symbolic (`CompiledModule`): all of them with `dynamic=True`; with the default
 (`dynamic=None`) the dims that differed between two calls of otherwise equal specs, as
 torch.compile's automatic dynamic shapes do; and always the dims marked with
-`torch._dynamo.mark_dynamic`.
+`torch._dynamo.mark_dynamic`. An int argument counts as a tensor's dim 0 (capture/int_sizes.py);
+export's guards relating symbols are checked with the ranges (size_guards.py).
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from .size_guards import SizeGuards
 
 
 # what a model at its cache_size_limit is told (the warning, explain's report of such a call)
-LIMIT_HINT = ("Raise cache_size_limit, keep input shapes fixed, or pass a Python number that changes at "
-              "every call (a temperature, a step) as a 0-d tensor: each value of a number is a new spec.")
+LIMIT_HINT = ("Raise cache_size_limit, keep input shapes fixed, or pass a Python float that changes at "
+              "every call (a temperature) as a 0-d tensor: each value of a float is a new spec (an int "
+              "becomes a symbolic size once it has changed).")
 
 def shallow_key(args: tuple):
     """A key equal for two calls only where `call_spec` is: per argument a tensor's metadata, or a
