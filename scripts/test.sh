@@ -31,7 +31,8 @@ set +e
 # the GPU-run rehearsal (minutes) runs once, in the second run: the GPU machine's Triton
 rehearse=()
 if [ -n "$compat" ] && [ "$compat" != 0 ]; then rehearse=(UNIORCH_REHEARSAL_IN_COMPAT_RUN=1); fi
-env "${rehearse[@]}" .venv/bin/python -m pytest -q "${spread[@]}"
+# the slowest tests listed last: the suite's time budget is kept by trimming those
+env "${rehearse[@]}" .venv/bin/python -m pytest -q "${spread[@]}" --durations=25
 main=$?
 set -e
 if [ -z "$compat" ] || [ "$compat" = 0 ]; then exit $main; fi
