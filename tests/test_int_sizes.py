@@ -91,6 +91,9 @@ def test_a_relation_export_assumed_is_checked_at_every_call(fn, arg):
         for got, want in zip(cm(x, arg(n)), fn(x, arg(n))):
             torch.testing.assert_close(got, want)
     assert any("size guard" in r for r in cm.recompiles), cm.recompiles
+    # and the slice's clamp min(n, rows) is decided by that guard: no slice left to PyTorch
+    rep = cm.explain(torch.randn(12, 5), arg(6))
+    assert rep.symbolic and not rep.fallbacks, str(rep)
 
 
 def test_bundle_takes_the_int_and_checks_the_relation(tmp_path):

@@ -30,6 +30,7 @@ from torch_mlir import ir
 
 ARG_DIMS = "uniorch.arg_dims"
 RANGES = "uniorch.size_ranges"  # on @main: symbol -> [low, high], where the trace bounded it
+RELATIONS = "uniorch.size_relations"  # on @main: "lhs op rhs" guards relating symbols ("s1 <= s0")
 _local = threading.local()
 Size = Union[int, sympy.Expr]
 
@@ -206,12 +207,34 @@ def ranges_of(func_op):
         for name in [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes["uniorch.size_range_names"])]:
             lo, hi = list(ir.DenseI64ArrayAttr(d[name]))
             ranges[name] = (lo, hi if hi >= 0 else None)
-    prev = getattr(_local, "ranges", None)
-    _local.ranges = ranges
+    relations = []
+    if func_op is not None and RELATIONS in func_op.attributes:
+        for text_ in [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes[RELATIONS])]:
+            lhs, op, rhs = _split_relation(text_)
+            relations.append((op, parse(lhs), parse(rhs)))
+    prev = getattr(_local, "ranges", None), getattr(_local, "relations", None)
+    _local.ranges, _local.relations = ranges, relations
     try:
         yield ranges
     finally:
-        _local.ranges = prev
+        _local.ranges, _local.relations = prev
+
+
+def _split_relation(text_: str) -> tuple[str, str, str]:
+    """"lhs op rhs" where the sides may hold spaces: split at the one comparison operator."""
+    m = re.search(r" (<=|>=|==|!=|<|>) ", text_)
+    if m is None:
+        raise ValueError(f"not a size relation: {text_!r}")
+    return text_[:m.start()], m.group(1), text_[m.end():]
+
+
+def _known_order(a: Size, b: Size) -> bool:
+    """a <= b by a relation the trace assumed and the guards check (`ranges_of`)."""
+    for op, lhs, rhs in getattr(_local, "relations", None) or ():
+        lo, hi = (lhs, rhs) if op in ("<=", "<") else (rhs, lhs) if op in (">=", ">") else (None, None)
+        if lo is not None and sympy.expand(lo - a) == 0 and sympy.expand(hi - b) == 0:
+            return True
+    return False
 
 
 def _ranged_bounds(size, ranges: dict):
@@ -306,6 +329,7 @@ def record_symbols(module: ir.Module, graph) -> None:
 
     found: dict[str, int] = {}
     limited: dict[str, tuple[int, int]] = {}
+    envs = []
 
     def size(s):
         if not isinstance(s, torch.SymInt):
@@ -314,6 +338,7 @@ def record_symbols(module: ir.Module, graph) -> None:
         if expr.is_number:
             return int(expr)
         env = s.node.shape_env
+        envs[:] = [env]
         values = getattr(env, "backed_var_to_val", None)  # torch >= 2.12; var_to_val before
         values = env.var_to_val if values is None else values
         for sym in expr.free_symbols:
@@ -352,6 +377,20 @@ def record_symbols(module: ir.Module, graph) -> None:
             main.attributes[RANGES] = ir.DictAttr.get(
                 {k: ir.DenseI64ArrayAttr.get(list(v)) for k, v in limited.items()})
             main.attributes["uniorch.size_range_names"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in limited])
+        relations = _relations(envs[0], set(found)) if envs else []
+        if relations:  # what the trace assumed of the symbols and the guards check (x[:n] with n <= rows)
+            main.attributes[RELATIONS] = ir.ArrayAttr.get([ir.StringAttr.get(" ".join(r)) for r in relations])
+
+
+def _relations(env, symbols: set[str]) -> list[tuple[str, str, str]]:
+    """The guards relating `symbols` as (lhs, op, rhs) texts (runtime/size_guards.py)."""
+    from ..runtime.size_guards import of_shape_env
+
+    try:
+        kept, _ = of_shape_env(env, symbols)
+    except Exception:  # noqa: BLE001 - a hint for min/max only: without it they stay undecided
+        return []
+    return [(lhs, op, rhs) for op, lhs, rhs in kept]
 
 
 def arg_symbols(func_op) -> list[str]:
@@ -600,6 +639,10 @@ def _min_max(name: str, a: Size, b: Size) -> Size:
     elif must_lt(a, sympy.Integer(1) * b + 1):
         smaller = a
     elif must_lt(b, sympy.Integer(1) * a + 1):
+        smaller = b
+    elif _known_order(a, b):
+        smaller = a
+    elif _known_order(b, a):
         smaller = b
     if smaller is None:
         raise UnknownSize(f"{name} of {a} and {b}: their order depends on the sizes")

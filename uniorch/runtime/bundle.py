@@ -438,8 +438,11 @@ def _load_region(path: str, reg: dict, entries: list[dict], backend, target: str
         else:
             fn = backend.load_compiled(ck)
         kernels[e["func"]] = Kernel(e["func"], ck.source, fn, inplace_of(funcs[e["func"]]), funcs[e["func"]])
-    plan = build_plan(module, main, kernels, lambda kernel, ins, outs, sizes=None: kernel.fn(ins, outs)
-                      if sizes is None else kernel.fn(ins, outs, sizes))
+    from uniorch.ir import dims
+
+    with dims.ranges_of(main):  # the sizes' ranges and relations, as when compiled (a slice's clamp)
+        plan = build_plan(module, main, kernels, lambda kernel, ins, outs, sizes=None: kernel.fn(ins, outs)
+                          if sizes is None else kernel.fn(ins, outs, sizes))
     plan.device = device  # a region whose inputs are all CPU scalars, or none, still runs on the target
     eager = None
     if reg.get("eager"):

@@ -25,7 +25,11 @@ def of_exported(ep, symbols: set[str]) -> tuple[list[tuple[str, str, str]], list
     """(the guards over `symbols` beyond each one's range, the guards that cannot be kept)."""
     from torch.export.exported_program import _get_shape_env
 
-    shape_env = _get_shape_env(ep.graph_module)
+    return of_shape_env(_get_shape_env(ep.graph_module), symbols)
+
+
+def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """`of_exported` from a shape environment (a traced value's SymInt holds it)."""
     kept, unread = [], []
     for guard in getattr(shape_env, "guards", ()):
         expr = guard.expr
