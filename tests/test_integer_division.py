@@ -159,6 +159,23 @@ def test_fmod_is_exact(dtype):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_integer_fmod_compiles_and_is_eagers(dtype):
+    """Integer fmod (C's %: the dividend's sign) ran in PyTorch: torch-mlir does not lower it."""
+    a = _values(dtype)
+    b = _divisors(dtype, a.numel())
+
+    def fn(a, b):
+        return torch.fmod(a, b), torch.fmod(a, 3), a.fmod(7)
+
+    cm = uniorch.compile(fn, target="interpret")
+    for got, want in zip(cm(a, b), fn(a, b)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert not cm.explain(a, b).fallbacks
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cm(a, torch.zeros_like(b))
+
+
 _BYTE_OPS = {
     "mul": lambda x: x * 3, "sub": lambda x: x - 3, "rsub": lambda x: 3 - x, "remainder": lambda x: x % 3,
     "floordiv": lambda x: x // 2, "trunc_div": lambda x: torch.div(x, 2, rounding_mode="trunc"),

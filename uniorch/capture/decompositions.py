@@ -32,6 +32,18 @@ def _embedding_renorm(weight, indices, max_norm, norm_type):
     return weight.index_put((flat,), rows * scale.to(rows.dtype))
 
 
+def _byte_full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """`full_like` to uint8 (`ones_like`, `x ** 0`) as an int32 fill cast to uint8.
+
+    Why: torch-mlir fails to lower `full_like` to uint8 ("lowering torch to linalg failed"); PyTorch's
+    `full` decomposes to `full_like` again, so the fill is made in int32."""
+    dtype = x.dtype if dtype is None else dtype
+    if dtype != torch.uint8 or not isinstance(fill_value, (int, bool)):
+        return NotImplemented
+    device = x.device if device is None else device
+    return torch.full(x.shape, int(fill_value), dtype=torch.int32, device=device).to(dtype)
+
+
 def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     """PyTorch's decomposition, given the indices flattened to one dim and the gradient to match.
 
@@ -300,7 +312,8 @@ def _from_torch(names) -> dict:
 # modules with a TABLE of decompositions for one family of ops each
 _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
              "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics", "integer_division",
-             "scalar_compares", "pool_backward", "conv_backward", "fused_attention", "covariance")
+             "scalar_compares", "pool_backward", "conv_backward", "fused_attention", "covariance",
+             "integer_power")
 
 
 def decomposition_table(data_dependent: bool = True) -> dict:
@@ -335,6 +348,7 @@ def _table(data_dependent: bool = True) -> dict:
     table[aten.embedding_renorm.default] = _embedding_renorm
     table[aten.embedding_dense_backward.default] = _embedding_dense_backward
     table[aten.gelu.default] = _gelu
+    table[aten.full_like.default] = _byte_full_like
     table[aten.elu.default] = _elu
     table[aten.logaddexp2.default] = _logaddexp_like(True)
     table[aten.logaddexp.default] = _logaddexp_like(False)

@@ -54,8 +54,18 @@ def _fmod(a, b):
     """Exact IEEE fmod for floats: torch-mlir's `a - trunc(a / b) * b` rounds the quotient
     (`fmod(1.0, 0.1)` came out 0.0, eager's 0.09999999; `fmod(5, inf)` NaN, eager's 5). On
     non-negative operands `remainder` is the exact `arith.remf` (C fmod) with no sign fix-up, so
-    fmod is that of |a| and |b| with a's sign."""
-    if not isinstance(a, torch.Tensor) or not torch.result_type(a, b).is_floating_point:
+    fmod is that of |a| and |b| with a's sign. Integer fmod (which torch-mlir does not lower) is
+    the truncated remainder; a zero divisor runs the call eagerly, which raises eager's error."""
+    if not isinstance(a, torch.Tensor):
+        return NotImplemented
+    if _integral(a, b) and not isinstance(b, (float, bool)):
+        if isinstance(b, torch.Tensor) or b == 0:
+            zero = (b == 0) if isinstance(b, torch.Tensor) else torch.ones((), dtype=torch.bool, device=a.device)
+            require(~zero, "integer fmod: no zero divisor (eager raises ZeroDivisionError)")
+        dt = torch.result_type(a, b)
+        a = a.to(dt)
+        return a - torch.div(a, b, rounding_mode="trunc").to(dt) * b
+    if not torch.result_type(a, b).is_floating_point:
         return NotImplemented
     a, b = _as_float_tensors(a, b)
     return torch.copysign(torch.remainder(a.abs(), b.abs()), a)
