@@ -175,7 +175,8 @@ def _count_conversions() -> None:
 
     @functools.wraps(apply)
     def _apply(self, *args, **kwargs):
-        _conversions[0] += 1
+        if not torch.compiler.is_compiling():  # see `registered`
+            _conversions[0] += 1
         return apply(self, *args, **kwargs)
 
     _apply._uniorch_counts = True
@@ -184,7 +185,12 @@ def _count_conversions() -> None:
     # assign=True): PyTorch's own registration hooks
 
     def registered(*_):
-        _conversions[0] += 1
+        # not while Dynamo traces a forward that reassigns a buffer (`self.count += 1`, spectral
+        # norm): it guarded on this counter, so every training step recompiled, and from the
+        # cache limit on ran eagerly, in torch.compile's own models too. Its replay of the write
+        # after the graph calls this hook in Python, which counts.
+        if not torch.compiler.is_compiling():
+            _conversions[0] += 1
 
     from torch.nn.modules import module as nn_module
 

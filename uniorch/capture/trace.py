@@ -27,7 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from ..errors import AttributeWriteError, CaptureError, StateWriteError
 from . import aliases, attribute_guard, causal_mask, cia_ops, covariance, eager_layouts, input_views, int_sizes, \
-    side_effects
+    side_effects, train_steps
 from .checks import CHECK_OPS, as_output_spec  # imported first: it marks the check ops effectful
 from .complex_pairs import to_pairs
 from .data_dependent import bound_outputs
@@ -111,6 +111,10 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     tensor traced as symbolic sizes; export keeps a dim static where the program needs it to be
     (sizes 0 and 1, a dim equated with a constant), and `CapturedGraph.symbols` says what stayed
     symbolic."""
+    trains = train_steps.reason_before_tracing(model_or_fn)
+    if trains:
+        raise StateWriteError(f"{trains}: a train step; it runs through Dynamo, split at the backward and the "
+                              f"optimizer step, each graph compiled by uniorch")
     grad_enabled = torch.is_grad_enabled()  # the call's: export may trace under another mode
     module = as_module(model_or_fn)
     register_for(module)
@@ -134,6 +138,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         named = _shape_specs(flat, keep, dynamic, named=True)
     if baked:  # constants of the capture like any non-tensor argument, but export cannot see them
         traced, t_args, t_kwargs = _Baked(module, spec, flat, keep, rows), tuple(flat[i] for i in keep), {}
+    stop = train_steps.Stop()
     try:
         # one trace at a time in the process: export's tracing modes are global (two threads
         # compiling two models failed with "ProxyTorchDispatchMode slot already occupied")
@@ -141,7 +146,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 attribute_guard.recording(module) as (reads, writes):
             watch = side_effects.Watch(owning_module(model_or_fn))
             with NoOutsideWrites(), CellsAsMath(), NestedEncoderAsEager(grad_enabled), covariance.traced(), \
-                    causal_mask.as_given(), _InferenceModeSeen(module) as inference:
+                    causal_mask.as_given(), _InferenceModeSeen(module) as inference, stop:
                 ep = _export(traced, t_args, t_kwargs, shapes, named)
             written = watch.changed()
             grad_free = _outputs_without_grad(ep) or inference.throughout()
@@ -162,6 +167,9 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 eager_layouts.mark(ep.graph_module, _at_user_outputs(ep, layouts))
                 input_views.mark(ep.graph_module, _at_user_outputs(ep, views))
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
+        if stop.seen:  # stopped before the backward or step ran (train_steps.py)
+            raise StateWriteError(f"{stop.seen}: a train step; it runs through Dynamo, split at the backward and "
+                                  f"the optimizer step, each graph compiled by uniorch") from None
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     changed = attribute_guard.attribute_writes(writes, module)
     if changed:

@@ -74,18 +74,19 @@ def hook_owners(model: nn.Module) -> list:
     return list(out.values())
 
 
-def _names(code: types.CodeType) -> Iterator[str]:
+def code_names(code: types.CodeType) -> Iterator[str]:
+    """The global and attribute names a function's code uses, its nested code's included."""
     yield from code.co_names
     for const in code.co_consts:  # comprehensions and nested functions read globals too
         if isinstance(const, types.CodeType):
-            yield from _names(const)
+            yield from code_names(const)
 
 
 def named_slots(fn: types.FunctionType) -> Iterator[tuple[Any, str, Any]]:
     """(namespace dict or cell, name, value) for each global `fn`'s code names that is bound, and
     each bound closure cell."""
     g = fn.__globals__
-    for name in dict.fromkeys(_names(fn.__code__)):
+    for name in dict.fromkeys(code_names(fn.__code__)):
         if name in g:
             yield g, name, g[name]
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -100,5 +101,5 @@ def current(where, name: str):
     return where.get(name, MISSING) if isinstance(where, dict) else getattr(where, "cell_contents", MISSING)
 
 
-__all__ = ["LIBRARY_ROOTS", "MISSING", "MODULE_OWN", "current", "functions", "hook_owners", "hooks", "is_library",
+__all__ = ["LIBRARY_ROOTS", "MISSING", "MODULE_OWN", "code_names", "current", "functions", "hook_owners", "hooks", "is_library",
            "named_slots"]

@@ -240,6 +240,9 @@ def optimizer_of_step(fn) -> Optional[torch.optim.Optimizer]:
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.optim.Optimizer):
         return owner
+    if not getattr(fn, "_wrapped_by_lr_sched", False):
+        # a user's own `def step(): ...; opt.step()` holds the optimizer too: a train step, not this
+        return None
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             value = cell.cell_contents
