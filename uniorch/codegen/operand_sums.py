@@ -159,15 +159,16 @@ class _OperandSums:
     """Mixed into contraction_emit.py's `_Emitter`: the sums of `_Plan.operand_sums`."""
 
     def operand_sum_loop(self, factors: dict) -> None:
-        """Per sum, a float32 accumulator along its tile's rows, fed each factor tile in the K loop.
+        """Per sum, a float32 (float64 for f64 factors) accumulator along its tile's rows, fed each factor tile in the K loop.
         `factors`: tile side -> the factor's value as the dot's operand is made from it (masked
         along K, not yet cast to the dot's type)."""
         for j, (op, side, _, _) in enumerate(self.p.operand_sums):
             val = factors[side]
-            text = val.text if val.ty == "f32" else f"{val.text}.to({_TL['f32']})"
+            acc = "f64" if val.ty == "f64" else "f32"  # a float64 model's sum in float64, as eager's
+            text = val.text if val.ty == acc else f"{val.text}.to({_TL[acc]})"
             block, axis = ("BLOCK_M", 1) if side == "a" else ("BLOCK_N", 0)
             self.pre.append(f"# sum of the {side.upper()} factor over K (passes/fuse_operand_sums.py)")
-            self.pre.append(f"osum{j} = tl.full(({block},), 0.0, tl.float32)")
+            self.pre.append(f"osum{j} = tl.full(({block},), 0.0, {_TL[acc]})")
             self.loop.append(f"osum{j} += tl.reduce({text}, {axis}, {_body.SUM_COMBINE})")
 
     def operand_sum_results(self) -> set:
