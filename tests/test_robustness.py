@@ -348,3 +348,18 @@ def test_import_from_the_folder_holding_a_checkout_says_why(tmp_path):
     assert r.returncode != 0
     assert "found the uniorch checkout" in r.stderr and "pip install -e" in r.stderr, r.stderr
     assert "has no attribute" not in r.stderr
+
+
+def test_a_sparse_gradient_falls_back_with_a_reason_that_says_where():
+    """torch-mlir's importer refuses a sparse COO tensor with a bare `assert`: the fallback used to
+    read "AssertionError: " and nothing else."""
+    emb = torch.nn.Embedding(20, 4, sparse=True)
+    cm = uniorch.compile(emb, target="interpret")
+    idx = torch.randint(0, 20, (3, 5))
+    cm(idx).sum().backward()
+    ref = torch.nn.Embedding(20, 4, sparse=True)
+    ref.load_state_dict(emb.state_dict())
+    ref(idx).sum().backward()
+    torch.testing.assert_close(emb.weight.grad.to_dense(), ref.weight.grad.to_dense())
+    whys = [f.why for f in cm.explain(idx).backward.fallbacks]
+    assert whys and all(w.split("AssertionError:", 1)[-1].strip() for w in whys), whys

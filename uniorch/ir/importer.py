@@ -39,6 +39,19 @@ class _LocatingCache(ContextCache):
         return loc
 
 
+def _said(exc: BaseException) -> str:
+    """An importer error for a report: its message, or where it was raised when it has none (a bare
+    `assert` in torch-mlir's importer: a sparse tensor's layout, which it does not import)."""
+    import traceback
+
+    text = str(exc).strip()
+    if not text:
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        if frame is not None:
+            text = f"raised in {frame.name}, at `{(frame.line or '').strip()}`"
+    return f"{type(exc).__name__}: {text}"
+
+
 def node_names(location) -> list[str]:
     """FX node names tagged in an MLIR location (several after ops were fused or CSE'd)."""
     return list(dict.fromkeys(NODE_TAG.findall(str(location))))
@@ -55,7 +68,7 @@ def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", 
     try:
         importer.import_stateless_graph(graph, func_name=func_name)
     except Exception as exc:
-        raise MLIRImportError(f"torch-mlir could not import the captured graph: {type(exc).__name__}: {exc}") from exc
+        raise MLIRImportError(f"torch-mlir could not import the captured graph: {_said(exc)}") from exc
     _devices_as_cpu(importer.module)
     return importer.module
 
