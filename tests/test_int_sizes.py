@@ -108,3 +108,21 @@ def test_bundle_takes_the_int_and_checks_the_relation(tmp_path):
             torch.testing.assert_close(got, want)
     with pytest.raises(InputSpecError, match=r"size guard s\d+ <= s\d+ does not hold: .*args\[1\]"):
         fn(torch.randn(12, 5), 13)
+
+
+def test_dims_that_varied_in_another_argument_structure_are_ignored():
+    """generate's decode calls (more arguments: the cache) record which of their dims varied; a
+    prefill at a new length then compiled symbolic with those positions too, past its own
+    arguments: the symbolic compile failed and every prompt length compiled anew."""
+    def fn(*xs):
+        return sum(x.sum(-1) for x in xs)
+
+    cm = uniorch.compile(fn, target="interpret")
+    for t in (4, 6):
+        xs = [torch.randn(2, t) for _ in range(3)]
+        torch.testing.assert_close(cm(*xs), fn(*xs))
+    for t in (5, 7, 9):
+        x = torch.randn(2, t)
+        torch.testing.assert_close(cm(x), fn(x))
+    assert "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
+    assert cm.cache_size == 4, cm.recompiles  # 3 args: static, symbolic; 1 arg: static, symbolic

@@ -19,7 +19,8 @@ from ..runtime.boundary import int_rows
 
 def carried(flat: list, dynamic: Optional[dict]) -> set[int]:
     """The flat positions of int arguments (not bools) that `dynamic` asks to trace symbolic."""
-    return {i for i in (dynamic or {}) if type(flat[i]) is int and dynamic[i]}
+    # `dynamic` may name positions of other specs (automatic dynamic's record of what varied)
+    return {i for i in (dynamic or {}) if i < len(flat) and type(flat[i]) is int and dynamic[i]}
 
 
 def as_rows(flat: list, positions: set[int]) -> list:
