@@ -202,18 +202,37 @@ def _linalg_norm(x, ord=None, dim=None, keepdim=False, dtype=None):
 
 
 def _half_mean(x, dim=None, keepdim=False, dtype=None):
-    """fp16/bf16 `mean` as an fp32 sum divided in fp32, rounded once, as ATen computes it.
+    """fp16/bf16 `mean` as an fp32 sum divided in fp32, rounded once, as ATen computes it; complex
+    `mean` as its sum divided by the count.
 
     Why: torch-mlir divides by the element count in the input's dtype; 65536 overflows fp16 to
     inf, so a long fp16 mean came out NaN (and shorter ones were rounded twice)."""
-    if dtype is not None or x.dtype not in (torch.float16, torch.bfloat16):
+    if dtype is not None or x.dtype not in (torch.float16, torch.bfloat16, torch.complex64, torch.complex128):
         return NotImplemented
     dims = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
     dims = [dims] if isinstance(dims, int) else list(dims)
     count = 1
     for d in dims:
         count *= x.shape[d]
+    if x.is_complex():  # the mean of every element: torch-mlir's lowering aborted the process (LLVM ERROR)
+        return torch.sum(x, dims, keepdim) / count
     return (torch.sum(x, dims, keepdim, dtype=torch.float32) / count).to(x.dtype)
+
+
+def _byte_max_min(reduce):
+    """`max()`/`min()` of a whole int8 or uint8 tensor as `amax`/`amin` over every dim.
+
+    Why: torch-mlir's lowering of the all-elements max/min of a byte tensor crashed the process
+    (a segmentation fault in the linalg pipeline); amax/amin lower."""
+    fn = torch.amax if reduce == "max" else torch.amin
+
+    def decomposed(x):
+        if x.dtype not in (torch.int8, torch.uint8):
+            return NotImplemented
+        return x.clone() if x.dim() == 0 else fn(x, list(range(x.dim())))
+
+    decomposed.__name__ = f"_byte_{reduce}"
+    return decomposed
 
 
 def _float_dtype(*args):
@@ -370,6 +389,8 @@ def _table(data_dependent: bool = True) -> dict:
     table[aten.signbit.default] = _signbit
     table[aten.mean.dim] = _half_mean
     table[aten.mean.default] = lambda x, dtype=None: _half_mean(x, None, False, dtype)
+    table[aten.max.default] = _byte_max_min("max")
+    table[aten.min.default] = _byte_max_min("min")
     table[aten.amax.default] = _amax_amin_0d("amax")
     table[aten.amin.default] = _amax_amin_0d("amin")
     table[aten.cumprod.default] = _cumulative(torch.cumprod)
