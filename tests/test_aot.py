@@ -313,3 +313,36 @@ def test_older_bundles_without_schemas_keep_the_torch_version_check(tmp_path):
                                                 "versions": {**m["versions"], "torch": OTHER_TORCH}})
     with pytest.raises(BundleError, match=f"built with torch {OTHER_TORCH}"):
         uniorch.load(path, model=model)
+
+
+_CACHE_CHILD = r"""
+import sys, torch, uniorch
+path = sys.argv[1]
+saved = torch.load(path + "/../io.pt")
+out = uniorch.load(path)(saved["ids"])
+assert type(out.past_key_values).__name__ == "DynamicCache", type(out.past_key_values)
+torch.testing.assert_close(out.logits, saved["logits"])
+for got, want in zip(out.past_key_values.layers, saved["keys"]):
+    torch.testing.assert_close(got.keys, want)
+print("MATCHED")
+"""
+
+
+def test_a_bundle_returning_a_transformers_cache_loads_in_a_new_process(tmp_path):
+    """A decoder in its default settings returns a DynamicCache; loading its bundle in a process that
+    never compiled raised "Deserializing transformers.cache_utils:DynamicCache in pytree is not
+    registered": loading registers transformers' cache classes as capture does."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (2, 6))
+    uniorch.compile_aot(model, (ids,), target="interpret").save(str(tmp_path / "b"))
+    ids = torch.randint(0, 64, (2, 6))
+    with torch.no_grad():
+        ref = model(ids)
+    torch.save({"ids": ids, "logits": ref.logits, "keys": [layer.keys for layer in ref.past_key_values.layers]},
+               tmp_path / "io.pt")
+    proc = subprocess.run([sys.executable, "-c", _CACHE_CHILD, str(tmp_path / "b")], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "MATCHED" in proc.stdout, proc.stderr[-3000:]

@@ -286,7 +286,7 @@ def test_generate_matches_eager_token_for_token(name):
     """`uniorch.compile(model).generate(...)`: the prefill and every decode step (a DynamicCache in
     and out) are captured and compiled, and greedy decoding gives eager's tokens. Mistral's cache
     layers slide (a window of 4096): their token counter was structure, and every step compiled
-    anew (capture/library_pytrees.py); its symbolic compile holds below the window."""
+    anew (runtime/library_pytrees.py); its symbolic compile holds below the window."""
     if name not in ("llama", "mistral") and not config.flag("UNIORCH_SLOW_TESTS"):
         pytest.skip("UNIORCH_SLOW_TESTS=1 runs every family")
     torch.manual_seed(1)
@@ -411,7 +411,7 @@ def test_generate_past_the_sliding_window_compiles_once(cache):
     """Decoding past a sliding window (Mistral's 4096 tokens, Gemma 3's 512 at full size; 4 here):
     each sliding layer counts its tokens in a Python int, which grew every step, so every step
     compiled anew until the compile limit and ran eagerly after it. The counters travel as sizes
-    (capture/library_pytrees.py): the prefill, the first step, then one symbolic compile for
+    (runtime/library_pytrees.py): the prefill, the first step, then one symbolic compile for
     every later step, with the window's check as its guard. Eager's tokens and counters."""
     torch.manual_seed(3)
     model = transformers.MistralForCausalLM(transformers.MistralConfig(num_key_value_heads=2, sliding_window=4,

@@ -36,7 +36,7 @@ from .flex_math import flex_as_math
 from ..runtime import size_guards
 from .graph import CapturedGraph, GraphInput, GraphOutput
 from .masked_reductions import masked_reductions
-from .library_pytrees import register_for
+from ..runtime.library_pytrees import register_for
 from .module_modes import owning_module
 from .outside_writes import NoOutsideWrites
 from .nested_encoder import NestedEncoderAsEager

@@ -527,6 +527,10 @@ class LoadedModel:
         guards = manifest.get("size_guards")
         self._relations = SizeGuards(guards) if guards else None  # runtime/size_guards.py
         _name_return_types()
+        if "transformers." in manifest["in_spec"] + manifest["out_spec"]:  # a cache or output class
+            from .library_pytrees import register_known
+
+            register_known()
         self._in_spec = pytree.treespec_loads(manifest["in_spec"])
         self._out_spec = pytree.treespec_loads(manifest["out_spec"])
         self._constants = {int(i): v for i, v in manifest.get("constant_args", [])}

@@ -203,7 +203,7 @@ def _empty_tensor_nodes(gm: torch.fx.GraphModule) -> list[str]:
 
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    # a size read off an empty tensor (a sliding cache's counter, capture/library_pytrees.py)
+    # a size read off an empty tensor (a sliding cache's counter, runtime/library_pytrees.py)
     # reads no element: torch-mlir takes it as a tensor.dim
     metadata = (torch.ops.aten.sym_size.int, operator.getitem)
     return [n.name for n in gm.graph.nodes

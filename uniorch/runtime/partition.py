@@ -258,7 +258,7 @@ AS_CAPTURED = "as captured"  # allocation(): the node itself makes the empty ten
 def _symbolic_empty_factory(node: fx.Node, val) -> bool:
     """An allocation (`empty`, `new_empty`, ...; no values to compute) of a tensor with zero
     elements at symbolic sizes: a sliding cache's token counter carried as the rows of an
-    (n, 0) tensor (capture/library_pytrees.py). Its shape is known only per call, so the node
+    (n, 0) tensor (runtime/library_pytrees.py). Its shape is known only per call, so the node
     stays as captured, made by PyTorch without a byte of memory, and no op of the graph is left
     to PyTorch on its account."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true

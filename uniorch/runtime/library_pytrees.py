@@ -39,6 +39,35 @@ def register_for(module) -> None:
     register_dynamic_cache_export_support()
 
 
+def register_known() -> None:
+    """Without a model (a bundle loaded in a new process, whose input spec names a transformers
+    cache): every transformers Cache class, and the output classes, as capture registers them."""
+    import importlib
+
+    try:
+        importlib.import_module("transformers")
+    except ImportError:
+        return
+    _model_outputs()
+    try:
+        from transformers.cache_utils import Cache
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError:  # transformers 4.x: DynamicCache only
+        try:
+            from transformers.integrations.executorch import register_dynamic_cache_export_support
+        except ImportError:
+            return
+        register_dynamic_cache_export_support()
+        return
+    todo = list(Cache.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        register_pytree_node(cls)
+    register_pytree_node(Cache)
+    _counters_as_lengths()
+
+
 def _model_outputs() -> None:
     """transformers registers each ModelOutput class as a pytree node when the class is created,
     except while `torch.compiler.is_compiling()` (it assumes an eager run registered it before);
