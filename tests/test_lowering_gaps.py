@@ -371,3 +371,15 @@ def test_integer_max_pool3d_runs_eagerly_instead_of_crashing():
     cm = uniorch.compile(f, target="interpret")
     assert torch.equal(cm(x), f(x))
     assert any("SIGSEGV" in fb.why for fb in cm.explain(x).fallbacks)
+
+
+def test_bool_max_min_are_any_all():
+    """A mask's max()/min()/amax/amin fell back: codegen has no unsigned min/max reductions."""
+    def fn(b):
+        return b.max(), b.min(), b.amax(-1), b.amin((0, 1), keepdim=True)
+
+    cm = uniorch.compile(fn, target="interpret")
+    for b in (torch.rand(3, 5) > 0.5, torch.ones(3, 5, dtype=torch.bool), torch.zeros(3, 5, dtype=torch.bool)):
+        for got, want in zip(cm(b), fn(b)):
+            assert got.dtype == torch.bool and torch.equal(got, want)
+    assert not cm.explain(b).fallbacks

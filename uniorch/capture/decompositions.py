@@ -140,10 +140,17 @@ def _as_strided_scatter(x, src, size, stride, storage_offset=None):
 
 def _amax_amin_0d(reduce):
     """`amax`/`amin` of a 0-d tensor is the tensor (torch-mlir fails to lower a reduction over
-    the one dim a 0-d tensor is allowed to name, so logsumexp of a scalar fell back)."""
+    the one dim a 0-d tensor is allowed to name, so logsumexp of a scalar fell back); of a bool
+    tensor, any/all (codegen has no unsigned min/max reductions: they fell back)."""
 
     def decomposed(x, dim=(), keepdim=False):
-        return x.clone() if x.dim() == 0 else NotImplemented
+        if x.dim() == 0:
+            return x.clone()
+        if x.dtype == torch.bool and x.numel():  # codegen has no unsigned min/max: any/all are amax/amin
+            dims = list(range(x.dim())) if not dim else [dim] if isinstance(dim, int) else list(dim)
+            # all over dims as not-any-not: torch-mlir lowers no all.dims over several dims
+            return torch.any(x, dims, keepdim) if reduce == "amax" else ~torch.any(~x, dims, keepdim)
+        return NotImplemented
 
     decomposed.__name__ = f"_{reduce}_0d"
     return decomposed
@@ -223,10 +230,13 @@ def _byte_max_min(reduce):
     """`max()`/`min()` of a whole int8 or uint8 tensor as `amax`/`amin` over every dim.
 
     Why: torch-mlir's lowering of the all-elements max/min of a byte tensor crashed the process
-    (a segmentation fault in the linalg pipeline); amax/amin lower."""
+    (a segmentation fault in the linalg pipeline); amax/amin lower. A bool tensor's is any/all
+    (it fell back: codegen has no unsigned min/max reductions)."""
     fn = torch.amax if reduce == "max" else torch.amin
 
     def decomposed(x):
+        if x.dtype == torch.bool and x.numel():  # codegen has no unsigned min/max: any/all are max/min
+            return torch.any(x) if reduce == "max" else torch.all(x)
         if x.dtype not in (torch.int8, torch.uint8):
             return NotImplemented
         return x.clone() if x.dim() == 0 else fn(x, list(range(x.dim())))
