@@ -25,6 +25,7 @@ from .ir_utils import main_func
 from .collapse_contraction import collapse_into_contractions
 from .compose_gathers import compose_gathers
 from .concat_pieces import hoist_concat_pieces
+from .constant_casts import fold_constant_casts
 from .epilogue_views import merge_epilogue_dims
 from .extract_operands import extracts_as_operands
 from .gather_casts import extract_before_casts
@@ -64,6 +65,7 @@ class Preprocess(Pass):
     def run(self, module, pctx: PassContext) -> None:
         with module.context, ir.Location.unknown(module.context):
             seeds_as_input(module, main_func(module))  # kernels take the random keys as a tensor
+            fold_constant_casts(main_func(module))  # arange's float step: a constant, not a kernel argument
             fix_pool_nan_indices(main_func(module))  # before fusion moves ops into its body
             fold_symbolic_reshapes(main_func(module), merges=False)  # a reshape back to a tensor's own dims is it
         run_pipeline_text(module, PIPELINE, self.name)

@@ -383,3 +383,16 @@ def test_bool_max_min_are_any_all():
         for got, want in zip(cm(b), fn(b)):
             assert got.dtype == torch.bool and torch.equal(got, want)
     assert not cm.explain(b).fallbacks
+
+
+def test_arange_with_a_float_step_compiles():
+    """`torch.arange(0, 1, 0.1)`: its step, a float64 constant truncated to float32, was a scalar
+    kernel argument codegen does not pass, and the arange ran in PyTorch (passes/constant_casts.py)."""
+    def fn(x):
+        return x + torch.arange(0, 1, 0.1), x * torch.arange(-1.0, 1.0, 0.2, dtype=torch.float64).float()
+
+    cm = uniorch.compile(fn, target="interpret")
+    x = torch.randn(3, 10)
+    for got, want in zip(cm(x), fn(x)):
+        torch.testing.assert_close(got, want)  # eager's CPU arange steps in double: one ulp apart at most
+    assert not cm.explain(x).fallbacks
