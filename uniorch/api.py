@@ -26,7 +26,11 @@ from .runtime.inplace import program_writes
 from .runtime.partition import Program, compile_program
 from .targets import Target, parse_target, require_runnable
 
-DEFAULT_CACHE_LIMIT = 8
+# torch.compile's recompile limit is 8 per code object; a transformers LM here is one compiled
+# model whose forward, prefill with and without a mask, first decode step and symbolic decode (per
+# generate mode) are separate specs: a session mixing forward calls and two generate modes held 8,
+# and every later new spec ran eagerly
+DEFAULT_CACHE_LIMIT = 16
 
 
 @dataclass
