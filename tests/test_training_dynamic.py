@@ -228,3 +228,23 @@ def test_embedding_gradient_at_varying_batch_and_length_is_in_kernels(kw):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
             p.grad = q.grad = None
     assert not cm.explain(ids).backward.fallbacks
+
+
+def test_training_recompiles_are_listed_with_dynamos_reason():
+    """Training calls at a new batch size and with a new Python float compiled new graphs, and
+    `recompiles` (which the inference path fills) stayed empty."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = torch.nn.Linear(8, 4)
+
+        def forward(self, x, scale):
+            return self.l(x) * scale
+
+    cm = uniorch.compile(Scaled(), target="interpret")
+    for bs, scale in [(4, 1.0), (6, 1.0), (6, 2.0)]:
+        cm(torch.randn(bs, 8), scale).sum().backward()
+    training = [r for r in cm.recompiles if r.startswith("training:")]
+    assert len(training) == 2, cm.recompiles
+    assert "size mismatch" in training[0] and "1.0" in training[1], training
+    assert "recompiles" in str(cm.explain())

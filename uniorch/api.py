@@ -405,7 +405,8 @@ class CompiledModule:
         if self._training is None:
             from .runtime.training import TrainingCompile
 
-            self._training = TrainingCompile(self._model, self._target, self._fallback, self._limit, self._dynamic)
+            self._training = TrainingCompile(self._model, self._target, self._fallback, self._limit, self._dynamic,
+                                             recompiles=self.recompiles)
         return self._training
 
     @property

@@ -41,12 +41,30 @@ def needs_autograd(model: Any, args: tuple, kwargs: dict) -> bool:
             and any(p.requires_grad for p in model.parameters()))
 
 
+def _dynamo_recompile_reason() -> Optional[str]:
+    """While Dynamo calls the backend: the guard that failed, when this is a recompile of a frame
+    (Dynamo's own metrics record, no public API; None where it has none)."""
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        why = get_metrics_context()._metrics.get("recompile_reason")
+    except Exception:  # noqa: BLE001 - a private record: the report goes without it
+        return None
+    if not why:
+        return None
+    first = str(why).splitlines()[0]
+    return first.split("  #", 1)[0].strip()[:300]  # the guard, without the source line Dynamo appends
+
+
 class TrainingCompile:
     """The training path of one compiled model: Dynamo + AOTAutograd around uniorch's compiles."""
 
-    def __init__(self, model: Any, target, fallback: str, cache_size_limit: int, dynamic: Optional[bool] = None):
+    def __init__(self, model: Any, target, fallback: str, cache_size_limit: int, dynamic: Optional[bool] = None,
+                 recompiles: Optional[list] = None):
         self.model, self.target, self.fallback, self.limit = model, target, fallback, cache_size_limit
         self.dynamic = dynamic
+        # the compiled model's `recompiles`: Dynamo's reason for each training graph after the first
+        self.recompiles = recompiles if recompiles is not None else []
         self.forward: list = []   # uniorch CompiledModules of the forward graphs, in compile order
         self.backward: list = []  # and of the backward graphs
         self.examples: dict = {}  # id(half) -> the inputs it was compiled with (for explain)
@@ -112,6 +130,9 @@ class TrainingCompile:
             # ATen's CPU LSTM/GRU, on data that needs no gradient, records oneDNN's layer op
             # (`mkldnn_rnn_layer`: an opaque workspace, run by PyTorch); without oneDNN while
             # AOTAutograd traces, PyTorch's own decomposition records the cell math, compiled
+            why = _dynamo_recompile_reason()
+            if why:
+                self.recompiles.append(f"training: Dynamo traced the model again ({why})")
             enabled = torch._C._get_mkldnn_enabled()
             torch._C._set_mkldnn_enabled(False)  # (mkldnn.flags() also sets TF32, with a warning)
             try:
