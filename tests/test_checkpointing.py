@@ -90,3 +90,37 @@ def test_transformers_gradient_checkpointing_trains_like_eager():
     compiled = uniorch.compile(copy.deepcopy(eager), target="interpret")
     _assert_trains_like_eager(eager, compiled, lambda: torch.randint(0, 96, (2, 9)),
                               lambda m, ids: m(input_ids=ids, labels=ids).loss, steps=1)
+
+
+def test_the_backward_of_a_checkpointed_block_compiles_once():
+    """Non-reentrant checkpointing saves the RNG state for its recompute: a uint8 tensor of
+    symbolic length in the backward's inputs that no op reads. Compiled at its example's length,
+    the backward compiled again at the first real call (length 0): seconds on the first step."""
+    class Attention(torch.nn.Module):  # SDPA: recorded with the RNG state checkpointing saves
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 8, 16))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block, self.head = Attention(), torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+    model = Net()
+    eager = copy.deepcopy(model)
+    cm = uniorch.compile(model, target="interpret")
+    for _ in range(2):
+        x = torch.randn(2, 8, 16)
+        cm(x).sum().backward()
+        eager(x).sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert [c.cache_size for c in cm.training_compile.backward] == [1], \
+        [c.recompiles for c in cm.training_compile.backward]

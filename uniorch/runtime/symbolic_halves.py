@@ -26,7 +26,7 @@ import torch
 class SizeArgs:
     """How a half's graph was changed: what its caller drops from the arguments and adds to the results."""
 
-    dropped: list[int]  # argument positions that were sizes
+    dropped: list[int]  # argument positions that were sizes, or tensors of symbolic size nothing reads
     returned: list[tuple[int, Any]]  # (result position, its size expression) of the sizes returned
     sources: dict  # symbol -> (argument position after dropping, dim, a, b): that dim is a * symbol + b
     marks: dict[int, dict[int, Optional[tuple]]]  # argument (after dropping) -> its symbolic dims: (symbol name, a, b)
@@ -70,6 +70,8 @@ def _scan(example_inputs: list, placeholders: list, dropped: list[int], carried)
     sources: dict = {}  # symbol -> (placeholder, argument position after dropping, dim, a, b, example size)
     marks: dict[int, dict[int, Optional[tuple]]] = {}
     for j, e in enumerate(example_inputs):
+        if j not in new_index:  # dropped: a size, or a tensor nothing reads
+            continue
         shape = e.shape if isinstance(e, torch.Tensor) else (e,) if j in carried else ()
         for d, size in enumerate(shape):
             if _static(size):
@@ -115,9 +117,15 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
     results = output.args[0]
     if len(placeholders) != len(example_inputs) or not isinstance(results, (tuple, list)):
         return None
-    dropped = [j for j, e in enumerate(example_inputs) if isinstance(e, torch.SymInt)]
+    sizes = [j for j, e in enumerate(example_inputs) if isinstance(e, torch.SymInt)]
+    # a tensor of symbolic size the graph never reads (checkpointing's saved RNG state: its example
+    # had some length, the real call's is 0) is dropped too: compiled for the example's size, the
+    # backward compiled once more at the first real call
+    unread = [j for j, e in enumerate(example_inputs) if isinstance(e, torch.Tensor) and not placeholders[j].users
+              and not all(_static(s) for s in e.shape)]
+    dropped = sorted(sizes + unread)
     sources, marks = _scan(example_inputs, placeholders, dropped, ())
-    carried = _carried(example_inputs, dropped, sources)
+    carried = _carried(example_inputs, sizes, sources)
     if carried:
         dropped = [j for j in dropped if j not in carried]
         sources, marks = _scan(example_inputs, placeholders, dropped, carried)
