@@ -126,3 +126,44 @@ def test_dims_that_varied_in_another_argument_structure_are_ignored():
         torch.testing.assert_close(cm(x), fn(x))
     assert "compiled with symbolic sizes" in cm.recompiles[-1], cm.recompiles
     assert cm.cache_size == 4, cm.recompiles  # 3 args: static, symbolic; 1 arg: static, symbolic
+
+
+def test_floor_division_of_a_negative_size_expression_floors():
+    """The ceil idiom `-(-n // 4)`: the kernel printed floor(-n / 4) as Triton's `//`, which
+    truncates toward zero: 2 for n = 10 where eager gives 3, and rows of the slice unwritten."""
+    def fn(x, n: int):
+        return x * (-(-n // 4)), x[: -(-n // 4)] * 2, x * ((n - 7) // 3)
+
+    cm = uniorch.compile(fn, target="interpret")
+    for n in (9, 10, 3, 13, 5):
+        x = torch.randn(12, 3)
+        for got, want in zip(cm(x, n), fn(x, n)):
+            torch.testing.assert_close(got, want)
+
+
+def test_min_of_an_int_and_a_constant_keeps_its_range():
+    """`x[:min(n, 6)]` traced at n = 9: the decompositions' retrace narrowed n to 6 and up, a
+    rewrite took min(n, 6) as 6 by it, and the guard kept 2 and up: n = 3 got 6 rows."""
+    def fn(x, n: int):
+        return x[: min(n, 6)] * 2, x[: max(n, 6)] + 1
+
+    cm = uniorch.compile(fn, target="interpret", dynamic=True)
+    for n in (9, 3, 11, 2, 7):
+        x = torch.randn(12, 3)
+        for got, want in zip(cm(x, n), fn(x, n)):
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("as_int", [True, False], ids=["int", "dim"])
+def test_an_equality_branch_is_guarded(as_int):
+    """`if n == 3` traced at other n guards `n != 3`, which no range holds: it was dropped as if
+    it were one, and n = 3 took the other branch."""
+    def fn(x, n):
+        n = n if as_int else n.shape[0]
+        return x * 100 if n == 3 else x[:n] + 1
+
+    cm = uniorch.compile(fn, target="interpret", dynamic=True)
+    for n in (5, 6, 3, 7):
+        x = torch.randn(10, 4)
+        arg = n if as_int else torch.empty(n)
+        torch.testing.assert_close(cm(x, arg), fn(x, arg))

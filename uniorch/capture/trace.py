@@ -465,11 +465,25 @@ def _from_exported(ep: ExportedProgram, module: torch.nn.Module, args: tuple, kw
 
 
 def _symbol_ranges(ep: ExportedProgram) -> dict[str, tuple[int, Optional[int]]]:
-    """Export's value range per size symbol: (low, high), high None when unbounded."""
-    out = {}
-    for sym, vr in ep.range_constraints.items():
+    """Export's value range per size symbol: (low, high), high None when unbounded. The shape
+    environment's own range where it is narrower: the decompositions' retrace refines it (a
+    slice to `min(n, 6)` left n at 6 and up there) and rewrites decide sizes by it
+    (`decided_min_max`), while the range constraints kept 2 and up, and n = 3 got 6 rows."""
+    from torch.export.exported_program import _get_shape_env
+
+    env = getattr(_get_shape_env(ep.graph_module), "var_to_range", {})
+
+    def bounds(vr):
         lo = int(vr.lower) if getattr(vr.lower, "is_Integer", False) else 0
         hi = int(vr.upper) if getattr(vr.upper, "is_Integer", False) else None  # int_oo: unbounded
+        return lo, hi
+
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        lo, hi = bounds(vr)
+        if sym in env:
+            lo2, hi2 = bounds(env[sym])
+            lo, hi = max(lo, lo2), hi2 if hi is None else hi if hi2 is None else min(hi, hi2)
         out[str(sym)] = (lo, hi)
     return out
 

@@ -75,7 +75,7 @@ class _CodePrinter(StrPrinter):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         if not (den.is_Integer and den > 0):
             raise UnknownSize(f"{expr} has no integer form")
-        return self.doprint(num), int(den)
+        return self.doprint(num), int(den), bounds(num)[0] >= 0
 
     def _print_Max(self, expr):
         return self._pairwise("tl.maximum", expr.args)
@@ -90,12 +90,19 @@ class _CodePrinter(StrPrinter):
         return out
 
     def _print_floor(self, expr):
-        num, den = self._quotient(expr)
-        return f"(({num}) // {den})"
+        num, den, whole = self._quotient(expr)
+        if whole:
+            return f"(({num}) // {den})"
+        # a numerator that may be negative (`-(-n // 4)`, the ceil idiom): Triton's `//` truncates
+        # toward zero, so the remainder taken to [0, den) first makes the division exact
+        return f"((({num}) - ((({num}) % {den} + {den}) % {den})) // {den})"
 
     def _print_ceiling(self, expr):
-        num, den = self._quotient(expr)
-        return f"(({num} + {den - 1}) // {den})"
+        num, den, whole = self._quotient(expr)
+        if whole:
+            return f"(({num} + {den - 1}) // {den})"
+        neg = f"(-({num}))"
+        return f"(-(({neg} - (({neg} % {den} + {den}) % {den})) // {den}))"
 
     def _print_Pow(self, expr, rational=False):
         if expr.exp.is_Integer and expr.exp > 0:

@@ -37,7 +37,7 @@ def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str
         if not names or not names <= symbols:  # weights' sizes, data-dependent counts: checked in the graph
             continue
         for rel in (expr.args if isinstance(expr, sympy.And) else (expr,)):
-            if _a_range(rel):
+            if _a_range(rel) and _implied(rel, shape_env):
                 continue
             op = _RELATIONS.get(type(rel))
             entry = (op, str(rel.lhs), str(rel.rhs)) if op else None
@@ -49,10 +49,24 @@ def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str
 
 
 def _a_range(rel) -> bool:
-    """A bound of one symbol by a number (`s0 >= 2`): export's range constraints hold those."""
+    """A bound of one symbol by a number (`s0 >= 2`), which the symbol's range may hold. Not
+    `s0 != 3` (a branch on `n == 3` traced at another n), which no range can say."""
     sides = getattr(rel, "args", ())
+    if type(rel) not in (sympy.LessThan, sympy.StrictLessThan, sympy.GreaterThan, sympy.StrictGreaterThan):
+        return False
     return (len(rel.free_symbols) == 1 and len(sides) == 2
             and any(isinstance(s, sympy.Symbol) for s in sides) and any(s.is_number for s in sides))
+
+
+def _implied(rel, shape_env) -> bool:
+    """Whether a symbol's own range (what the guard checks per symbol) already keeps the bound: not
+    always, `min(n, 6)` traced at n = 9 guards `6 <= n` and left n's range at 2 and up."""
+    (sym,) = rel.free_symbols
+    vr = getattr(shape_env, "var_to_range", {}).get(sym)
+    if vr is None or not getattr(vr.lower, "is_Integer", False):
+        return False
+    hi = int(vr.upper) if getattr(vr.upper, "is_Integer", False) else 2 ** 62
+    return all(bool(rel.subs(sym, v)) for v in (int(vr.lower), hi))
 
 
 def _readable(entry) -> bool:
