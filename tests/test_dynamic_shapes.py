@@ -458,7 +458,7 @@ def test_pads_and_slice_scatters_over_a_symbolic_length_are_copy_kernels():
             torch.testing.assert_close(g, w)
         # at length 3, `y[:, 2:]` has one column: export traced it assuming not (a guard s - 2 != 1)
         assert cm.cache_size == (1 if t > 3 else 2), cm.recompiles
-    assert "size guard" in cm.recompiles[-1]
+    assert "size guard" in cm.recompiles[-1] or "outside [4," in cm.recompiles[-1], cm.recompiles
     rep = cm.explain(torch.randn(3, 6), torch.randn(3, 6))
     assert rep.symbolic and not rep.fallbacks, str(rep)
     copies = [k for k in rep.kernels if k.kind == "copy"]
