@@ -167,3 +167,17 @@ def test_an_equality_branch_is_guarded(as_int):
         x = torch.randn(10, 4)
         arg = n if as_int else torch.empty(n)
         torch.testing.assert_close(cm(x, arg), fn(x, arg))
+
+
+def test_a_roll_by_an_int_compiles_ahead_of_time():
+    """A roll's concatenation of an input's slices is no kernel's result: the launch plan raised an
+    AttributeError, which crashed compile_aot(dynamic=True). It is a fallback now, as in the JIT."""
+    def fn(x, n: int):
+        return x + x.roll(n, 1)
+
+    art = uniorch.compile_aot(fn, (torch.randn(2, 12), 3), target="interpret", dynamic=True)
+    assert any("no kernel's result" in f.why for f in art.fallbacks), art.fallbacks
+    cm = uniorch.compile(fn, target="interpret", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(2, 12)
+        torch.testing.assert_close(cm(x, n), fn(x, n))

@@ -226,7 +226,7 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
             srcs = [src(op, v) for v in op.operands]
             other.update(srcs)
             viewed.update(srcs)
-            first = _piece_producer(op.operands[0])
+            first = _piece_producer(op.operands[0], op)
             bids = ir.ArrayAttr(first.owner.attributes["uniorch.buffers"])
             bid = ir.IntegerAttr(bids[first.result_number]).value
             bid_uses[bid] = bid_uses.get(bid, 0) + 1
@@ -408,15 +408,20 @@ def _concat_pieces(block) -> dict:
         shape = shape_of(op.results[0].type)
         for v in op.operands:
             n = shape_of(v.type)[dim]
-            out[_piece_producer(v)] = (shape, (slice(None),) * dim + (slice(offset, offset + n),))
+            out[_piece_producer(v, op)] = (shape, (slice(None),) * dim + (slice(offset, offset + n),))
             offset += n
     return out
 
 
-def _piece_producer(v):
-    """The kernel result a piece of a concatenation is, through reshapes."""
-    while v.owner.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+def _piece_producer(v, concat):
+    """The kernel result a piece of a concatenation is, through reshapes; PlanError where it is
+    none (a roll's concatenation of an input's slices: no kernel wrote them into a buffer)."""
+    while not isinstance(v.owner, ir.Block) and v.owner.name in ("tensor.expand_shape", "tensor.collapse_shape"):
         v = v.owner.operands[0]
+    if isinstance(v.owner, ir.Block) or "uniorch.buffers" not in v.owner.attributes:
+        raise PlanError(concat, "a piece of the concatenation is no kernel's result")
+    if any(n < 0 for n in shape_of(v.type)):
+        raise PlanError(concat, "a piece of the concatenation has symbolic sizes")
     return v
 
 
