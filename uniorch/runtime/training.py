@@ -132,7 +132,8 @@ class TrainingCompile:
             # AOTAutograd traces, PyTorch's own decomposition records the cell math, compiled
             why = _dynamo_recompile_reason()
             if why:
-                self.recompiles.append(f"training: Dynamo traced the model again ({why})")
+                # the training path's, or Dynamo's pieces of a model export could not capture whole
+                self.recompiles.append(f"Dynamo traced the model again ({why})")
             enabled = torch._C._get_mkldnn_enabled()
             torch._C._set_mkldnn_enabled(False)  # (mkldnn.flags() also sets TF32, with a warning)
             try:
