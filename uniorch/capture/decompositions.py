@@ -235,9 +235,8 @@ def _byte_max_min(reduce):
     fn = torch.amax if reduce == "max" else torch.amin
 
     def decomposed(x):
-        if x.dtype == torch.bool and x.numel():  # codegen has no unsigned min/max: any/all are max/min
-            return torch.any(x) if reduce == "max" else torch.all(x)
-        if x.dtype not in (torch.int8, torch.uint8):
+        # a bool tensor's amax/amin are any/all (`_amax_amin_0d`)
+        if x.dtype not in (torch.int8, torch.uint8, torch.bool) or x.dtype == torch.bool and not x.numel():
             return NotImplemented
         return x.clone() if x.dim() == 0 else fn(x, list(range(x.dim())))
 

@@ -17,15 +17,13 @@ import torch
 from ..runtime.boundary import int_rows
 
 
-def carried(flat: list, dynamic: Optional[dict]) -> set[int]:
-    """The flat positions of int arguments (not bools) that `dynamic` asks to trace symbolic."""
+def as_rows(flat: list, dynamic: Optional[dict]) -> tuple[list, frozenset]:
+    """`flat` with the int arguments (not bools) `dynamic` asks to trace symbolic as (n, 0) tensors
+    (negative ints stay ints), and their positions."""
     # `dynamic` may name positions of other specs (automatic dynamic's record of what varied)
-    return {i for i in (dynamic or {}) if i < len(flat) and type(flat[i]) is int and dynamic[i]}
-
-
-def as_rows(flat: list, positions: set[int]) -> list:
-    """`flat` with the ints at `positions` as (n, 0) tensors (negative ints stay ints)."""
-    return [int_rows(v) if i in positions and v >= 0 else v for i, v in enumerate(flat)]
+    rows = frozenset(i for i in (dynamic or {}) if i < len(flat) and type(flat[i]) is int and dynamic[i]
+                     and flat[i] >= 0)
+    return [int_rows(v) if i in rows else v for i, v in enumerate(flat)], rows
 
 
 def value(t) -> int:

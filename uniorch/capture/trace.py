@@ -113,8 +113,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
     symbolic."""
     trains = train_steps.reason_before_tracing(model_or_fn)
     if trains:
-        raise StateWriteError(f"{trains}: a train step; it runs through Dynamo, split at the backward and the "
-                              f"optimizer step, each graph compiled by uniorch")
+        raise train_steps.routed(trains)
     grad_enabled = torch.is_grad_enabled()  # the call's: export may trace under another mode
     module = as_module(model_or_fn)
     register_for(module)
@@ -126,9 +125,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
         # compiled forward: runtime/training.py); export of an input requiring grad would trace it
         flat = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in flat]
         args, kwargs = pytree.tree_unflatten(flat, spec)
-    rows = frozenset(int_sizes.carried(flat, dynamic))
-    flat = int_sizes.as_rows(flat, rows)  # the ints traced as symbolic sizes
-    rows = frozenset(i for i in rows if isinstance(flat[i], torch.Tensor))
+    flat, rows = int_sizes.as_rows(flat, dynamic)  # the ints traced as symbolic sizes
     keep = [i for i, v in enumerate(flat) if isinstance(v, _EXPORTABLE)]
     baked = len(keep) < len(flat) or bool(dynamic)
     traced, t_args, t_kwargs = module, args, kwargs
@@ -168,8 +165,7 @@ def capture(model_or_fn: Any, args: tuple = (), kwargs: Optional[dict] = None,
                 input_views.mark(ep.graph_module, _at_user_outputs(ep, views))
     except Exception as exc:  # the user's model raised, or tracing hit something it cannot record
         if stop.seen:  # stopped before the backward or step ran (train_steps.py)
-            raise StateWriteError(f"{stop.seen}: a train step; it runs through Dynamo, split at the backward and "
-                                  f"the optimizer step, each graph compiled by uniorch") from None
+            raise train_steps.routed(stop.seen) from None
         raise CaptureError(f"capturing {_describe(model_or_fn)} failed: {type(exc).__name__}: {exc}") from exc
     changed = attribute_guard.attribute_writes(writes, module)
     if changed:

@@ -21,7 +21,14 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from ..errors import StateWriteError
 from . import user_code
+
+
+def routed(reason: str) -> StateWriteError:
+    """The error capture raises for a train step: the call goes through Dynamo (api.py)."""
+    return StateWriteError(f"{reason}: a train step; it runs through Dynamo, split at the backward and the "
+                           f"optimizer step, each graph compiled by uniorch")
 
 
 class _TrainStep(Exception):

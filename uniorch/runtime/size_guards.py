@@ -52,7 +52,7 @@ def _a_range(rel) -> bool:
     """A bound of one symbol by a number (`s0 >= 2`), which the symbol's range may hold. Not
     `s0 != 3` (a branch on `n == 3` traced at another n), which no range can say."""
     sides = getattr(rel, "args", ())
-    if type(rel) not in (sympy.LessThan, sympy.StrictLessThan, sympy.GreaterThan, sympy.StrictGreaterThan):
+    if _RELATIONS.get(type(rel)) not in ("<=", "<", ">=", ">"):
         return False
     return (len(rel.free_symbols) == 1 and len(sides) == 2
             and any(isinstance(s, sympy.Symbol) for s in sides) and any(s.is_number for s in sides))
