@@ -181,3 +181,30 @@ def test_a_roll_by_an_int_compiles_ahead_of_time():
     for n in (3, 5, 7):
         x = torch.randn(2, 12)
         torch.testing.assert_close(cm(x, n), fn(x, n))
+
+
+def _pad_to_4(x, k: int):
+    padded = F.pad(x, (0, (-x.shape[-1]) % 4))
+    return padded.view(x.shape[0], -1, 4).sum(-1), x * ((-k) % 8) + k % 3
+
+
+def test_padding_to_a_multiple_stays_symbolic(tmp_path):
+    """`(-n) % 4`: torch-mlir imported Python's `%` of sizes as aten.fmod.int, which nothing lowers,
+    the guard's `PythonMod` was no size expression, and the reshape's `?` dim 4 read as unknown:
+    every length compiled anew. Now one symbolic compile serves them (a view to width 1 recompiles
+    by export's guard), and the bundle checks the same guard."""
+    cm = uniorch.compile(_pad_to_4, target="interpret", dynamic=True)
+    for n, k in ((9, 5), (10, 13), (6, 2), (13, 22), (8, 3)):
+        x = torch.randn(2, n)
+        for got, want in zip(cm(x, k), _pad_to_4(x, k)):
+            torch.testing.assert_close(got, want)
+    assert cm.cache_size == 1, cm.recompiles
+    rep = cm.explain(torch.randn(2, 11), 7)
+    assert rep.symbolic and not rep.fallbacks, str(rep)
+    uniorch.compile_aot(_pad_to_4, (torch.randn(2, 9), 5), target="interpret", dynamic=True).save(
+        str(tmp_path / "b"))
+    fn = uniorch.load(str(tmp_path / "b"))
+    for n, k in ((7, 6), (14, 9)):
+        x = torch.randn(2, n)
+        for got, want in zip(fn(x, k), _pad_to_4(x, k)):
+            torch.testing.assert_close(got, want)

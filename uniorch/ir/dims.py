@@ -67,6 +67,24 @@ def text(size: Size) -> str:
     return str(size)
 
 
+def from_torch(expr) -> Size:
+    """A shape environment's expression in the functions `parse` reads: PyTorch writes its own
+    (`PythonMod(-s0, 4)`, `FloorDiv(s0, 2)`, `CeilToInt(...)`), with the same integer meaning as
+    sympy's Mod (the divisor's sign), floor and ceiling. A function with no such form is left as it
+    is, and `parse` refuses its text."""
+    from torch.utils._sympy import functions as tf
+
+    rules = [(tf.PythonMod, sympy.Mod), (tf.Mod, sympy.Mod), (tf.FloorDiv, lambda a, b: sympy.floor(a / b)),
+             (tf.CeilDiv, lambda a, b: sympy.ceiling(a / b)), (tf.CleanDiv, lambda a, b: a / b),
+             (tf.IntTrueDiv, lambda a, b: a / b), (tf.FloorToInt, sympy.floor), (tf.CeilToInt, sympy.ceiling),
+             (tf.Max, sympy.Max), (tf.Min, sympy.Min), (tf.PowByNatural, sympy.Pow)]
+    if not isinstance(expr, sympy.Basic):
+        return expr
+    for fn, to in rules:
+        expr = expr.replace(lambda e, fn=fn: isinstance(e, fn), lambda e, to=to: to(*e.args))
+    return int(expr) if expr.is_number else expr
+
+
 class _CodePrinter(StrPrinter):
     """Sizes as Triton expressions: powers written out (`s1*s1`; Triton has no `**` on tensors),
     floor and ceiling of a quotient as integer divisions (operands are sizes, not negative)."""
@@ -301,11 +319,19 @@ def set_arg_dims(func_op, dims: list[list[Size]]) -> None:
     says) or the expression; per scalar argument that is a size, its value or expression (a slice
     offset that is 0 at every length is still an argument)."""
     inputs = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value).inputs
-    tensor_arg = [isinstance(t, ir.ShapedType) for t in inputs] + [True] * max(0, len(dims) - len(inputs))
+    typed = [list(ir.ShapedType(t).shape) if isinstance(t, ir.ShapedType) else None for t in inputs]
+    typed += [[]] * max(0, len(dims) - len(inputs))
+
+    def entry(s, shape, d: int) -> str:
+        # "" only where the type holds the size: a reshape's result can be `?` where the size is
+        # a number (its shape came from a tensor of sizes), and "" would read as that `?`
+        in_type = shape is not None and (d >= len(shape) or shape[d] >= 0)
+        return "" if is_static(s) and in_type else text(s)
+
     with func_op.context:
         func_op.attributes[ARG_DIMS] = ir.ArrayAttr.get([
-            ir.ArrayAttr.get([ir.StringAttr.get("" if is_static(s) and is_tensor else text(s)) for s in d])
-            for d, is_tensor in zip(dims, tensor_arg)])
+            ir.ArrayAttr.get([ir.StringAttr.get(entry(s, shape, d)) for d, s in enumerate(ds)])
+            for ds, shape in zip(dims, typed)])
 
 
 def hints(func_op) -> dict[str, int]:

@@ -64,6 +64,7 @@ def import_graph(graph, ctx: ir.Context | None = None, func_name: str = "main", 
     importer._cc = _LocatingCache(ctx, py_attr_tracker=importer._py_attr_tracker)
     importer._cc.tag_nodes = tag_nodes
     _sym_floats_as_products(graph)
+    _size_remainders_as_floor_divisions(graph)
     _byte_arithmetic_in_int32(graph)
     try:
         importer.import_stateless_graph(graph, func_name=func_name)
@@ -97,6 +98,30 @@ def _sym_floats_as_products(graph) -> None:
             product.meta.update(node.meta)
             node.replace_all_uses_with(product)
             graph.erase_node(node)
+
+
+def _size_remainders_as_floor_divisions(graph) -> None:
+    """`n % d` of sizes (`(-n) % 4`, padding to a multiple) as `n - (n // d) * d`: torch-mlir imports
+    Python's `%` as `aten.fmod.int`, which nothing lowers, and fmod would take the dividend's sign
+    where Python's remainder takes the divisor's; `//` imports as floordiv.int, which floors."""
+    import operator
+
+    import torch
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not operator.mod or len(node.args) != 2:
+            continue
+        if not all(isinstance(a, (int, torch.fx.Node)) and not isinstance(a, bool) for a in node.args):
+            continue
+        n, d = node.args
+        with graph.inserting_before(node):
+            quotient = graph.call_function(operator.floordiv, (n, d))
+            whole = graph.call_function(operator.mul, (quotient, d))
+            rest = graph.call_function(operator.sub, (n, whole))
+        for new in (quotient, whole, rest):
+            new.meta.update(node.meta)
+        node.replace_all_uses_with(rest)
+        graph.erase_node(node)
 
 
 _BYTE_PACKETS = ("mul", "sub", "rsub", "remainder", "div", "floor_divide")

@@ -30,9 +30,13 @@ def of_exported(ep, symbols: set[str]) -> tuple[list[tuple[str, str, str]], list
 
 def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
     """`of_exported` from a shape environment (a traced value's SymInt holds it)."""
+    from ..ir import dims
+
     kept, unread = [], []
     for guard in getattr(shape_env, "guards", ()):
-        expr = guard.expr
+        expr = dims.from_torch(guard.expr)
+        if expr is sympy.true:  # decided once written in sympy's functions
+            continue
         names = {str(s) for s in expr.free_symbols}
         if not names or not names <= symbols:  # weights' sizes, data-dependent counts: checked in the graph
             continue
