@@ -208,3 +208,25 @@ def test_padding_to_a_multiple_stays_symbolic(tmp_path):
         x = torch.randn(2, n)
         for got, want in zip(fn(x, k), _pad_to_4(x, k)):
             torch.testing.assert_close(got, want)
+
+
+def _branching(x, n: int):
+    y = x[:, :n] * 2
+    if y.sum() > 0:  # a branch on a value: export cannot capture it, Dynamo splits the function
+        y = y + n
+    return y.cumsum(1) * n
+
+
+def test_an_int_of_a_function_dynamo_splits_is_symbolic():
+    """Every new int went through export again (which failed again) and Dynamo compiled one graph
+    per value: 16 values filled the cache and later calls ran eagerly. Once Dynamo has served an
+    argument structure it serves its other sizes and ints, symbolic after the first change; a
+    negative int runs that graph in PyTorch."""
+    cm = uniorch.compile(_branching, target="interpret")
+    for n in [2, 3] + list(range(5, 25)) + [-3, 4]:
+        for sign in (1, -1):
+            x = sign * torch.randn(4, 30).abs()
+            torch.testing.assert_close(cm(x, n), _branching(x, n))
+    assert cm.cache_size <= 1, cm.recompiles
+    rep = cm.explain(torch.randn(4, 30).abs(), 25)
+    assert not rep.fallbacks and rep.symbolic, str(rep)

@@ -99,6 +99,10 @@ class CompiledModule:
         self._warned = False
         self._training = None
         self._keeps_state = None  # the entry of a forward keeping tensors on its modules: Dynamo runs every call
+        # argument structure -> the entry of a call export could not capture and Dynamo then ran:
+        # other sizes and ints of that structure go to Dynamo too, whose automatic dynamic makes
+        # them symbolic, rather than an export that fails again per value
+        self._routed: dict = {}
         self._inner: dict = {}  # id(module) -> its compile, for generate through a wrapper (generation.py)
         self._tagged: dict = {}  # id(spec) -> (spec, tag, the spec with the tag folded in)
 
@@ -195,6 +199,9 @@ class CompiledModule:
         key = self._last[0] = self._spec(args, kwargs)
         if self._keeps_state is not None:  # its code keeps state whatever the sizes: no capture to retry
             return self._keeps_state
+        routed = self._routed.get(key[0])
+        if routed is not None and key not in self._cache:
+            return routed
         entry = self._cached(key)
         if entry is not None:
             return entry
@@ -376,7 +383,10 @@ class CompiledModule:
             self._last[1] = (entry, self._last[0])
         if entry is None or entry.captured is None:
             if entry is not None and self._in_pieces(entry):
-                return self.training_compile(*args, **kwargs)
+                out = self.training_compile(*args, **kwargs)
+                if self._training.failure is None:  # not the model's own error: Dynamo serves this structure
+                    self._routed.setdefault(self._last[0][0], entry)
+                return out
             return self._model(*args, **kwargs)
         if torch.is_grad_enabled() and eval_grad.takes_training_path(self._model, entry.captured):
             return self.training_compile(*args, **kwargs)

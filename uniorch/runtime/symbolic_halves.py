@@ -31,11 +31,15 @@ class SizeArgs:
     sources: dict  # symbol -> (argument position after dropping, dim, a, b): that dim is a * symbol + b
     marks: dict[int, dict[int, Optional[tuple]]]  # argument (after dropping) -> its symbolic dims: (symbol name, a, b)
     carried: tuple = ()  # argument positions of integers passed as the rows of an (n, 0) tensor
+    signed: tuple = ()  # those of them Dynamo's range lets be negative (no row count can be)
 
     def arguments(self, flat) -> list:
         drop, carried = set(self.dropped), set(self.carried)
         if carried:
             device = next((a.device for a in flat if isinstance(a, torch.Tensor)), None)
+            for j in self.signed:
+                if _hint_of(flat[j]) < 0:
+                    raise NegativeSize(f"argument {j} is {_hint_of(flat[j])}")
         return [_rows_of(a, device) if j in carried else a for j, a in enumerate(flat) if j not in drop]
 
     def results(self, args: list, outs) -> list:
@@ -48,6 +52,10 @@ class SizeArgs:
         for pos, expr in self.returned:  # ascending positions: each lands where the graph returned it
             outs.insert(pos, _evaluate(expr, symbol, _PYTHON))
         return outs
+
+
+class NegativeSize(ValueError):
+    """A carried integer is negative at this call: the graph as Dynamo gave it runs instead."""
 
 
 def _rows_of(n, device) -> torch.Tensor:
@@ -86,21 +94,24 @@ def _scan(example_inputs: list, placeholders: list, dropped: list[int], carried)
     return sources, marks
 
 
-def _carried(example_inputs: list, dropped: list[int], sources: dict) -> list[int]:
+def _carried(example_inputs: list, dropped: list[int], sources: dict) -> tuple[list[int], list[int]]:
     """Integer arguments that are a symbol no tensor argument's size gives (Dynamo's automatic
     dynamic on an int: a position, a length the model computes): they travel as the rows of an
     (n, 0) tensor, so the graph compiles with that size symbolic, where otherwise it ran in
-    PyTorch. Only symbols whose range starts at 0 or above: a size cannot be negative."""
-    out = []
+    PyTorch. Also (second list) those whose range admits negative values, as a plain Python int's
+    does: a call where one is negative runs the graph in PyTorch (`SizeArgs.arguments`)."""
+    out, signed = [], []
     for j in dropped:
         expr = example_inputs[j].node.expr
         if not expr.is_Symbol or expr in sources:
             continue
         found = example_inputs[j].node.shape_env.var_to_range.get(expr)
-        if found is None or found.lower < 0 or _hint_of(example_inputs[j]) < 2:
+        if found is None or _hint_of(example_inputs[j]) < 2:
             continue
         out.append(j)
-    return out
+        if found.lower < 0:
+            signed.append(j)
+    return out, signed
 
 
 def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Optional[SizeArgs]:
@@ -125,7 +136,7 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
               and not all(_static(s) for s in e.shape)]
     dropped = sorted(sizes + unread)
     sources, marks = _scan(example_inputs, placeholders, dropped, ())
-    carried = _carried(example_inputs, sizes, sources)
+    carried, signed = _carried(example_inputs, sizes, sources)
     if carried:
         dropped = [j for j in dropped if j not in carried]
         sources, marks = _scan(example_inputs, placeholders, dropped, carried)
@@ -173,7 +184,8 @@ def sizes_from_tensors(gm: torch.fx.GraphModule, example_inputs: list) -> Option
         graph.erase_node(placeholders[j])
     graph.lint()
     gm.recompile()
-    return SizeArgs(dropped, returned, {sym: src[1:5] for sym, src in sources.items()}, marks, tuple(carried))
+    return SizeArgs(dropped, returned, {sym: src[1:5] for sym, src in sources.items()}, marks, tuple(carried),
+                    tuple(signed))
 
 
 def mark_symbolic(real: list, sizes: Optional[SizeArgs]) -> None:

@@ -94,6 +94,7 @@ class TrainingCompile:
                 _views_as_reshapes(gm)
                 _inline_composite_ops(gm)
                 unwrap_seedless(gm)  # checkpointing's RNG wrappers around SDPA without dropout
+                as_given = _copy_graph(gm) if any(isinstance(e, torch.SymInt) for e in example_inputs) else None
                 sizes = sizes_from_tensors(gm, example_inputs)
                 if sizes is not None:
                     example_inputs = sizes.arguments(example_inputs)
@@ -121,7 +122,8 @@ class TrainingCompile:
                         visible -= sum(1 for pos, _ in sizes.returned if pos < visible)
                     _saved_outputs_as_written(cm, visible)
                     self.saved_as_written = True
-                return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward, sizes)
+                return _boxed(cm, self.ran_backward if store is self.backward else self.ran_forward, sizes,
+                              as_given if sizes is not None and sizes.signed else None)
             return compile_half
 
         aot = aot_autograd(fw_compiler=half(self.forward), bw_compiler=half(self.backward), partition_fn=partition)
@@ -401,7 +403,8 @@ def _compile_now(cm, example_inputs: list, dense: set = frozenset(), sizes=None)
     with unset_fake_temporarily(), torch.no_grad(), torch._guards.tracing(None):
         real = [(torch.zeros(_ints(e.shape), dtype=e.dtype, device=e.device) if i in dense else
                  torch.empty_strided(_ints(e.shape), _ints(e.stride()), dtype=e.dtype, device=e.device).zero_())
-                if isinstance(e, torch.Tensor) else e for i, e in enumerate(example_inputs)]
+                if isinstance(e, torch.Tensor) else _hint(e) if isinstance(e, torch.SymInt) else e
+                for i, e in enumerate(example_inputs)]
         mark_symbolic(real, sizes)  # the dims Dynamo made symbolic stay so (symbolic_halves.py)
         cm.entry(tuple(real), {})
     return tuple(real)
@@ -463,14 +466,29 @@ def _break_line(reason: str) -> str:
     return (lines[0] if lines else reason) + (f" ({context[:200]})" if context else "")
 
 
-def _boxed(cm, ran: list, sizes=None):
-    """AOTAutograd calls compiled halves with one list of arguments (boxed), which it may free."""
+def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    import copy
+
+    return torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+
+
+def _boxed(cm, ran: list, sizes=None, as_given=None):
+    """AOTAutograd calls compiled halves with one list of arguments (boxed), which it may free.
+    `as_given`: the graph before its integers became row counts, for a call where one is negative."""
     from functorch.compile import make_boxed_func
+
+    from .symbolic_halves import NegativeSize
 
     def run(*flat):
         ran.append(cm)
         if sizes is not None:  # sizes the graph reads from its tensors (symbolic_halves.py)
-            flat = sizes.arguments(flat)
+            try:
+                flat = sizes.arguments(flat)
+            except NegativeSize:
+                if as_given is None:
+                    raise
+                out = as_given(*flat)
+                return list(out) if isinstance(out, (tuple, list)) else [out]
         # parameters arrive requiring grad (the autograd.Function records around this call): the
         # compile is of values, and detached inputs (same storage) match the spec compiled for
         out = cm(*[t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t for t in flat])
