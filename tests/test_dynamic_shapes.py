@@ -191,6 +191,25 @@ def test_automatic_dynamic_compiles_once_more_after_a_size_changes():
     assert not rep.fallbacks and len(rep.symbolic) == 2 and len(rep.kernels) == 2
 
 
+def _sorted_rows(x):
+    return torch.sort(x.flatten(), stable=True).values + x.sum()
+
+
+def test_sizes_that_keep_changing_take_a_symbolic_compile_with_more_eager_ops():
+    """A sort of symbolic length runs eagerly, so the symbolic compile was set aside for static ones:
+    an MoE (its routing sorts T * top_k entries) compiled once per prompt length. After two static
+    compiles the symbolic one serves the rest."""
+    cm = uniorch.compile(_sorted_rows, target="interpret")
+    for t in (5, 7, 9, 11, 13, 7):
+        x = torch.randn(2, t)
+        torch.testing.assert_close(cm(x), _sorted_rows(x))
+    assert cm.cache_size == 3, cm.recompiles
+    assert "symbolic sizes not kept" in cm.recompiles[0], cm.recompiles
+    assert "2 sizes compiled statically before; compiled with symbolic sizes" in cm.recompiles[1], cm.recompiles
+    rep = cm.explain(torch.randn(2, 12))
+    assert rep.symbolic and rep.fallbacks, str(rep)
+
+
 def test_symbolic_kernels_take_sizes_as_arguments():
     """The kernels of a symbolic compile read the size symbols as parameters (one Triton source
     serves every size): no fallback, and the same kernels as the static compile."""

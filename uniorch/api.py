@@ -59,6 +59,12 @@ def _size_in(key, i: int, d: int) -> Optional[int]:
     return None
 
 
+# recompiles of one argument structure at new sizes, after which a symbolic compile serves the
+# sizes even where it leaves a few more ops to PyTorch (an MoE's sort of symbolic length): a
+# compile per prompt length costs seconds, an op run eagerly microseconds
+_STATIC_RECOMPILES = 1
+
+
 def _eager_ops(entry: _Entry) -> int:
     """ATen ops a compile leaves to PyTorch (size reads aside: a symbolic capture has more of them)."""
     if entry.captured is None or entry.program is None:
@@ -92,6 +98,9 @@ class CompiledModule:
         self._symbolic: list = []  # (SymbolicGuard, _Entry): compiles serving many sizes
         self._varying: dict[int, set[int]] = {}  # automatic dynamic: dims seen with two sizes
         self._rejected: dict = {}  # dims tried symbolic and not kept -> why
+        # dims whose symbolic compile left more ops to PyTorch than a static one: (guard, entry,
+        # sizes compiled statically since); once the sizes keep changing it serves them after all
+        self._held: dict = {}
         self._stale: dict = {}  # spec -> earlier compiles whose attribute values no longer hold
         self._not_one: dict = {}  # (symbol, id(entry)) whose size 1 differs from the symbolic program -> why
         self.recompiles: list[str] = []  # why each compile after the first happened, and what it became
@@ -291,7 +300,6 @@ class CompiledModule:
         None when there are none, or the capture specialized them all, or (automatic dynamic) it
         compiles fewer ops than the static compile it would replace."""
         from .runtime.guards import SymbolicGuard, every_dim, marked_dims
-        from .runtime.size_one import dims_of
 
         if self._dynamic is False:
             return None
@@ -305,7 +313,16 @@ class CompiledModule:
             return None
         tried = frozenset((i, d) for i, ds in dims.items() for d in ds)
         if tried in self._rejected:
-            return None
+            held = self._held.get(tried)
+            if held is None or held[0].check(key) is not None:
+                return None
+            guard, entry, n = held
+            if n <= _STATIC_RECOMPILES:
+                self._held[tried] = (guard, entry, n + 1)
+                return None
+            del self._held[tried], self._rejected[tried]
+            why = (f"{why}; " if why else "") + f"{n} sizes compiled statically before"
+            return self._keep_symbolic(guard, entry, dims, args, kwargs, why)
         try:
             entry = _compile_entry(self._model, args, kwargs, self._target, self._fallback, dynamic=dims,
                                    cuda_graphs=self._cuda_graphs, kernel_prefix=self.kernel_prefix, freeze=self._freeze)
@@ -324,7 +341,13 @@ class CompiledModule:
                 first = next((f.reason for f in entry.program.fallbacks), "")
                 self._rejected[tried] = (f"with symbolic sizes {mine} ATen ops run eagerly, {theirs} with static ones"
                                          + (f" (first eager op: {first.splitlines()[0][:160]})" if first else ""))
+                self._held[tried] = (guard, entry, 2)  # the first size's compile and this one's
                 return None
+        return self._keep_symbolic(guard, entry, dims, args, kwargs, why)
+
+    def _keep_symbolic(self, guard, entry: _Entry, dims, args, kwargs, why: str) -> _Entry:
+        from .runtime.size_one import dims_of
+
         entry.dynamic = dims
         # a dim seen at 1 before (batch 1, then batch 2): one compile serves both if it can
         seen_one = {sym for sym in guard.names for old in self._cache
