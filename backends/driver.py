@@ -8,9 +8,11 @@ LLVM, and an ahead-of-time bundle is just these files.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from typing import Any, Optional
 
@@ -59,13 +61,41 @@ def tb_divisibility() -> list:
     return [["tt.divisibility", 16]]
 
 
+@functools.lru_cache(maxsize=None)
+def _code_hash(cls) -> str:
+    """The backend's own code, in the cache key: a vendor who fixes a stage of their plugin gets
+    kernels compiled by the fixed stage, not the disk cache's output of the old one. uniorch's
+    backends hash the `backends` package; a plugin its top-level package (or its module)."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return ""
+    top = cls.__module__.split(".")[0]
+    if cls.__module__.startswith(__package__ + "."):
+        root = os.path.dirname(os.path.abspath(__file__))
+    elif getattr(sys.modules.get(top), "__path__", None) and getattr(sys.modules[top], "__file__", None):
+        root = os.path.dirname(os.path.abspath(sys.modules[top].__file__))
+    else:
+        root = None
+    files = ([os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith(".py")]
+             if root else [path])
+    h = hashlib.sha256()
+    for f in sorted(files):
+        try:
+            with open(f, "rb") as fh:
+                h.update(os.path.relpath(f, root or os.path.dirname(f)).encode() + b"\0" + fh.read())
+        except OSError:
+            continue
+    return h.hexdigest()[:16]
+
+
 def _key(ks, backend: Backend, options, linalg: str = "") -> str:
     import triton
 
     text = "\n".join([ks.source, linalg, repr(sorted(ks.constexprs.items())), repr(ks.signature()),
                       repr(ks.specialization), backend.name,
                       backend.arch, options.hash(), triton.__version__, type(backend).__qualname__,
-                      getattr(backend, "stages_version", ""),
+                      getattr(backend, "stages_version", ""), _code_hash(type(backend)),
                       repr(sorted(TRITON_PINNED.items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -169,7 +199,21 @@ def stage_names(backend: Backend) -> list[str]:
     """All stages this backend produces, in order: "triton", "ttir", then its own."""
     stages: dict = {}
     backend.add_stages(stages, backend.parse_options({}))
-    return list(FRONT_STAGES) + [s for s in stages if s not in FRONT_STAGES]
+    return _checked_names(backend, stages)
+
+
+def _checked_names(backend: Backend, stages: dict) -> list[str]:
+    """The stage names, refused with the plugin named where a stage would be lost or misfiled:
+    "triton"/"ttir" are the driver's own (Triton's front end ran them; a plugin's function of that
+    name never ran), and the names become file suffixes ("v/asm" wrote into a missing folder)."""
+    front = [s for s in stages if s in FRONT_STAGES]
+    bad = [s for s in stages if not (isinstance(s, str) and s.isidentifier())]
+    if front or bad:
+        why = (f"stage(s) {front} are the driver's own (it runs Triton's TTIR passes itself)" if front else
+               f"stage name(s) {bad} are not identifiers (they name the stages' files)")
+        raise BackendError(f"backend '{backend.name}' ({type(backend).__module__}.{type(backend).__qualname__}): "
+                           f"{why}; see docs/backend_guide.md, 'Stages'")
+    return list(FRONT_STAGES) + list(stages)
 
 
 def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_cache: bool = True,
@@ -181,7 +225,7 @@ def compile_kernel(ks, backend: Backend, stop_after: Optional[str] = None, use_c
     options = backend.parse_options({"num_warps": ks.num_warps, "num_stages": ks.num_stages})
     stages: dict = {}
     backend.add_stages(stages, options)
-    names = list(FRONT_STAGES) + [s for s in stages if s not in FRONT_STAGES]
+    names = _checked_names(backend, stages)
     if stop_after is not None and stop_after not in names:
         raise BackendError(f"backend '{backend.name}' has no stage '{stop_after}'; its stages: {', '.join(names)}")
     wanted = names[: names.index(stop_after) + 1] if stop_after else names

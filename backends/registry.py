@@ -6,6 +6,7 @@ or that reuses a taken name is skipped with a warning naming it; the other backe
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from importlib import metadata
@@ -88,6 +89,13 @@ def _check(name: str, cls) -> str:
         return f"its class declares name '{cls.name}' but its entry point is named '{name}'"
     if not cls.archs:
         return "it declares no architectures (Backend.archs is empty)"
+    opts = getattr(cls, "options_class", None)
+    # the driver hashes the options into its cache key and reads num_warps/num_stages from them
+    if not (isinstance(opts, type) and dataclasses.is_dataclass(opts) and opts.__dataclass_params__.frozen
+            and callable(getattr(opts, "hash", None))
+            and {"num_warps", "num_stages"} <= {f.name for f in dataclasses.fields(opts)}):
+        return (f"its options_class {getattr(opts, '__qualname__', opts)!r} is not a frozen dataclass with "
+                f"num_warps, num_stages and hash(): subclass uniorch.backends.KernelOptions")
     return ""
 
 

@@ -59,9 +59,12 @@ class CompiledKernel:
 
 
 class Launcher(Protocol):
-    """Runs one kernel: `launcher(inputs, outputs)` with torch tensors on the backend's device."""
+    """Runs one kernel: `launcher(inputs, outputs, sizes=None)` with torch tensors on the backend's
+    device. `sizes` holds the values of the kernel's size symbols (`kernel.symbols`) when it was
+    compiled with symbolic sizes (`dynamic=True`, a second batch size, training, generate), else
+    None. `launch_grid` and `tensor_args` give the grid and the arguments in both cases."""
 
-    def __call__(self, inputs: list, outputs: list) -> None: ...
+    def __call__(self, inputs: list, outputs: list, sizes: Optional[list] = None) -> None: ...
 
 
 class Backend:
@@ -174,4 +177,37 @@ def tensor_args(kernel, inputs: list, outputs: list, sizes: list | None = None) 
     return args + kernel.size_args(inputs, outputs, sizes) if getattr(kernel, "symbols", None) else args
 
 
-__all__ = ["Backend", "BackendError", "CompiledKernel", "KernelOptions", "Launcher", "tensor_args"]
+def availability(cls) -> tuple[bool, str]:
+    """(whether `cls` runs kernels here, why not): a plugin's probe that raises (its driver
+    library missing) reads as unavailable, the exception its reason, rather than escaping from
+    `uniorch.compile` or `uniorch.load`."""
+    try:
+        if cls.is_available():
+            return True, ""
+        return False, str(cls.unavailable_reason())
+    except Exception as err:  # noqa: BLE001 - the plugin's code
+        return False, f"{cls.__qualname__}'s availability check raised {type(err).__name__}: {err}"
+
+
+def torch_device(backend) -> "torch.device":
+    """The torch device a backend's kernels run on; a device type this torch does not know (an
+    accelerator whose PyTorch extension is not installed) is a BackendError naming it."""
+    import torch
+
+    try:
+        return torch.device(backend.device_type)
+    except RuntimeError as err:
+        raise BackendError(f"backend '{backend.name}' runs on device type '{backend.device_type}', which this "
+                           f"PyTorch does not know (is its PyTorch extension installed?): {err}") from None
+
+
+def launch_grid(kernel, inputs: list, outputs: list, sizes: list | None = None) -> tuple:
+    """The launch grid of one call: `kernel.grid` is an expression of the size symbols in a kernel
+    compiled with symbolic sizes (`("ceiling(s10/16)", 1, 1)`), evaluated here for this call."""
+    if getattr(kernel, "symbols", None):
+        return kernel.launch_grid(kernel.size_args(inputs, outputs, sizes))
+    return tuple(kernel.grid)
+
+
+__all__ = ["Backend", "BackendError", "CompiledKernel", "KernelOptions", "Launcher", "availability", "launch_grid",
+           "tensor_args", "torch_device"]

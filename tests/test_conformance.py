@@ -44,8 +44,37 @@ def test_example_plugin_and_interpreter_conform(tmp_path):
     assert "triton → ttir → ttir_checked → summary" in out  # the plugin's own stages ran
     totals = [line for line in out.splitlines() if line.startswith(("example:", "interpret:")) and "passed" in line]
     assert len(totals) == 2 and all("0 failed, 0 skipped" in line for line in totals), totals
-    for case in ("softmax", "matmul_bias_gelu", "embedding", "bf16_silu_mul", "int32_select"):
+    for case in ("softmax", "matmul_bias_gelu", "embedding", "bf16_silu_mul", "int32_select", "symbolic sizes"):
         assert [line for line in out.splitlines() if line.startswith("run") and case in line and "PASS" in line], case
+
+
+def test_kit_fails_a_launcher_without_sizes(tmp_path):
+    """The SDK's first launcher contract, `launcher(inputs, outputs)` and a static `ks.grid`, ran
+    every kernel of a symbolic compile (dynamic=True, a second batch size in training) eagerly,
+    and the kit passed it: it now fails it, saying what the launcher lacks."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "static_launcher_backend.py").write_text(
+        "from uniorch_example_backend import ExampleBackend\n"
+        "from uniorch.backends.sdk import tensor_args\n"
+        "class Static(ExampleBackend):\n"
+        "    name = 'static'\n"
+        "    def load(self, kernel):\n"
+        "        fn = super().load(kernel).fn\n"
+        "        def launch(inputs, outputs):\n"
+        "            fn[kernel.grid](*tensor_args(kernel, inputs, outputs), **kernel.constexprs)\n"
+        "        return launch\n")
+    info = site / "static_launcher_backend-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: static-launcher-backend\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[uniorch.backends]\nstatic = static_launcher_backend:Static\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), PLUGIN, os.environ.get("PYTHONPATH", "")]),
+               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", "--target", "static",
+                           "--cases", "softmax"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    row = [line for line in proc.stdout.splitlines() if "symbolic sizes" in line]
+    assert row and "FAIL" in row[0] and "takes no `sizes` argument" in row[0], proc.stdout
 
 
 def test_kit_fails_a_plugin_whose_stage_breaks(tmp_path):

@@ -362,18 +362,31 @@ def _major_minor(version: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+def _bundle_target(path: str, text: str):
+    """The bundle's target; a vendor no installed backend provides is named as a missing plugin."""
+    from uniorch.backends import registry
+    from uniorch.targets import TargetError, parse_target
+
+    vendor = str(text).partition(":")[0]
+    if vendor not in registry.backends():
+        raise TargetError(f"bundle {path} is compiled for target '{text}', and no installed backend provides "
+                          f"'{vendor}': install the backend plugin that registers it (entry point group "
+                          f"'{registry.GROUP}')")
+    return parse_target(text)
+
+
 def load(path: str, model: Optional[torch.nn.Module] = None, check_versions: bool = True) -> "LoadedModel":
-    from uniorch.backends.sdk import BackendError
+    from uniorch.backends.sdk import BackendError, availability, torch_device
     from uniorch.targets import parse_target
 
     path = os.fspath(path)
     manifest = read_manifest(path, check_versions)
-    target = parse_target(manifest["target"])
+    target = _bundle_target(path, manifest["target"])
     backend = target.backend
-    if not backend.is_available():
-        raise BackendError(f"bundle {path} is compiled for target '{target}', which cannot run here: "
-                           f"{backend.unavailable_reason()}")
-    device = torch.device(backend.device_type)
+    ok, why = availability(type(backend))
+    if not ok:
+        raise BackendError(f"bundle {path} is compiled for target '{target}', which cannot run here: {why}")
+    device = torch_device(backend)
     kernels = {k["name"]: k for k in manifest["kernels"]}
     root = torch.nn.Module()
     try:

@@ -258,7 +258,11 @@ def _compile_module(module, target, run, input_specs, all_nodes, timings, kernel
         with _codegen_errors(op, name, all_nodes):
             sources.append((op, name, generate(op, str(target))))
     if run:
-        backend.prepare([ks for _, _, ks in sources])
+        try:
+            backend.prepare([ks for _, _, ks in sources])
+        except Exception as err:  # noqa: BLE001 - a plugin's batch step failing: its region runs eagerly, said why
+            raise RegionError("backend", f"{type(backend).__name__}.prepare() raised {type(err).__name__}: {err}",
+                              all_nodes) from None
     for op, name, ks in sources:
         with _codegen_errors(op, name, all_nodes):
             fn = _load(op, ks, target, backend) if run else None
@@ -571,8 +575,22 @@ def _error_nodes(err: UniorchError) -> list[str]:
 def _launch(kernel: Kernel, inputs, outputs, sizes=None) -> None:
     if sizes is None:
         kernel.fn(inputs, outputs)  # the backend's Launcher
-    else:
+        return
+    try:
         kernel.fn(inputs, outputs, sizes)
+    except TypeError as err:
+        import inspect
+
+        try:
+            inspect.signature(kernel.fn).bind(inputs, outputs, sizes)
+        except (TypeError, ValueError):
+            from uniorch.backends.sdk import BackendError
+
+            # a plugin written to the SDK's first contract: say what it lacks, not Python's arity error
+            raise BackendError(f"the backend's launcher ({type(kernel.fn).__name__}) takes no `sizes` argument: a "
+                               f"kernel with symbolic sizes is launched as launcher(inputs, outputs, sizes), its grid "
+                               f"from sdk.launch_grid (docs/backend_guide.md, 'Running kernels')") from err
+        raise
 
 
 __all__ = ["compile_graph", "CompiledGraph", "KernelInfo", "RegionError"]

@@ -228,6 +228,41 @@ def check_run(rep: _Report, backend, target, cases: Iterable[Case]) -> None:
                 "; ".join(problems) or f"{len(report.kernels)} kernel(s), max rel err {worst:.1e}")
 
 
+def check_symbolic_run(rep: _Report, backend, target) -> None:
+    """Kernels compiled with symbolic sizes (dynamic=True, a second batch size in training,
+    generate) take `launcher(inputs, outputs, sizes)` and a grid computed per call: a launcher
+    written for static kernels only runs every kernel of such a model eagerly."""
+    import torch
+
+    import uniorch
+
+    device = backend.device_type
+
+    def fn(x, w):
+        return torch.softmax(x @ w, -1)
+
+    try:
+        cm = uniorch.compile(fn, target=str(target), dynamic=True)
+        problems, kernels = [], 0
+        for rows in (13, 29):
+            x, w = torch.randn(rows, 24), torch.randn(24, 40)
+            report = cm.explain(x.to(device), w.to(device))
+            if not report.symbolic or not report.kernels or report.fallbacks:
+                why = "; ".join(f"{f.op} [{f.stage}] {f.why}" for f in report.fallbacks)[:300]
+                problems.append(f"{rows} rows ran eagerly: {why or 'no symbolic kernels'}")
+                break
+            kernels = len(report.kernels)
+            with torch.no_grad():
+                err = rel_err(cm(x.to(device), w.to(device)).cpu(), fn(x, w))
+            if err > TOLERANCE[torch.float32]:
+                problems.append(f"{rows} rows: rel err {err:.2e}")
+    except Exception as err:  # noqa: BLE001
+        rep.add("run", "symbolic sizes", FAIL, _why(err))
+        return
+    rep.add("run", "symbolic sizes", FAIL if problems else PASS,
+            "; ".join(problems) or f"{kernels} kernel(s) at 13 and 29 rows, one compile")
+
+
 # -- driver ----------------------------------------------------------------------------------------
 def run(target_text: str, cases: Iterable[Case] = CASES, compile_only: bool = False) -> list[Result]:
     """All checks for one target; never raises (a failure is a FAIL row)."""
@@ -257,6 +292,7 @@ def run(target_text: str, cases: Iterable[Case] = CASES, compile_only: bool = Fa
         rep.add("run", f"all {len(cases)} cases", SKIP, "--compile-only")
     else:
         check_run(rep, backend, target, cases)
+        check_symbolic_run(rep, backend, target)
     return rep.results
 
 
