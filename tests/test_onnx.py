@@ -194,3 +194,16 @@ def test_compile_aot_of_an_onnx_model_it_cannot_compile_is_an_error():
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     with pytest.raises(OnnxError, match="needs every node compiled"):
         uniorch.compile_aot(proto, (torch.randn(3, 3),), target="interpret")
+
+
+def test_compile_aot_of_a_node_nothing_lowers_names_the_node():
+    """The error said only "lowering torch to linalg failed"; the node was in `.diagnostics`,
+    which a traceback does not show."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu_0"),
+             helper.make_node("FrobOp", ["r"], ["y"], domain="com.vendor", name="frob_1")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.vendor", 1)],
+                              ir_version=10)
+    with pytest.raises(OnnxError, match=r"at ONNX node 'frob_1' \(com.vendor.FrobOp\): no lowering for .*onnx.FrobOp"):
+        uniorch.compile_aot(proto, (torch.randn(4, 16),), target="interpret")

@@ -66,10 +66,43 @@ def load(model: Union[str, os.PathLike, Any]):
         raise OnnxError(f"{name}: invalid ONNX model: {first}") from None
     if not proto.graph.node and not proto.graph.output:
         raise OnnxError(f"{name}: the ONNX graph is empty")
+    proto = _optional_outputs_named(proto)
     try:
         return onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception as err:
         raise OnnxError(f"{name}: ONNX shape inference failed: {err}") from None
+
+
+# ops whose torch-mlir conversion reads every output the op can have: with optional ones left out
+# (Unique asked for Y only), the conversion segfaults the process
+_EVERY_OUTPUT = {"Unique": 4}
+
+
+def _optional_outputs_named(proto):
+    """The model with such ops' missing optional outputs named (unused values), on a copy."""
+    short = [n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in _EVERY_OUTPUT
+             and (len(n.output) < _EVERY_OUTPUT[n.op_type] or "" in n.output)]
+    if not short:
+        return proto
+    import onnx
+
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    taken = {v for n in proto.graph.node for v in n.output} | {v.name for v in proto.graph.input}
+    for node in proto.graph.node:
+        want = _EVERY_OUTPUT.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if want is None:
+            continue
+        names = list(node.output) + [""] * (want - len(node.output))
+        for i, v in enumerate(names):
+            if not v:
+                v = f"{node.name or node.op_type}_unused_{i}"
+                while v in taken:
+                    v += "_"
+                taken.add(v)
+                names[i] = v
+        del node.output[:]
+        node.output.extend(names)
+    return proto
 
 
 def input_specs(proto) -> list[OnnxTensorSpec]:
@@ -121,8 +154,30 @@ def to_linalg(proto, ctx):
         run_pipeline_text(module, ONNX_TO_TORCH, "converting ONNX to the torch dialect")
         run_pipeline_text(module, PIPELINES["linalg"], "lowering torch to linalg")
     except LoweringError as err:
-        raise OnnxError(str(err), err.diagnostics) from None
+        raise OnnxError(_named(str(err), err.diagnostics, proto), err.diagnostics) from None
     return module
+
+
+def _named(what: str, diagnostics, proto) -> str:
+    """A lowering failure with the ONNX node it is at (the importer locates each op at its node's
+    name) and MLIR's first message, which a traceback shows; the diagnostics hold the rest."""
+    import re
+
+    nodes = {n.name: n for n in proto.graph.node if n.name}
+    first = next(iter(diagnostics), None)
+    if first is None:
+        return what
+    found = [m for d in [first, *first.notes] for m in re.findall(r'loc\("([^"]+)"', str(d.raw_location or ""))]
+    node = next((nodes[m] for m in found if m in nodes), None)
+    said = str(first.message).splitlines()[0]
+    said = re.sub(r"^failed to legalize operation '([^']+)'.*$", r"no lowering for '\1'", said)
+    m = re.search(r'name = "([^"]+)"', str(first.message))
+    if m:
+        said += f" ({m.group(1)})"
+    if node is not None:
+        kind = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        return f"{what} at ONNX node '{node.name}' ({kind}): {said}"
+    return f"{what}: {said}"
 
 
 __all__ = ["OnnxError", "OnnxTensorSpec", "is_onnx", "load", "input_specs", "output_specs", "import_onnx", "to_linalg"]
