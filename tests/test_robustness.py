@@ -142,6 +142,23 @@ class _VmapOverWeight(torch.nn.Module):
         return torch.vmap(lambda row: self.w @ row.tanh())(x).softmax(-1)
 
 
+def test_an_unusable_cache_folder_is_named_and_kernels_still_compile(tmp_path, monkeypatch):
+    """UNIORCH_CACHE_DIR naming a file: every kernel became an eager fallback blamed on Triton's
+    front end, with no word about the cache."""
+    from uniorch import config
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("UNIORCH_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(config, "_checked", {})
+    with pytest.warns(RuntimeWarning, match="kernel cache folder .*a_file.*cannot be used: it is a file"):
+        cm = uniorch.compile(lambda x: torch.relu(x) * 3, target="interpret")
+        x = torch.randn(5, 7)
+        torch.testing.assert_close(cm(x), torch.relu(x) * 3)
+    rep = cm.explain(x)
+    assert rep.kernels and not rep.fallbacks, str(rep)
+
+
 @pytest.mark.parametrize("model,shape", [(_ThroughNumpy(), (3, 4)), (_VmapOverWeight(), (5, 8))],
                          ids=["numpy", "vmap"])
 def test_what_export_cannot_trace_runs_through_dynamo(model, shape):

@@ -39,4 +39,35 @@ def flag(name: str) -> bool:
 
 
 def cache_dir() -> str:
-    return os.environ.get("UNIORCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "uniorch")
+    wanted = os.environ.get("UNIORCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "uniorch")
+    return _usable(wanted)
+
+
+_checked: dict[str, str] = {}
+
+
+def _usable(path: str) -> str:
+    """`path` when it is (or can be made) a writable folder; else, with one warning naming it, a
+    temporary folder for this process. An unusable cache (a file at that path, no permission) made
+    every kernel an eager fallback blamed on Triton's front end, without a word about the cache."""
+    if path in _checked:
+        return _checked[path]
+    why = "it is a file, not a folder" if os.path.exists(path) and not os.path.isdir(path) else ""
+    try:
+        if not why:
+            os.makedirs(path, exist_ok=True)
+        if not why and not os.access(path, os.W_OK | os.X_OK):
+            why = "it is not writable"
+    except OSError as err:
+        why = err.strerror or str(err)
+    if why:
+        import tempfile
+        import warnings
+
+        fallback = tempfile.mkdtemp(prefix="uniorch-cache-")
+        warnings.warn(f"uniorch: the kernel cache folder {path!r} (UNIORCH_CACHE_DIR) cannot be used: {why}; "
+                      f"kernels are cached in {fallback} for this process only", RuntimeWarning, stacklevel=3)
+        _checked[path] = fallback
+    else:
+        _checked[path] = path
+    return _checked[path]
