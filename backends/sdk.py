@@ -149,6 +149,11 @@ class Backend:
         AOT bundles under handoff/<kernel>/ and by `uniorch-opt --dump-dir`); none by default."""
         return {}
 
+    def handoff_bundle_files(self, compiled: list) -> dict[str, str]:
+        """Files, by name, for a bundle's whole hand-off (under handoff/, beside each kernel's
+        folder): a build script running every kernel's remaining commands; none by default."""
+        return {}
+
     # -- running ----------------------------------------------------------------------------
     def load(self, kernel) -> Launcher:
         """A launcher for a freshly generated `KernelSource` (compile now, on this machine)."""

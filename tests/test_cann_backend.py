@@ -88,6 +88,13 @@ def test_aot_bundle_carries_the_ascend_handoff_with_linalg(tmp_path):
         assert [c["tool"] for c in manifest["done"]] == ["triton-adapter-opt"]
         adapted = (d / f"{stem}.ttadapter.mlir").read_text()
         assert f"func.func @{stem}(" in adapted and "mix_mode" in adapted and "tt.load" not in adapted
+    # one build script for the bundle (README and the load error name it; none was written), each
+    # kernel's bishengir-compile run in its folder, on the adapter's output there
+    script = (tmp_path / "b" / "handoff" / "build.sh").read_text()
+    for k in art.kernels:
+        stem = k.source.fn_name
+        assert f"(cd {k.name} && bishengir-compile {stem}.ttadapter.mlir " in script, script
+        assert (tmp_path / "b" / "handoff" / k.name / f"{stem}.ttadapter.mlir").exists()
 
 
 def _filecheck(text: str, checks: str) -> None:

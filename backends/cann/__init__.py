@@ -69,7 +69,7 @@ def _missing() -> list[str]:
             missing.append(f"a working torch_npu ({type(err).__name__}: {err})")
     # Even with everything present, this stub has no launcher: say so rather than pretend.
     missing.append("an NPU launcher in uniorch (the cann backend is a hand-off stub: build the bundle's "
-                   "kernels with build.sh and launch them with triton-ascend)")
+                   "kernels with handoff/build.sh and launch them with triton-ascend)")
     return missing
 
 
@@ -108,6 +108,10 @@ class CannBackend(Backend):
     def handoff_files(self, compiled, linalg: str = "") -> dict:
         """The files of one kernel's hand-off, by name (for AOT bundles and --dump-dir)."""
         return handoff.kernel_files(compiled, linalg)
+
+    def handoff_bundle_files(self, compiled: list) -> dict:
+        """`build.sh` for a bundle: each kernel's bishengir-compile commands, in its folder."""
+        return {"build.sh": handoff.build_script(compiled, {ck.name: ck.name for ck in compiled})} if compiled else {}
 
     def load(self, kernel) -> Launcher:
         raise BackendError(f"target 'cann:{self.arch}' cannot run kernels: {self.unavailable_reason()}")

@@ -154,15 +154,21 @@ def kernel_files(ck, linalg: str = "") -> dict[str, str]:
     return files
 
 
-def build_script(kernels: Iterable) -> str:
-    """`build.sh`: every kernel's commands in order, run where the bundle lies."""
+def build_script(kernels: Iterable, folders: Optional[dict] = None) -> str:
+    """`build.sh`: every kernel's commands in order, run where the script lies; `folders` maps a
+    kernel's name to the folder beside the script holding its files (an AOT bundle's
+    `handoff/<kernel>/`), else they lie beside it."""
     lines = ["#!/usr/bin/env bash",
              "# Builds every kernel of this bundle with the CANN toolkit's bishengir-compile (on PATH:",
              "# source the toolkit's set_env.sh first). triton-adapter-opt already ran: its output is",
              "# each kernel's .ttadapter.mlir.",
              "set -euo pipefail", 'cd "$(dirname "$0")"']
     for ck in kernels:
-        lines += [f"# {ck.name}"] + [c["shell"] for c in json.loads(ck.asm["handoff"])["commands"]]
+        shells = [c["shell"] for c in json.loads(ck.asm["handoff"])["commands"]]
+        folder = (folders or {}).get(ck.name)
+        if folder:
+            shells = [f"(cd {shlex.quote(folder)} && {cmd})" for cmd in shells]
+        lines += [f"# {ck.name}"] + shells
     return "\n".join(lines) + "\n"
 
 

@@ -106,6 +106,9 @@ def save(art, path: str) -> str:
             asm = {s: o for s, o in sk.asm.items() if s in keep} if keep else sk.asm
             entry["specialized"] = _kernel_files(files, f"{k.name}.specialized", asm, sk.metadata, sk.source)
         kernels.append(entry)
+    compiled = [k.compiled for k in art.kernels if k.compiled is not None]
+    for fname, text in backend.handoff_bundle_files(compiled).items():
+        files[f"handoff/{fname}"] = text
     inputs = _input_specs(captured)
     for spec in inputs:
         if spec["kind"] != "user" and any(isinstance(d, str) for d in spec["shape"]):
