@@ -16,6 +16,7 @@ from uniorch.tools import opt
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck", "Inputs")
 MM_RELU = os.path.join(INPUTS, "mm_relu.mlir")
+MM_SOFTMAX = os.path.join(INPUTS, "mm_softmax.mlir")
 
 GOOD = """\
 func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
@@ -105,6 +106,67 @@ def test_split_input_file_output_and_lines(tmp_path):
     assert run(src)[2].startswith(f"{src}:10:25: error:")
 
 
+def test_split_input_file_prints_the_chunks_beside_a_failing_one(tmp_path):
+    """As mlir-opt: every chunk that goes through is printed, the failing one's diagnostic beside them."""
+    src = write(tmp_path, "cases.mlir", GOOD + "// -----\n" + MALFORMED + "// -----\n" + GOOD.replace("@f", "@g"))
+    code, out, err = run(src, "--split-input-file")
+    assert code == 1
+    assert err.startswith(f"{src}:6:25: error: expected ':'"), err
+    assert "@f" in out and "@g" in out and out.count("// -----") == 2
+    # a file is still written only when every chunk succeeded
+    dest = tmp_path / "out.mlir"
+    assert run(src, "--split-input-file", "-o", dest)[:2] == (1, "")
+    assert not dest.exists()
+
+
+def test_pipeline_schedules_for_the_target():
+    """`-p ...,uniorch-schedule` schedules for --target, as `--emit scheduled` does (it took the interpreter's)."""
+    def kernels(*argv):
+        code, out, err = run(MM_SOFTMAX, "--target", "cuda:sm_80", *argv)
+        assert code == 0, err
+        return [line.strip() for line in out.splitlines() if "func.func private @k" in line]
+
+    piped = kernels("-p", "uniorch-torch-to-linalg,uniorch-preprocess,uniorch-fuse,uniorch-schedule")
+    assert piped and piped == kernels("--emit", "scheduled")
+    interpret = kernels("--emit", "linalg", "-p", "uniorch-preprocess,uniorch-fuse,uniorch-schedule{target=interpret}")
+    assert piped != interpret
+
+
+def test_scheduled_input_keeps_its_kernels(tmp_path):
+    """uniorch-opt's own scheduled output as input: its kernels, not the launch plan's calls fused again."""
+    sched = tmp_path / "s.mlir"
+    assert run(MM_SOFTMAX, "--emit", "scheduled", "-o", sched)[0] == 0
+    code, out, err = run(sched, "--emit", "triton")
+    assert code == 0, err
+    assert [line.split(" (")[0] for line in out.splitlines() if line.startswith("# =====")] == \
+        ["# ===== k0_contraction", "# ===== k1_reduction"]
+    code, out, err = run(sched, "--emit", "scheduled")
+    assert code == 0, err
+    assert out.count("func.func private @k") == 2 and "pointwise" not in out
+    code, out, err = run(sched, "--dump-dir", tmp_path / "dump")
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path / "dump")) == ["k0_contraction", "k1_reduction", "module.scheduled.mlir"]
+    code, out, err = run(sched, "--emit", "fused")
+    assert code == 1 and out == ""
+    assert err.startswith(f"{sched}:1:1: error: --emit fused: the input is already at stage 'scheduled'"), err
+
+
+def test_unlowered_aten_op_is_named(tmp_path):
+    src = write(tmp_path, "eig.mlir", """\
+        func.func @f(%a: !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4],complex<f32>> {
+          %0:2 = torch.operator "torch.aten.linalg_eig"(%a) : (!torch.vtensor<[4,4],f32>)
+              -> (!torch.vtensor<[4],complex<f32>>, !torch.vtensor<[4,4],complex<f32>>)
+          return %0#0 : !torch.vtensor<[4],complex<f32>>
+        }
+        """)
+    code, out, err = run(src, "--emit", "linalg")
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{src}:2:10: error: failed to legalize operation 'torch.operator'"), err
+    assert lines[1] == (f"{src}:2:10: note: aten.linalg_eig has no lowering to linalg; "
+                        "uniorch.compile runs it in PyTorch")
+
+
 def test_debuginfo_names_the_input_file(tmp_path):
     src = write(tmp_path, "f.mlir", GOOD)
     code, out, err = run(src, "--mlir-print-debuginfo")
@@ -169,6 +231,20 @@ ERRORS = {
     "missing factory": ([os.path.join(INPUTS, "mlp.py") + ":build"], "has no function 'build' (functions defined there: MLP, make)"),
     "factory raises": ([os.path.join(INPUTS, "factory_raises.py")], "factory_raises.py:6:5: error: while running"),
     "shape error": ([os.path.join(INPUTS, "shape_error.py") + ":make"], "shape_error.py:13:16: error: capturing the model"),
+    "dump-dir is a file": ([MM_RELU, "--dump-dir", MM_RELU],
+                           f"could not create dump directory '{MM_RELU}': File exists"),
+    "dump-dir under a file": ([MM_RELU, "--dump-dir", os.path.join(MM_RELU, "d")],
+                              f"could not create dump directory '{os.path.join(MM_RELU, 'd')}': Not a directory"),
+    "schedule target unknown": ([MM_SOFTMAX, "-p", "uniorch-schedule{target=bogus}"],
+                                "pass 'uniorch-schedule' option 'target': unknown target 'bogus'; known targets: auto"),
+    "schedule arch unknown": ([MM_SOFTMAX, "-p", "uniorch-schedule{target=cuda:sm_99}"],
+                              "option 'target': unknown cuda architecture 'sm_99'"),
+    "a variant before sm_90": ([MM_RELU, "--target", "cuda:sm_80a"],
+                               "--target: unknown cuda architecture 'sm_80a'; known:"),
+    "print-ir pass not run": ([MM_RELU, "-p", "func.func(cse)", "--print-ir-before=csee"],
+                              "--print-ir-before=csee: no pass 'csee' in the pipeline; its passes: func.func(cse)"),
+    "print-ir no pipeline": ([MM_RELU, "--print-ir-after=cse"], "--print-ir-after=cse: no pass 'cse' in the pipeline; "
+                             "its passes: none"),
 }
 
 

@@ -6,7 +6,8 @@
 
 INPUT is a .mlir file, `-` for stdin, a `.onnx` model, or `model.py:factory` where factory()
 returns (model, example_args[, example_kwargs]). The input is brought to `--emit`'s stage (a Python model
-defaults to linalg, MLIR text stays as it is), then the pipeline runs, then the module is printed.
+defaults to linalg, MLIR text stays as it is), then the pipeline runs, then the module is printed. A
+scheduled input (kernels outlined: `--emit scheduled` output, a bundle) keeps its kernels.
 
 Stages: torch, linalg, fused, scheduled print the module; every later stage is per kernel, for
 `--target` (default interpret): triton, ttir, then the target's backend's own stages, e.g.
@@ -125,9 +126,28 @@ def main(argv: Optional[list[str]] = None, stdout: TextIO | None = None, stderr:
         return 1
 
 
+_ILLEGAL = re.compile(r"failed to legalize operation '(torch\.[\w.]+)'")
+_OPERATOR = re.compile(r'"torch\.operator"\([^)]*\) <\{name = "torch\.([\w.]+)"')
+
+
 def _report(diags: list[Diagnostic], stderr: TextIO) -> None:
     for d in diags:
+        _explain_unlowered(d)
         print(d.render() if d.file or d.severity != "error" else f"uniorch-opt: {d.render()}", file=stderr)
+
+
+def _explain_unlowered(d: Diagnostic) -> None:
+    """Names the ATen op behind MLIR's "failed to legalize operation 'torch.operator'": torch-mlir
+    imports an op it has no definition of as that generic op, whose name alone says nothing."""
+    m = _ILLEGAL.search(d.message) if d.severity == "error" else None
+    if m is None:
+        return
+    op = _OPERATOR.search(d.message)
+    name = op.group(1) if m.group(1) == "torch.operator" and op else m.group(1).removeprefix("torch.")
+    if name == "operator":
+        return
+    d.notes.insert(0, Diagnostic(f"{name} has no lowering to linalg; uniorch.compile runs it in PyTorch",
+                                 severity="note", file=d.file, line=d.line, col=d.col))
 
 
 def _run(args, stdout: TextIO, stderr: TextIO) -> int:
@@ -171,8 +191,15 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
         elements = parse_pipeline(args.pass_pipeline, ctx) if args.pass_pipeline else []
     except PipelineError as err:
         raise CliError(Diagnostic(f"--pass-pipeline: {err}")) from None
+    elements = [_check_target_option(e) for e in elements]
 
     per_kernel = args.emit is not None and args.emit not in MODULE_STAGES
+    stage = None
+    if args.emit in ("fused", "scheduled") or per_kernel:
+        stage = "fused" if args.emit == "fused" else "scheduled"
+    _check_print_ir(inst, elements, stage, target, ctx)
+    if args.dump_dir:
+        _make_dir(args.dump_dir)  # before any compile work: a bad DIR is the user's, and found at once
     outputs, blobs, diags = [], [], []
     chunks = _chunks(args, ctx, timing)
     for i, chunk in enumerate(chunks):
@@ -181,9 +208,9 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
             if args.dump_dir:
                 where = args.dump_dir if len(chunks) == 1 else os.path.join(args.dump_dir, f"split-{i}")
                 _dump(module, where, target, chunk, ctx, timing)
-            if args.emit in ("fused", "scheduled") or per_kernel:
-                _kernel_stage(module, "fused" if args.emit == "fused" else "scheduled", target, chunk, timing, inst)
-            _run_pipeline(module, elements, inst, args, chunk)
+            if stage is not None:
+                _to_stage(module, stage, target, chunk, timing, inst)
+            _run_pipeline(module, elements, inst, target, chunk)
             if args.emit in KERNEL_TEXT_STAGES:
                 outputs.append(_kernel_text(module, args.emit, target, chunk, timing))
             elif per_kernel:
@@ -194,10 +221,15 @@ def _run(args, stdout: TextIO, stderr: TextIO) -> int:
                 outputs.append(module.operation.get_asm(enable_debug_info=args.debuginfo))
         except CliError as err:
             diags.extend(err.diags)
+            outputs.append("")  # the failing chunk's place, as mlir-opt keeps it between the markers
     _report(diags, stderr)
     if timing is not None:
         print(timing.report(), file=stderr)
     if diags:
+        # mlir-opt prints the chunks that went through beside the failing ones' diagnostics; a file
+        # (-o) is still written only when everything succeeded
+        if len(chunks) > 1 and args.output == "-" and any(outputs):
+            _write("-", ("\n" + SPLIT_MARKER + "\n").join(outputs), stdout)
         return 1
     if blobs and args.output != "-":
         _write_binary(args.output, args.emit, blobs)
@@ -216,6 +248,13 @@ def _backend_stage(module, stage, target, timing):
             raise CliError(Diagnostic(str(err))) from None
 
 
+def _make_dir(folder: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise CliError(Diagnostic(f"could not create dump directory '{folder}': {err.strerror}")) from None
+
+
 def _dump(module, folder, target, chunk, ctx, timing) -> None:
     """The chunk's compilation for `target`, every stage, into `folder` (from a copy of the module)."""
     from uniorch.ir.context import parse_module
@@ -228,20 +267,42 @@ def _dump(module, folder, target, chunk, ctx, timing) -> None:
 
     with _timed(timing, "dump"):
         linalg = copy()
-        try:
-            lower(linalg, "linalg")
-        except LoweringError as err:
-            raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
-        texts = {"linalg": str(linalg)}
-        fused = parse_module(str(linalg), ctx)
-        _kernel_stage(fused, "fused", target, chunk, None)
-        texts["fused"] = str(fused)
-        _kernel_stage(linalg, "scheduled", target, chunk, None)
-        texts["scheduled"] = str(linalg)
+        if _is_scheduled(linalg):  # fusing its launch plan again would invent kernels of func.calls
+            texts = {"scheduled": str(linalg)}
+        else:
+            try:
+                lower(linalg, "linalg")
+            except LoweringError as err:
+                raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
+            texts = {"linalg": str(linalg)}
+            fused = parse_module(str(linalg), ctx)
+            _kernel_stage(fused, "fused", target, chunk, None)
+            texts["fused"] = str(fused)
+            _kernel_stage(linalg, "scheduled", target, chunk, None)
+            texts["scheduled"] = str(linalg)
+        _make_dir(folder)
         try:
             kernel_stages.dump(folder, texts, linalg, target)
         except UniorchError as err:
             raise CliError(Diagnostic(str(err))) from None
+        except OSError as err:
+            raise CliError(Diagnostic(f"could not write '{err.filename}' in dump directory '{folder}': "
+                                      f"{err.strerror}")) from None
+
+
+def _is_scheduled(module) -> bool:
+    """Whether the module's kernels are outlined already (uniorch-opt's, or a bundle's, scheduled MLIR)."""
+    return any(op.operation.name == "func.func" and "uniorch.kernel" in op.operation.attributes
+               for op in module.body.operations)
+
+
+def _to_stage(module, stage, target, chunk, timing, inst) -> None:
+    """Brings a linalg module to `fused` or `scheduled`; a scheduled one keeps the kernels it has."""
+    if not _is_scheduled(module):
+        _kernel_stage(module, stage, target, chunk, timing, inst)
+    elif stage == "fused":
+        raise CliError(Diagnostic("--emit fused: the input is already at stage 'scheduled' (its kernels are "
+                                  "outlined), past 'fused'", file=chunk.name, line=chunk.line_offset + 1, col=1))
 
 
 def _write_binary(path: str, stage: str, blobs: list[tuple[str, bytes]]) -> None:
@@ -282,11 +343,63 @@ def _names(values: list[str]) -> set[str]:
     return {n.strip() for v in values for n in v.split(",") if n.strip()}
 
 
-def _run_pipeline(module, elements, inst, args, chunk) -> None:
-    from uniorch.passes import PassContext, run_pipeline
+def _check_print_ir(inst, elements, stage, target, ctx) -> None:
+    """--print-ir-before/after must name a pass that runs: a typo would otherwise print nothing."""
+    from uniorch.passes import parse_pipeline
+
+    if not (inst.print_before or inst.print_after):
+        return  # nor import the stage pipelines (torch) before a missing input is reported
+    steps = list(elements)
+    if stage is not None:
+        from uniorch.runtime.compiler import PIPELINES
+
+        steps = parse_pipeline(PIPELINES[stage].format(target=target), ctx) + steps
+    runs = set().union(*(e.names for e in steps))
+    labels = ", ".join(dict.fromkeys(e.label for e in steps)) or "none (give one with -p, or --emit fused or later)"
+    for flag, names in (("--print-ir-before", inst.print_before), ("--print-ir-after", inst.print_after)):
+        missing = sorted(names - runs)
+        if missing:
+            raise CliError(Diagnostic(f"{flag}={missing[0]}: no pass '{missing[0]}' in the pipeline; "
+                                      f"its passes: {labels}"))
+
+
+def _check_target_option(element):
+    """A uniorch pass's `target=` option parses as --target does (the pass would take any string)."""
+    import dataclasses
+
+    from uniorch.passes.pipeline import Element
+    from uniorch.targets import TargetError, parse_target
+
+    pass_ = element.uniorch
+    if pass_ is None or not getattr(pass_, "target", ""):
+        return element
+    try:
+        target = parse_target(pass_.target)
+    except TargetError as err:
+        raise CliError(Diagnostic(f"--pass-pipeline: pass '{pass_.name}' option 'target': {err}")) from None
+    return Element(element.text, dataclasses.replace(pass_, target=str(target)))
+
+
+def _pass_context(elements, inst, target):
+    """What `-p`'s passes see: --target (a pass's own `target=` wins), and for uniorch-schedule the
+    float32 dot precision `--emit scheduled` would stamp, so both print the same schedules."""
+    from uniorch.passes import PassContext
+
+    pctx = PassContext(out=inst.out, target=str(target))
+    scheds = [e.uniorch for e in elements if e.uniorch is not None and e.uniorch.name == "uniorch-schedule"]
+    if scheds:
+        from uniorch.runtime.compiler import fp32_precisions
+        from uniorch.targets import parse_target
+
+        pctx.fp32_dots = fp32_precisions(parse_target(scheds[0].target or target))
+    return pctx
+
+
+def _run_pipeline(module, elements, inst, target, chunk) -> None:
+    from uniorch.passes import run_pipeline
 
     try:
-        run_pipeline(module, elements, PassContext(out=inst.out), inst)
+        run_pipeline(module, elements, _pass_context(elements, inst, target), inst)
     except LoweringError as err:
         raise CliError(rebase(err.diagnostics or [Diagnostic(str(err))], chunk.name)) from None
     except UniorchError as err:

@@ -97,9 +97,11 @@ def parse_target(text: str | Target) -> Target:
 
 
 def require_runnable(target: Target) -> None:
-    cls = _backends()[target.vendor]
-    if not cls.is_available():
-        raise TargetError(f"target '{target}' cannot run kernels here: {cls.unavailable_reason()}; "
+    from uniorch.backends.sdk import availability
+
+    ok, why = availability(_backends()[target.vendor])
+    if not ok:
+        raise TargetError(f"target '{target}' cannot run kernels here: {why}; "
                           f"use uniorch.compile_aot to build for it without a device, or target='interpret'")
 
 

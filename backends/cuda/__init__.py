@@ -14,7 +14,9 @@ class CudaBackend(TritonGPUBackend):
     archs = ("sm_90", "sm_80", "sm_89")
     # the processors Triton's LLVM and ptxas take: another number (sm_99) aborted the process
     # inside LLVM ("Cannot select: intrinsic %llvm.nvvm.bar.warp.sync") instead of an error
-    arch_pattern = r"sm_(75|80|86|87|89|90|100|101|103|110|120|121)a?"
+    # NVIDIA's arch-specific `a` variants begin with Hopper: Triton reads only the digits, and
+    # built plain sm_80 for sm_80a
+    arch_pattern = r"sm_(75|80|86|87|89)|sm_(90|100|101|103|110|120|121)a?"
     warp_size = 32
     binary_stage = "cubin"
     device_type = "cuda"

@@ -3,6 +3,8 @@
 // RUN: not uniorch-opt %s --split-input-file 2>&1 | FileCheck %s
 // RUN: not uniorch-opt %s --split-input-file -p uniorch-verify-linalg 2>&1 | FileCheck %s --check-prefixes=CHECK,PASS
 // RUN: not uniorch-opt %s 2>&1 | FileCheck %s --check-prefix=WHOLE
+// As mlir-opt, the chunks that go through are printed beside the failing ones' diagnostics.
+// RUN: not uniorch-opt %s --split-input-file 2>/dev/null | FileCheck %s --check-prefix=OUT
 
 // CHECK-NOT: Traceback
 // WHOLE-NOT: Traceback
@@ -38,3 +40,12 @@ func.func @torch_left(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
 }
 // CHECK-NOT: error
 // CHECK-NOT: Traceback
+
+// OUT: func.func @ok(
+// OUT-NEXT: return
+// OUT: // -----
+// OUT: // -----
+// OUT: // -----
+// OUT-NEXT: module {
+// OUT-NEXT: func.func @torch_left(
+// OUT-NOT: // -----
