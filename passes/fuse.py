@@ -42,6 +42,7 @@ from torch_mlir import ir
 
 from uniorch.codegen import patterns as pat
 from uniorch.codegen.domain import VIEW_OPS, Layout, is_unit_view
+from uniorch.ir import dims
 
 from .base import Pass, PassContext
 from .fuse_common import DOMAIN, GROUP, KIND, TILE_STAT, _Group, _i64, _moves_or_widens, _rounds, _size_attr, _static, _widens
@@ -137,7 +138,7 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
         for o in [o.operation for o in self.block.operations]:
             if o.name == "tm_tensor.scan" and _static(o):
                 self.scan_group(o, "scan")
-            elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o):
+            elif o.name in ("tm_tensor.sort", "tm_tensor.topk") and _static(o) and _sorted_length_known(o):
                 self.scan_group(o, "sort")
             elif o.name == "tm_tensor.scatter" and _static(o):
                 self.take_scatter_operands(self.new_group("scatter", o), o)
@@ -705,7 +706,7 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
                 dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
                 par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
             elif g.kind == "sort":  # rows of the sorted dim (the input's: topk keeps fewer)
-                shape = list(ir.RankedTensorType(anchor.operands[0].type).shape)
+                shape = dims.shape(anchor.operands[0])
                 dim = ir.IntegerAttr(anchor.attributes["dimension"]).value
                 par, red = shape[:dim] + shape[dim + 1:], [shape[dim]]
             elif g.kind == "scatter":  # one lane per update element
@@ -720,6 +721,13 @@ class _Fusion(DependencyGraph, FactorJoins, WindowJoins, ScatterJoins):
                 "reduction": ir.ArrayAttr.get([_size_attr(s) for s in red]),
             })
             anchor.attributes[KIND] = ir.StringAttr.get(g.kind)
+
+
+def _sorted_length_known(op) -> bool:
+    """A sort kernel holds each row in one block: the sorted dim must be a number (the rows may be
+    of symbolic count: a router's topk over a symbolic number of tokens)."""
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    return ir.RankedTensorType(op.operands[0].type).shape[dim] >= 0
 
 
 def _factor_only(x) -> bool:

@@ -35,7 +35,7 @@ class _Group:
 
 # ops whose `?` dims kernels can take as size arguments (the rest stay out of kernels)
 _SYMBOLIC_OK = ("linalg.generic", "tensor.concat", "tm_tensor.scan", "tm_tensor.scatter", "tensor.pad",
-                "tensor.insert_slice")
+                "tensor.insert_slice", "tm_tensor.sort", "tm_tensor.topk")
 
 
 def _i64(v: int):

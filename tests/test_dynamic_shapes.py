@@ -210,6 +210,27 @@ def test_sizes_that_keep_changing_take_a_symbolic_compile_with_more_eager_ops():
     assert rep.symbolic and rep.fallbacks, str(rep)
 
 
+def _route(x, w):
+    probs = torch.softmax(x @ w, -1)
+    top, experts = torch.topk(probs, 2, dim=-1)
+    order, _ = torch.sort(x, dim=-1, descending=True)
+    return top / top.sum(-1, keepdim=True), experts, order[:, :3]
+
+
+def test_a_routers_topk_over_a_symbolic_number_of_tokens_is_a_kernel():
+    """An MoE router's topk over its experts, for a symbolic number of tokens: sort kernels took
+    only static shapes, so the topk ran eagerly and the symbolic compile was set aside."""
+    cm = uniorch.compile(_route, target="interpret")
+    w = torch.randn(16, 8)
+    for t in (5, 9, 13, 3):
+        x = torch.randn(t, 16)
+        for got, want in zip(cm(x, w), _route(x, w)):
+            torch.testing.assert_close(got, want)
+    assert cm.cache_size == 2 and "compiled with symbolic sizes" in cm.recompiles[0], cm.recompiles
+    rep = cm.explain(torch.randn(7, 16), w)
+    assert rep.symbolic and not rep.fallbacks and sum(k.kind == "sort" for k in rep.kernels) == 2, str(rep)
+
+
 def test_symbolic_kernels_take_sizes_as_arguments():
     """The kernels of a symbolic compile read the size symbols as parameters (one Triton source
     serves every size): no fallback, and the same kernels as the static compile."""

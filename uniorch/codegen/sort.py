@@ -22,15 +22,15 @@ argument, and fills of its other operands (the index iota, topk's initial values
 """
 from __future__ import annotations
 
-import math
-
 from torch_mlir import ir
+
+from uniorch.ir import dims
 
 from . import body as B
 from . import patterns as pat
-from .scan import _cdiv, _next_pow2, _sched_from_attr, _shape
-from .rows import row_coords, row_params
-from .source import CodegenError, KernelSource
+from .scan import _next_pow2, _row_coords, _sched_from_attr, _shape
+from .rows import row_params
+from .source import CodegenError, KernelSource, symbol_dims
 
 ROW_MAX = 8192  # longest row sorted in one block on a GPU (32-bit keys); 64-bit keys: half
 # Triton's interpreter runs a block as NumPy arrays, the cpu target in memory, neither with a
@@ -59,6 +59,8 @@ class _Sort:
         op = self.op = sorts[0]
         self.topk = op.name == "tm_tensor.topk"
         self.args = list(blk.arguments)
+        if dims.has_symbols(self.func):  # `index` arguments only size the outputs' tensor.empty
+            self.args = [a for a in self.args if isinstance(a.type, ir.ShapedType)]
         operands = list(op.operands)
         if self.topk and len(operands) != 3:
             raise CodegenError(op, "topk with input indices")
@@ -69,12 +71,17 @@ class _Sort:
         if self.input is None:
             raise CodegenError(op, "the sorted tensor is not a kernel argument")
         self.dim = ir.IntegerAttr(op.attributes["dimension"]).value
-        self.shape = _shape(src)
+        # the rows may be of symbolic count (a router's topk over a symbolic number of tokens); the
+        # sorted length is a block's and must be a number
+        self.shape = dims.shape(src)
+        if not dims.is_static(self.shape[self.dim]):
+            raise CodegenError(op, f"a sort along a dim of symbolic length ({self.shape[self.dim]}): one block "
+                                   f"holds a row, and its size must be known when the kernel is compiled")
         self.ty = B.elem_name(src.type)
         if self.ty not in B.FLOATS + _INTS:
             raise CodegenError(op, f"sort of element type {self.ty}")
-        self.n = self.shape[self.dim]
-        self.k = _shape(op.results[0])[self.dim]  # columns written: n (sort) or k (topk)
+        self.n = int(self.shape[self.dim])
+        self.k = int(dims.shape(op.results[0])[self.dim])  # columns written: n (sort) or k (topk)
         self.order = self._order()
         # where result indices come from: the lane (an iota fill, topk), or a gather from an argument
         self.index_src = None
@@ -97,7 +104,10 @@ class _Sort:
             self.results.append(j)
         self.res_types = [B.elem_name(op.results[j].type) for j in self.results]
         self.outer = [s for d, s in enumerate(self.shape) if d != self.dim]
-        self.rows = math.prod(self.outer) if self.outer else 1
+        self.rows = dims.prod(self.outer) if self.outer else 1
+        shapes = [dims.shape(a) for a in self.args] + [dims.shape(op.results[j]) for j in self.results]
+        self.symbols = dims.kernel_symbols(self.func, shapes)
+        self.symbol_dims = symbol_dims(self.func, self.symbols, shapes)
 
     def _arg_index(self, v):
         return next((i for i, a in enumerate(self.args) if a == v), None)
@@ -184,13 +194,14 @@ def choose_schedule(kernel_func, target: str) -> dict:
     if block_r > limit:
         raise CodegenError(s.op, f"row of {s.n} is longer than one block ({limit}); sorting it runs eagerly")
     budget = 16384 if interp else 4096
-    block_p = max(1, min(_next_pow2(s.rows), budget // block_r, 1024 if interp else 64))
+    rows = dims.hinted(s.rows, dims.hints(s.func))  # a symbolic count: tiles for the capture's
+    block_p = max(1, min(_next_pow2(rows), budget // block_r, 1024 if interp else 64))
     elems = block_p * block_r
     warps = 8 if elems >= 4096 else 4 if elems >= 512 else 2 if elems >= 128 else 1
     if (target or "").startswith("rocm"):
         warps = max(1, warps // 2)
     return {"block_p": block_p, "block_r": block_r, "block_k": 0, "num_warps": warps, "num_stages": 1,
-            "looped": False, "grid": [_cdiv(s.rows, block_p), 1, 1]}
+            "looped": False, "grid": [dims.grid_entry(dims.cdiv(s.rows, block_p)), 1, 1]}
 
 
 # the compare-exchange step every sort kernel carries. Only builtins: a tl.reduce with our own
@@ -267,7 +278,8 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
     ranks = [len(_shape(a)) for a in s.args]
     out_ranks = [len(s.shape)] * len(s.results)
     params = row_params(ranks, out_ranks)
-    outer_dims, coords = row_coords(len(s.shape), s.dim, s.outer)
+    params[-2:-2] = s.symbols  # size symbols after the tensors, before the constexprs
+    outer_dims, coords = _row_coords(len(s.shape), s.dim, s.outer)
 
     def offset(prefix, i, col) -> str:
         terms = [f"c{d} * {prefix}{i}_s{d}" for d in outer_dims] + [f"{col} * {prefix}{i}_s{s.dim}"]
@@ -283,7 +295,7 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
         "@jit", f"def {fn}({', '.join(params)}):",
         f"    # {what} along dim {s.dim} of {s.shape} ({s.ty}), {s.k} of {s.n} columns kept; at {s.op.location}",
         "    rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]",
-        f"    row_mask = rows < {s.rows}",
+        f"    row_mask = rows < {dims.code(s.rows)}",
     ]
     lines += [f"    c{d} = {coords[d]}" for d in outer_dims]
     lines += [
@@ -308,5 +320,7 @@ def generate_sort(kernel_func, target: str, schedule: dict | None = None) -> Ker
             val = f"idx.to({B.tl_type(s.res_types[j])})"
         lines.append(f"    tl.store({dst}, {val}, mask=out_mask)")
     source = "\n".join(lines) + "\n"
-    return KernelSource(s.name, fn, source, ranks, out_ranks, (_cdiv(s.rows, block_p),),
-                        {"BLOCK_P": block_p, "BLOCK_R": block_r}, int(sched.get("num_warps", 4)), 1)
+    grid = sched.get("grid") or [dims.grid_entry(dims.cdiv(s.rows, block_p))]
+    return KernelSource(s.name, fn, source, ranks, out_ranks, (grid[0],),
+                        {"BLOCK_P": block_p, "BLOCK_R": block_r}, int(sched.get("num_warps", 4)), 1,
+                        symbols=s.symbols, symbol_dims=s.symbol_dims)

@@ -504,7 +504,8 @@ def _op_result_dims(op, r: int) -> list[Size]:
     if name == "tensor.empty":
         dyn = iter(op.operands)
         return [s if s >= 0 else index_value(next(dyn)) for s in static]
-    if name.startswith("linalg.") or name in ("tm_tensor.scan", "tm_tensor.scatter"):
+    if name.startswith("linalg.") or name in ("tm_tensor.scan", "tm_tensor.scatter", "tm_tensor.sort",
+                                              "tm_tensor.topk"):
         outs = list(op.operands)[len(op.operands) - len(op.results):]
         return shape(outs[r])
     if name == "tensor.concat":
