@@ -1,6 +1,8 @@
 """uniorch-fuse: which ops share a kernel (docs/kernels.md §2). Structural checks on captured
 functions and hand-written IR, plus end-to-end numerics of fused graphs (every group generated and
 run in Triton's interpreter, compared with eager on fresh random inputs)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -145,6 +147,17 @@ def test_broadcast_chain_grows_domain():
     fused = _numerics(lambda a, b: torch.tanh(a[:, None] * 2.0) + b, (torch.randn(5), torch.randn(5, 7)))
     assert fused.kinds == {0: "pointwise"}
     assert sorted(fused.domains[0][0]) == [5, 7]
+
+
+def test_ops_sharing_only_an_iota_keep_their_own_domains():
+    """A replicate pad and a linear interpolate of one tensor share the gathers' batch iotas: they
+    became one kernel over the product of both domains ([2, 8, 250, 12, 14]), 10x the work of
+    both together (with an adaptive pool beside them, 75M iterations and 5 s a call)."""
+    def f(h):
+        return F.pad(h, (2, 2, 1, 1), mode="replicate"), F.interpolate(h.flatten(2), scale_factor=2.5, mode="linear")
+    fused = _numerics(f, (torch.randn(2, 8, 10, 10),))
+    points = {g: math.prod(par) * math.prod(red) for g, (par, red) in fused.domains.items()}
+    assert max(points.values()) <= 2 * 8 * 250, fused.domains  # the interpolation's own output
 
 
 def test_cheap_producer_is_duplicated_per_consumer_group():

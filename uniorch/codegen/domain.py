@@ -10,6 +10,8 @@ groups codegen can lay out.
 """
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 
 from dataclasses import dataclass, field
@@ -580,6 +582,8 @@ class Layout:
             return loops
         domain = self._pending_domain
         old = self.domain
+        if allow_growth and self._redundant(domain, op):
+            return "the domain would grow past every op's own loops (ops sharing only a cheap producer)"
         self.domain = domain
         err = self.check(op, loops)
         if err:
@@ -587,6 +591,23 @@ class Layout:
             return err
         self.loops[pat.op_of(op)] = loops
         return None
+
+    def _redundant(self, domain, op) -> bool:
+        """Whether a grown domain has more points than any op's own loops: ops sharing only a cheap
+        producer (an iota of the batch) but each with loops of its own (a pad's rows and columns,
+        an interpolation's output length) made one kernel over the product of all of them: 75M
+        iterations for 9k elements written. A broadcasting consumer grows the domain to its own
+        loops, which this keeps."""
+        if len(domain.sizes) <= len(self.domain.sizes):
+            return False
+        widest = 0
+        for o in [*self.loops, pat.op_of(op)]:
+            sizes = self.info(o).sizes
+            if not all(isinstance(n, int) for n in sizes):
+                return False
+            widest = max(widest, math.prod(sizes))
+        points = [domain.sizes[d] for d in range(len(domain.sizes))]
+        return all(isinstance(n, int) for n in points) and math.prod(points) > widest
 
     # -- queries used by codegen ----------------------------------------------------------------------
     def storable(self, op, r: int) -> bool:
