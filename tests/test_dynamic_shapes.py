@@ -231,6 +231,43 @@ def test_a_routers_topk_over_a_symbolic_number_of_tokens_is_a_kernel():
     assert rep.symbolic and not rep.fallbacks and sum(k.kind == "sort" for k in rep.kernels) == 2, str(rep)
 
 
+def test_a_conv_groupnorm_net_compiles_once_for_every_image_size():
+    """GroupNorm's `as_strided(scale, [N, C], [C, 1])` had to be static to become a view, and its
+    view of a 3x3 convolution's output over (h - 2) * (w - 2) cells could not be decided
+    nonnegative from sizes 2 and up: a third of the ops ran eagerly, the rest failed to launch
+    (KeyError: 's25'), and HF's Wav2Vec2 (GroupNorm after its first convolution) compiled per length."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.GroupNorm(2, 8), torch.nn.GELU(),
+                            torch.nn.Conv2d(8, 4, 1)).eval()
+    cm = uniorch.compile(m, target="interpret", dynamic=True)
+    with torch.no_grad():
+        for shape in ((2, 3, 16, 16), (3, 3, 20, 12), (2, 3, 9, 30)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-4)
+        rep = cm.explain(x)
+    assert cm.cache_size == 1 and rep.symbolic and not rep.fallbacks, str(rep)
+
+
+def test_sizes_of_strided_convolutions_one_after_another_are_decided():
+    """Wav2Vec2's feature extractor: lengths floor(floor(floor(s/5)/2)/2), compared with and
+    clamped against sizes computed as floor(s/20), and a minimum against 0 that only the length's
+    range decides (export's: its kernel of 10 needs 60 samples and more): the symbolic compile
+    failed and each audio length compiled anew (10-27 s each)."""
+    import sympy
+
+    from uniorch.ir import dims
+
+    s = dims.symbol("s73")
+    nested = sympy.floor(sympy.floor(sympy.floor(s / 5) / 2) / 2)
+    assert dims._simplify(32 * nested - 32) == 32 * sympy.floor(s / 20) - 32
+    assert dims._simplify(sympy.floor((sympy.floor(s / 3) + 1) / 2)) == sympy.floor((s + 3) / 6)
+    assert dims.bounds(sympy.floor(s / 20))[0] == 0  # from 2 up: unknown sign beyond 0
+    assert dims._decided("slt", sympy.floor(s / 5) - 1, {s: 10}) is False
+    assert dims._decided("slt", sympy.floor(s / 5) - 1, 2) is None
+    assert dims._decided("sgt", sympy.floor(s / 20) - 2, {s: 60}) is True
+    assert dims._min_max("arith.minsi", sympy.floor(s / 20), 0) == 0
+
+
 def test_symbolic_kernels_take_sizes_as_arguments():
     """The kernels of a symbolic compile read the size symbols as parameters (one Triton source
     serves every size): no fallback, and the same kernels as the static compile."""

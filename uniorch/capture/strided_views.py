@@ -25,19 +25,44 @@ def _contiguous_strides(size) -> list[int]:
     return out[::-1]
 
 
+def _expr(v):
+    """A size as a sympy expression: an int, a SymInt, or a graph node computing one (a symbolic
+    capture's `sym_size` and its arithmetic); None for anything else."""
+    import sympy
+
+    if isinstance(v, torch.fx.Node):
+        v = v.meta.get("val")
+    if isinstance(v, torch.SymInt):
+        return v.node.expr
+    return sympy.Integer(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _plain_reshape(node: torch.fx.Node) -> bool:
+    """Also at symbolic sizes (the batch of a GroupNorm's `[N, C]`): compared as expressions,
+    so no guard is added (a SymInt's `==` would specialize)."""
+    import sympy
+
     x = node.args[0]
     val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    size, stride = list(node.args[1]), list(node.args[2])
+    if not isinstance(val, torch.Tensor):
+        return False
+    size = [_expr(v) for v in node.args[1]]
+    stride = [_expr(v) for v in node.args[2]]
+    shape, strides = [_expr(v) for v in val.shape], [_expr(v) for v in val.stride()]
+    if any(e is None for e in (*size, *stride, *shape, *strides)):
+        return False
     offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-    if not isinstance(val, torch.Tensor) or not all(isinstance(v, int) for v in (*size, *stride, *val.shape)):
+    if offset is not None and _expr(offset) != _expr(val.storage_offset()):
         return False
-    if not val.is_contiguous() or val.numel() != torch.Size(size).numel():
-        return False
-    if offset is not None and offset != val.storage_offset():
-        return False
-    want = _contiguous_strides(size)
-    return all(n == 1 or s == w for n, s, w in zip(size, stride, want))
+
+    def same(a, b) -> bool:
+        return sympy.expand(a - b) == 0
+
+    def contiguous(dims, steps) -> bool:
+        return all(same(n, 1) or same(s, w) for n, s, w in zip(dims, steps, _contiguous_strides(dims)))
+
+    return (contiguous(shape, strides) and same(sympy.Mul(*shape), sympy.Mul(*size))
+            and contiguous(size, stride))
 
 
 def as_strided_as_views(gm: torch.fx.GraphModule) -> int:

@@ -294,7 +294,11 @@ def bounds(size: Size) -> tuple:
     t = {s: symbol(f"_t_{s}") + 2 for s in size.free_symbols}  # s = 2 + t, t >= 0
     e = sympy.expand(size.subs(t))
     if not e.is_polynomial():
-        return -sympy.oo, sympy.oo
+        # floors and ceilings (a strided convolution's output length): exact at the symbols'
+        # lowest values where the size only grows (or only shrinks) with them
+        lows = {x: (ranges or {}).get(str(x), (2, None))[0] for x in size.free_symbols}
+        least, most = _least(size, lows), _least(-size, lows)
+        return (-sympy.oo if least is None else least), (sympy.oo if most is None else -most)
     const = e.as_coeff_Add()[0]
     coeffs = sympy.Poly(e - const).coeffs() if e != const else []
     if all(c >= 0 for c in coeffs):
@@ -589,7 +593,23 @@ def pad_amounts(op) -> dict[str, list[Size]]:
 
 def _simplify(e) -> Size:
     e = sympy.expand(e)
+    if e.has(sympy.floor):
+        e = sympy.expand(e.replace(lambda x: isinstance(x, sympy.floor), _flat_floor))
     return int(e) if e.is_number else e
+
+
+def _flat_floor(f):
+    """floor((floor(y) + k) / b) as floor((y + k) / b), for integers k and b > 0: strided
+    convolutions one after another give floor(floor(floor(s/5)/2)/2), which is floor(s/20), and
+    only the flat form cancels against the sizes computed from it."""
+    num, den = sympy.fraction(sympy.together(f.args[0]))
+    if not (den.is_Integer and den > 0):
+        return f
+    inner = [a for a in sympy.Add.make_args(sympy.expand(num)) if isinstance(a, sympy.floor)]
+    rest = sympy.expand(num) - sum(inner)
+    if len(inner) != 1 or not rest.is_Integer:
+        return f
+    return sympy.floor((inner[0].args[0] + rest) / den)
 
 
 _BINARY = {"arith.muli": lambda a, b: a * b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b}
@@ -678,6 +698,10 @@ def _min_max(name: str, a: Size, b: Size) -> Size:
         smaller = a
     elif _known_order(b, a):
         smaller = b
+    if smaller is None and not (isinstance(a, int) and isinstance(b, int)):
+        diff = _simplify(sympy.Integer(1) * b - a)
+        lo, hi = bounds(diff)
+        smaller = a if lo >= 0 else b if hi <= 0 else None
     if smaller is None:
         raise UnknownSize(f"{name} of {a} and {b}: their order depends on the sizes")
     if name.startswith("arith.min"):
@@ -714,13 +738,56 @@ def decide(cond: ir.Value) -> bool:
             return bool(ir.IntegerAttr(owner.attributes["value"]).value)
         raise UnknownSize("a condition that is not a comparison of sizes")
     pred = _PREDICATES[ir.IntegerAttr(owner.attributes["predicate"]).value]
-    diff = sympy.expand(index_value(owner.operands[0]) - index_value(owner.operands[1]))
-    # symbols are 2 or more (1 is never symbolic): s = u + 1 with u positive, so `s == 1` is decided
-    diff = sympy.expand(diff.subs({x: x + 1 for x in diff.free_symbols}, simultaneous=True))
-    facts = {"eq": diff.is_zero, "ne": None if diff.is_zero is None else not diff.is_zero,
-             "slt": diff.is_negative, "ult": diff.is_negative, "sle": diff.is_nonpositive, "ule": diff.is_nonpositive,
-             "sgt": diff.is_positive, "ugt": diff.is_positive, "sge": diff.is_nonnegative, "uge": diff.is_nonnegative}
-    got = facts[pred]
+    raw = sympy.expand(index_value(owner.operands[0]) - index_value(owner.operands[1]))
+    got = _decided(pred, raw, 2)
     if got is None:
-        raise UnknownSize(f"cannot decide {pred} on sizes differing by {diff}")
+        # the symbols' own lower bounds, where the trace bounded them: a 3x3 convolution's input
+        # is 3 and up, so its output's (s - 2) * (t - 2) cells are not negative
+        ranges = getattr(_local, "ranges", None) or {}
+        low = {x: ranges.get(str(x), (2, None))[0] for x in raw.free_symbols}
+        if any(lo > 2 for lo in low.values()):
+            got = _decided(pred, raw, low)
+    if got is None:
+        raise UnknownSize(f"cannot decide {pred} on sizes differing by {raw}")
     return bool(got)
+
+
+def _decided(pred: str, diff, low):
+    """The comparison's truth for every value of the symbols from `low` up (one bound for all, or
+    per symbol), or None: s = u + low - 1 with u positive."""
+    lows = {x: (low if isinstance(low, int) else low[x]) for x in diff.free_symbols}
+    shifted = sympy.expand(diff.subs({x: x + lo - 1 for x, lo in lows.items()}, simultaneous=True))
+    neg, nonpos = shifted.is_negative, shifted.is_nonpositive
+    pos, nonneg = shifted.is_positive, shifted.is_nonnegative
+    if None in (neg, pos, nonneg, nonpos):
+        least = _least(diff, lows)  # a conv's output length, floor((s - 10) / 5) + 1, from s >= 10
+        if least is not None and least > 0:
+            neg, nonpos, pos, nonneg = False, False, True, True
+        elif least is not None and least == 0:
+            neg, nonneg = False, True
+    zero = shifted.is_zero
+    if zero is None and (pos or neg):
+        zero = False
+    facts = {"eq": zero, "ne": None if zero is None else not zero,
+             "slt": neg, "ult": neg, "sle": nonpos, "ule": nonpos,
+             "sgt": pos, "ugt": pos, "sge": nonneg, "uge": nonneg}
+    return facts[pred]
+
+
+def _least(diff, lows: dict):
+    """diff's smallest value over the symbols from their `lows` up, where diff does not decrease
+    as any symbol grows (floor and ceiling of such expressions included: they keep the order);
+    None otherwise."""
+    t = {x: symbol(f"_t_{x}") for x in lows}
+    smooth = diff.replace(lambda e: isinstance(e, (sympy.floor, sympy.ceiling)), lambda e: e.args[0])
+    poly = sympy.expand(smooth.subs({x: t[x] + lo for x, lo in lows.items()}, simultaneous=True))
+    try:
+        coeffs = sympy.Poly(poly, *t.values()).coeffs() if poly.free_symbols else []
+    except sympy.PolynomialError:
+        return None
+    const = poly.subs({v: 0 for v in t.values()})
+    if any(c < 0 for c, m in zip(coeffs, sympy.Poly(poly, *t.values()).monoms() if poly.free_symbols else [])
+           if any(m)) or not const.is_number:
+        return None
+    value = diff.subs(lows)
+    return int(value) if value.is_number else None
