@@ -250,6 +250,39 @@ def test_torch_compile_backend():
     torch.testing.assert_close(compiled(x), model(x), **TOL)
 
 
+def test_torch_compile_backend_compiles_dynamos_symbolic_graph_once():
+    """A graph Dynamo made symbolic (its second image size) went static first and compiled again
+    per size, a size served before included (HF ConvNeXt: 25 s for one it had run)."""
+    import torch._dynamo
+
+    from uniorch import api
+
+    torch._dynamo.reset()
+    made = []
+    real = api._symbolic_graph
+
+    def keep(*args):
+        made.append(real(*args))
+        return made[-1]
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    compiled = torch.compile(model, backend="uniorch", options={"target": "interpret"})
+    api._symbolic_graph = keep
+    try:
+        with torch.no_grad():
+            for size in (12, 16, 20, 28, 16):
+                x = torch.randn(2, 3, size, size)
+                torch.testing.assert_close(compiled(x), model(x), **TOL)
+    finally:
+        api._symbolic_graph = real
+    (graph,) = made
+    assert graph.compiled.cache_size == 1, graph.compiled.recompiles
+    assert "compiled with symbolic sizes" in graph.compiled.recompiles[0]
+
+
 @pytest.mark.parametrize("options,match", [({"target": "nosuch"}, "unknown target 'nosuch'"),
                                            ({"targte": "interpret"}, "unknown option.*'targte'"),
                                            ({"fallback": "never"}, "fallback must be")])

@@ -756,7 +756,46 @@ def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: di
 
         cm = compile(gm, **opts)
         return backend_for_dynamo(gm, example_inputs, cm.target, cm._fallback, cm._limit)
+    # Dynamo passes real example tensors; its placeholders' values say which sizes are symbolic
+    values = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(values) == len(example_inputs) and any(
+            isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and not all(isinstance(n, int) for n in v.shape))
+            for v in values):
+        return _symbolic_graph(gm, values, opts)
     return compile(gm, **opts)
+
+
+def _symbolic_graph(gm: torch.fx.GraphModule, example_inputs: list, opts: dict):
+    """A graph Dynamo made symbolic (a second image size, sequence length) compiles symbolic at
+    once, as the training path's halves do (runtime/symbolic_halves.py): its size arguments are
+    read from the tensors and the dims Dynamo made symbolic are marked on the first call's inputs
+    (on aliases: the caller's tensors stay unmarked). Compiled as any graph, it went static first
+    and compiled again per size: a size already served cost 25 s in HF ConvNeXt."""
+    import copy
+
+    from .runtime.symbolic_halves import mark_symbolic, sizes_from_tensors
+
+    # a copy: Dynamo reads the arguments it passes off its own graph's placeholders
+    own = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    sizes = sizes_from_tensors(own, example_inputs)
+    if sizes is None:
+        return compile(gm, **opts)
+    cm = compile(own, **opts)
+    first = [True]
+
+    def run(*args):
+        args = sizes.arguments(args)
+        if first[0]:
+            first[0] = False
+            args = [a.view_as(a) if isinstance(a, torch.Tensor) else a for a in args]
+            mark_symbolic(args, sizes)
+        out = cm(*args)
+        if not sizes.returned:
+            return out
+        return sizes.results(args, out if isinstance(out, (tuple, list)) else (out,))
+
+    run.compiled = cm  # explain() and recompiles of the graph
+    return run
 
 
 __all__ = ["compile", "explain", "CompiledModule", "Report", "torch_backend"]
