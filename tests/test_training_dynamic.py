@@ -248,3 +248,5 @@ def test_training_recompiles_are_listed_with_dynamos_reason():
     assert len(training) == 2, cm.recompiles
     assert "size mismatch" in training[0] and "1.0" in training[1], training
     assert "recompiles" in str(cm.explain())
+    # explain with the call's inputs too (HF's loss setting config.problem_type at the first step)
+    assert cm.explain(torch.randn(6, 8), 2.0).recompiles == cm.recompiles

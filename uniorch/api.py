@@ -511,6 +511,7 @@ class CompiledModule:
                 return rep
             backward = list(dict.fromkeys(tc.ran_backward)) or tc.backward[-1:]
             rep = tc.forward_report()
+            rep.recompiles = list(self.recompiles)  # Dynamo's retraces of the training path among them
             rep.backward = merged_report([tc.report(h) for h in backward]) if backward else None
             if backward:
                 rep.saved_bytes = sum(tc.saved.get(id(h), 0) for h in backward)
