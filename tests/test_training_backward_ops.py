@@ -189,6 +189,26 @@ def test_adaptive_pools_train_in_kernels(pool):
     assert not report.backward.fallbacks, [f.op + ": " + f.why for f in report.backward.fallbacks]
 
 
+class _FractionalPool(nn.Module):
+    def forward(self, h):  # fixed samples: eager and the compiled step pool the same windows
+        return nn.functional.fractional_max_pool2d(h, 2, output_size=(3, 3), _random_samples=torch.full((2, 4, 2), 0.3))
+
+
+@pytest.mark.parametrize("name,layer", [("replicate_conv", nn.Conv2d(4, 4, 3, padding=1, padding_mode="replicate")),
+                                        ("fractional_max_pool", _FractionalPool())])
+def test_replicate_padding_and_fractional_pooling_train_in_kernels(name, layer):
+    """replication_pad2d_backward and fractional_max_pool2d_backward have no decomposition in
+    PyTorch and no lowering in torch-mlir: each ran in PyTorch inside the backward's kernels
+    (capture/pad_backward.py, capture/pool_backward.py)."""
+    torch.manual_seed(9)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), layer, nn.Flatten(), nn.LazyLinear(2))
+    x = torch.randn(2, 3, 9, 8)
+    model(x)  # the lazy layer's shape
+    report, err = _one_step(model, x)
+    assert err <= 1e-4, err
+    assert not report.backward.fallbacks, [f.op + ": " + f.why for f in report.backward.fallbacks]
+
+
 @pytest.mark.parametrize("name", ["densenet_block", "cnn_pools", "mobilenet_block"])
 def test_zoo_convolution_blocks_backward_all_in_kernels(name):
     """densenet_block's input gradient of a 3x3 convolution (a transposed convolution of a value

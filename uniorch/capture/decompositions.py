@@ -341,7 +341,7 @@ def _from_torch(names) -> dict:
 _FAMILIES = ("linalg_direct", "linalg_orthogonal", "counting", "shape_rewrites", "spectral", "data_dependent",
              "fractional_pool", "sampling", "matrix_functions", "recurrent", "statistics", "integer_division",
              "scalar_compares", "pool_backward", "conv_backward", "fused_attention", "covariance",
-             "integer_power")
+             "integer_power", "pad_backward")
 
 
 def decomposition_table(data_dependent: bool = True) -> dict:

@@ -110,4 +110,9 @@ TABLE = {
     aten._adaptive_avg_pool3d_backward.default: lambda grad, x: _adaptive_avg_pool_backward(grad, x, 3),
     aten.adaptive_max_pool2d_backward.default: lambda grad, x, idx: _adaptive_max_pool_backward(grad, x, idx, 2),
     aten.adaptive_max_pool3d_backward.default: lambda grad, x, idx: _adaptive_max_pool_backward(grad, x, idx, 3),
+    # fractional max pooling's indices are flat within a plane too (its windows are pseudo-random)
+    aten.fractional_max_pool2d_backward.default:
+        lambda grad, x, kernel, out, idx: _adaptive_max_pool_backward(grad, x, idx, 2),
+    aten.fractional_max_pool3d_backward.default:
+        lambda grad, x, kernel, out, idx: _adaptive_max_pool_backward(grad, x, idx, 3),
 }

@@ -111,7 +111,7 @@ def compile_graph(gm: torch.fx.GraphModule, target: Target, run: bool = True, ke
         module = import_graph(gm.graph, ctx, tag_nodes=True)
         lower(module, "linalg")
     except UniorchError as err:
-        raise RegionError("import", str(err), _error_nodes(err) or all_nodes) from None
+        raise RegionError("import", _unlowered(str(err), err), _error_nodes(err) or all_nodes) from None
     except Exception as err:  # a bug of ours: this region runs eagerly, and explain shows the bug
         raise RegionError("import", f"internal error: {type(err).__name__}: {err}", all_nodes) from None
     timings["import+lower"] = time.perf_counter() - t
@@ -570,6 +570,20 @@ def _error_nodes(err: UniorchError) -> list[str]:
     for d in getattr(err, "diagnostics", []) or []:
         names.extend(node_names(getattr(d, "raw_location", "") or ""))
     return names
+
+
+def _unlowered(said: str, err) -> str:
+    """torch-mlir's "lowering to torch backend contract failed" with the op it could not lower
+    (`grid_sampler_2d_backward has no lowering to linalg`), which the diagnostics name."""
+    import re
+
+    for d in getattr(err, "diagnostics", None) or []:
+        text = " ".join([str(getattr(d, "message", d))] + [str(getattr(n, "message", n)) for n in getattr(d, "notes", [])])
+        m = (re.search(r'<\{name = "torch\.(aten\.[\w.]+)"', text)
+             or re.search(r"failed to legalize operation 'torch\.(aten\.[\w.]+)'", text))
+        if m:
+            return f"{said}: {m.group(1)} has no lowering to linalg in torch-mlir"
+    return said
 
 
 def _launch(kernel: Kernel, inputs, outputs, sizes=None) -> None:
