@@ -268,6 +268,25 @@ def test_sizes_of_strided_convolutions_one_after_another_are_decided():
     assert dims._min_max("arith.minsi", sympy.floor(s / 20), 0) == 0
 
 
+def _pool_then_unlowered(x):
+    y = F.avg_pool2d(x, 2) * 3
+    z = F.interpolate(y, size=(5, 5), mode="bicubic", antialias=True)  # no lowering: PyTorch runs it
+    return z.sum() + (y * 2).mean(-1)
+
+
+def test_a_region_whose_inputs_do_not_give_its_sizes_is_left_to_pytorch_with_the_reason():
+    """After an op left to PyTorch, a region sees floor(h / 2) and floor(w / 2), not h and w, which
+    its kernels take: its first launch raised 'Cannot convert symbols to int' (and in a model the
+    whole symbolic compile failed with that). The plan refuses it, naming the symbols."""
+    cm = uniorch.compile(_pool_then_unlowered, target="interpret", dynamic=True)
+    for shape in ((2, 3, 16, 16), (2, 3, 18, 14), (2, 3, 21, 10)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(cm(x), _pool_then_unlowered(x))
+    rep = cm.explain(x)
+    assert rep.symbolic and not [f for f in rep.fallbacks if f.stage == "launch"], str(rep)
+    assert any(f.stage == "plan" and "cannot be read off the region's inputs" in f.why for f in rep.fallbacks)
+
+
 def test_symbolic_kernels_take_sizes_as_arguments():
     """The kernels of a symbolic compile read the size symbols as parameters (one Triton source
     serves every size): no fallback, and the same kernels as the static compile."""

@@ -253,6 +253,8 @@ def build_plan(module: ir.Module, main, kernels: dict[str, Kernel], launch: Call
     seeds = ir.IntegerAttr(module.operation.attributes["uniorch.seeds"]).value \
         if "uniorch.seeds" in module.operation.attributes else 0
     symbols = _binders(block) if symbolic else []
+    if symbolic:
+        _check_bound(main, block, kernels, symbols)
     laid_out = _write_relaid(produced, reads, other)
     return LaunchPlan(len(block.arguments), steps, outputs, len(slot), kernels, buffer_bytes, launch, seeds,
                       symbols=symbols, laid_out=laid_out, launches=launches, viewed=viewed,
@@ -300,6 +302,40 @@ def _write_relaid(produced: dict, reads: dict, other: set) -> dict:
         if n == total[(name, i)]:
             out.setdefault(name, set()).add(i)
     return out
+
+
+def _check_bound(main, block, kernels: dict, binders: list) -> None:
+    """Every size symbol the kernels take is one the inputs give: a region after an op left to
+    PyTorch sees only sizes computed from a symbol (a strided convolution's floor((s - 1) / 2) + 1),
+    and its launch raised 'Cannot convert symbols to int' at the first call, which failed the whole
+    symbolic compile without a reason a user could read. A PlanError instead leaves this region to
+    PyTorch, and says why."""
+    bound = {b[2] for b in binders}
+    used = {sym for k in kernels.values() for sym in getattr(k.source, "symbols", ()) or ()}
+    for op in block.operations:  # the buffers the plan allocates, the views it takes
+        for r in op.operation.results:
+            try:
+                if isinstance(r.type, ir.RankedTensorType) and not ir.RankedTensorType(r.type).has_static_shape:
+                    sizes = dims.shape(r)
+                elif isinstance(r.type, (ir.IndexType, ir.IntegerType)) and op.operation.name != "arith.cmpi":
+                    sizes = [dims.index_value(r)]
+                else:
+                    continue
+            except (dims.UnknownSize, ValueError, TypeError):
+                continue
+            used |= {str(x) for n in sizes if not isinstance(n, int) and hasattr(n, "free_symbols")
+                     for x in n.free_symbols}
+    needed = sorted(used - bound)
+    if needed:
+        sizes = []
+        for a in block.arguments:
+            if isinstance(a.type, ir.RankedTensorType):
+                try:
+                    sizes.append(str(dims.shape(a)))
+                except dims.UnknownSize:
+                    continue
+        raise PlanError(main, f"size symbol(s) {', '.join(needed)} cannot be read off the region's inputs "
+                              f"(their sizes: {'; '.join(sizes)[:200]})")
 
 
 def _binders(block) -> list:
