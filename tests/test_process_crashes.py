@@ -37,7 +37,8 @@ def test_an_onnx_unique_of_values_only_compiles_without_crashing_the_process():
         import onnx, torch, uniorch
         from onnx import helper as h, TensorProto as T
         g = h.make_graph([h.make_node("Unique", ["x"], ["y"], sorted=1, name="uniq")], "g",
-                         [h.make_tensor_value_info("x", T.FLOAT, [6])], [h.make_tensor_value_info("y", T.FLOAT, [None])])
+                         [h.make_tensor_value_info("x", T.FLOAT, [6])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [None])])
         m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
         x = torch.tensor([3.0, 1, 3, 2, 1, 5])[torch.randperm(6)]
         got = uniorch.compile(m, target="interpret")(x)

@@ -66,7 +66,8 @@ def wide_tiles(monkeypatch):
 
 
 # sm_89's rungs are also checked without a compile (test_measured_stages_pass_the_rungs_still_over_the_limit)
-_SLOW = pytest.mark.skipif(not config.flag("UNIORCH_SLOW_TESTS"), reason="27 s of compiles; UNIORCH_SLOW_TESTS=1 runs it")
+_SLOW = pytest.mark.skipif(not config.flag("UNIORCH_SLOW_TESTS"),
+                           reason="27 s of compiles; UNIORCH_SLOW_TESTS=1 runs it")
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_90", pytest.param("cuda:sm_89", marks=_SLOW), "rocm:gfx942"])

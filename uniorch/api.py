@@ -759,9 +759,10 @@ def torch_backend(gm: torch.fx.GraphModule, example_inputs: list, *, options: di
         return backend_for_dynamo(gm, example_inputs, cm.target, cm._fallback, cm._limit)
     # Dynamo passes real example tensors; its placeholders' values say which sizes are symbolic
     values = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(values) == len(example_inputs) and any(
-            isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and not all(isinstance(n, int) for n in v.shape))
-            for v in values):
+    def symbolic(v) -> bool:
+        return isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and not all(isinstance(n, int) for n in v.shape))
+
+    if len(values) == len(example_inputs) and any(symbolic(v) for v in values):
         return _symbolic_graph(gm, values, opts)
     return compile(gm, **opts)
 

@@ -578,7 +578,8 @@ def _unlowered(said: str, err) -> str:
     import re
 
     for d in getattr(err, "diagnostics", None) or []:
-        text = " ".join([str(getattr(d, "message", d))] + [str(getattr(n, "message", n)) for n in getattr(d, "notes", [])])
+        notes = [str(getattr(n, "message", n)) for n in getattr(d, "notes", [])]
+        text = " ".join([str(getattr(d, "message", d))] + notes)
         m = (re.search(r'<\{name = "torch\.(aten\.[\w.]+)"', text)
              or re.search(r"failed to legalize operation 'torch\.(aten\.[\w.]+)'", text))
         if m:
