@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import triton
 from conftest import REPO
 
 PLUGIN = os.path.join(REPO, "examples", "backend_plugin")
@@ -42,9 +43,15 @@ def test_example_plugin_and_interpreter_conform(tmp_path):
     assert proc.returncode == 0, out + proc.stderr[-3000:]
     assert "example:cpu → uniorch_example_backend.ExampleBackend" in out
     assert "triton → ttir → ttir_checked → summary" in out  # the plugin's own stages ran
+    # Triton's interpreter before 3.7 cannot loop to a bound passed as an argument: there (the GPU
+    # machine's Triton) the kit skips its symbolic run on interpreted backends, saying why
+    old = tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7)
     totals = [line for line in out.splitlines() if line.startswith(("example:", "interpret:")) and "passed" in line]
-    assert len(totals) == 2 and all("0 failed, 0 skipped" in line for line in totals), totals
-    for case in ("softmax", "matmul_bias_gelu", "embedding", "bf16_silu_mul", "int32_select", "symbolic sizes"):
+    skipped = "1 skipped" if old else "0 skipped"
+    assert len(totals) == 2 and all(f"0 failed, {skipped}" in line for line in totals), totals
+    cases = ("softmax", "matmul_bias_gelu", "embedding", "bf16_silu_mul", "int32_select")
+    cases += () if old else ("symbolic sizes",)
+    for case in cases:
         assert [line for line in out.splitlines() if line.startswith("run") and case in line and "PASS" in line], case
 
 

@@ -755,11 +755,18 @@ def decide(cond: ir.Value) -> bool:
 def _decided(pred: str, diff, low):
     """The comparison's truth for every value of the symbols from `low` up (one bound for all, or
     per symbol), or None: s = u + low - 1 with u positive."""
-    lows = {x: (low if isinstance(low, int) else low[x]) for x in diff.free_symbols}
+    lows = tuple(sorted(((x, low if isinstance(low, int) else low[x]) for x in diff.free_symbols),
+                        key=lambda kv: str(kv[0])))
+    return _decided_at(pred, diff, lows)
+
+
+@functools.lru_cache(maxsize=8192)
+def _decided_at(pred: str, diff, low_items: tuple):
+    lows = dict(low_items)
     shifted = sympy.expand(diff.subs({x: x + lo - 1 for x, lo in lows.items()}, simultaneous=True))
     neg, nonpos = shifted.is_negative, shifted.is_nonpositive
     pos, nonneg = shifted.is_positive, shifted.is_nonnegative
-    if None in (neg, pos, nonneg, nonpos):
+    if None in (neg, pos, nonneg, nonpos) and (shifted.has(sympy.floor) or shifted.has(sympy.ceiling)):
         least = _least(diff, lows)  # a conv's output length, floor((s - 10) / 5) + 1, from s >= 10
         if least is not None and least > 0:
             neg, nonpos, pos, nonneg = False, False, True, True
@@ -777,7 +784,13 @@ def _decided(pred: str, diff, low):
 def _least(diff, lows: dict):
     """diff's smallest value over the symbols from their `lows` up, where diff does not decrease
     as any symbol grows (floor and ceiling of such expressions included: they keep the order);
-    None otherwise."""
+    None otherwise. Memoized: codegen asks for the bounds of the same sizes many times."""
+    return _least_of(diff, tuple(sorted(lows.items(), key=lambda kv: str(kv[0]))))
+
+
+@functools.lru_cache(maxsize=8192)
+def _least_of(diff, low_items: tuple):
+    lows = dict(low_items)
     t = {x: symbol(f"_t_{x}") for x in lows}
     smooth = diff.replace(lambda e: isinstance(e, (sympy.floor, sympy.ceiling)), lambda e: e.args[0])
     poly = sympy.expand(smooth.subs({x: t[x] + lo for x, lo in lows.items()}, simultaneous=True))

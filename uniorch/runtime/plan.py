@@ -364,12 +364,15 @@ def _binders(block) -> list:
         if str(sym) in direct or any(b[2] == str(sym) for b in out):
             continue
         value = sympy.Symbol("value")
-        try:
-            sols = [x for x in sympy.solve(sympy.Eq(n, value), sym) if x.free_symbols <= {value}]
-        except NotImplementedError:  # floor(s/4): not invertible, another input must give s
+        try:  # a * s + b: floor(s/4) is not invertible (another input must give s), and sympy's
+            # solve spent seconds per region finding that out
+            poly = sympy.Poly(n, sym)
+        except sympy.PolynomialError:
             continue
-        if len(sols) == 1:
-            out.append((i, d, str(sym), sympy.lambdify(value, sols[0])))
+        if poly.degree() != 1:
+            continue
+        a, b = poly.all_coeffs()
+        out.append((i, d, str(sym), sympy.lambdify(value, (value - b) / a)))
     return out
 
 
