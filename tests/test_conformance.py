@@ -36,6 +36,18 @@ def _kit(tmp_path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def _kit_with(tmp_path, site, module: str, name: str, cls: str, *args: str) -> subprocess.CompletedProcess:
+    """The kit for a plugin `module` beside the example's package in `site`, installed as pip would."""
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[uniorch.backends]\n{name} = {module}:{cls}\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), PLUGIN, os.environ.get("PYTHONPATH", "")]),
+               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", "--target", name, *args], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
 def test_example_plugin_and_interpreter_conform(tmp_path):
     # one process for both targets: torch and Triton are imported once
     proc = _kit(tmp_path, "--target", "example", "--target", "interpret")
@@ -71,14 +83,7 @@ def test_kit_fails_a_launcher_without_sizes(tmp_path):
         "        def launch(inputs, outputs):\n"
         "            fn[kernel.grid](*tensor_args(kernel, inputs, outputs), **kernel.constexprs)\n"
         "        return launch\n")
-    info = site / "static_launcher_backend-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: static-launcher-backend\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[uniorch.backends]\nstatic = static_launcher_backend:Static\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), PLUGIN, os.environ.get("PYTHONPATH", "")]),
-               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", "--target", "static",
-                           "--cases", "softmax"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = _kit_with(tmp_path, site, "static_launcher_backend", "static", "Static", "--cases", "softmax")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     row = [line for line in proc.stdout.splitlines() if "symbolic sizes" in line]
     assert row and "FAIL" in row[0] and "takes no `sizes` argument" in row[0], proc.stdout
@@ -96,14 +101,6 @@ def test_kit_fails_a_plugin_whose_stage_breaks(tmp_path):
         "        def fail(src, metadata):\n"
         "            raise RuntimeError('vendor compiler crashed')\n"
         "        stages['vendor_ir'] = fail\n")
-    info = site / "broken_stage_backend-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-stage-backend\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[uniorch.backends]\nbroken = broken_stage_backend:Broken\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), PLUGIN, os.environ.get("PYTHONPATH", "")]),
-               UNIORCH_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "uniorch.testing.conformance", "--target", "broken",
-                           "--cases", "softmax", "--compile-only"], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    proc = _kit_with(tmp_path, site, "broken_stage_backend", "broken", "Broken", "--cases", "softmax", "--compile-only")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     assert "stage 'vendor_ir' failed" in proc.stdout and "vendor compiler crashed" in proc.stdout

@@ -67,24 +67,6 @@ def text(size: Size) -> str:
     return str(size)
 
 
-def from_torch(expr) -> Size:
-    """A shape environment's expression in the functions `parse` reads: PyTorch writes its own
-    (`PythonMod(-s0, 4)`, `FloorDiv(s0, 2)`, `CeilToInt(...)`), with the same integer meaning as
-    sympy's Mod (the divisor's sign), floor and ceiling. A function with no such form is left as it
-    is, and `parse` refuses its text."""
-    from torch.utils._sympy import functions as tf
-
-    rules = [(tf.PythonMod, sympy.Mod), (tf.Mod, sympy.Mod), (tf.FloorDiv, lambda a, b: sympy.floor(a / b)),
-             (tf.CeilDiv, lambda a, b: sympy.ceiling(a / b)), (tf.CleanDiv, lambda a, b: a / b),
-             (tf.IntTrueDiv, lambda a, b: a / b), (tf.FloorToInt, sympy.floor), (tf.CeilToInt, sympy.ceiling),
-             (tf.Max, sympy.Max), (tf.Min, sympy.Min), (tf.PowByNatural, sympy.Pow)]
-    if not isinstance(expr, sympy.Basic):
-        return expr
-    for fn, to in rules:
-        expr = expr.replace(lambda e, fn=fn: isinstance(e, fn), lambda e, to=to: to(*e.args))
-    return int(expr) if expr.is_number else expr
-
-
 class _CodePrinter(StrPrinter):
     """Sizes as Triton expressions: powers written out (`s1*s1`; Triton has no `**` on tensors),
     floor and ceiling of a quotient as integer divisions (operands are sizes, not negative)."""

@@ -34,7 +34,7 @@ def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str
 
     kept, unread = [], []
     for guard in getattr(shape_env, "guards", ()):
-        expr = dims.from_torch(guard.expr)
+        expr = _from_torch(guard.expr)
         if expr is sympy.true:  # decided once written in sympy's functions
             continue
         names = {str(s) for s in expr.free_symbols}
@@ -50,6 +50,24 @@ def of_shape_env(shape_env, symbols: set[str]) -> tuple[list[tuple[str, str, str
             elif entry not in kept:
                 kept.append(entry)
     return kept, unread
+
+
+def _from_torch(expr):
+    """A shape environment's expression in the functions `dims.parse` reads: PyTorch writes its own
+    (`PythonMod(-s0, 4)`, `FloorDiv(s0, 2)`, `CeilToInt(...)`), with the same integer meaning as
+    sympy's Mod (the divisor's sign), floor and ceiling. A function with no such form is left as it
+    is, and `dims.parse` refuses its text."""
+    from torch.utils._sympy import functions as tf
+
+    rules = [(tf.PythonMod, sympy.Mod), (tf.Mod, sympy.Mod), (tf.FloorDiv, lambda a, b: sympy.floor(a / b)),
+             (tf.CeilDiv, lambda a, b: sympy.ceiling(a / b)), (tf.CleanDiv, lambda a, b: a / b),
+             (tf.IntTrueDiv, lambda a, b: a / b), (tf.FloorToInt, sympy.floor), (tf.CeilToInt, sympy.ceiling),
+             (tf.Max, sympy.Max), (tf.Min, sympy.Min), (tf.PowByNatural, sympy.Pow)]
+    if not isinstance(expr, sympy.Basic):
+        return expr
+    for fn, to in rules:
+        expr = expr.replace(lambda e, fn=fn: isinstance(e, fn), lambda e, to=to: to(*e.args))
+    return int(expr) if expr.is_number else expr
 
 
 def _a_range(rel) -> bool:
